@@ -1,0 +1,68 @@
+# EVA control service. `make run` and `make test` set everything up on first use.
+# Every target that starts ROS processes keeps DDS on this machine and on its own domain.
+
+PYTHON      ?= python3.11
+VENV        := .venv
+PY          := $(VENV)/bin/python
+STAMP       := $(VENV)/.setup-stamp
+DURATION    ?= 20
+RUN_ARGS    ?=
+PYTEST_ARGS ?=
+
+export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
+export ROS_DOMAIN_ID ?= 42
+export FASTDDS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_local.xml
+
+MSG_SOURCES := $(wildcard ros2_ws/src/egomimic_msgs/msg/*.msg) ros2_ws/src/egomimic_msgs/CMakeLists.txt \
+               ros2_ws/src/egomimic_msgs/package.xml ros2_ws/src/egomimic_msgs/pyproject.toml
+
+.DEFAULT_GOAL := help
+.PHONY: help setup run test test-unit test-integration bench clean-venv shm-clean
+
+help: ## list the targets
+	@echo "EVA control service"
+	@echo "  make run          set up if needed, run the whole graph in simulation for DURATION s (default 20), print a summary"
+	@echo "  make test         set up if needed, run the whole test suite (unit + integration)"
+	@echo "  make setup        create .venv with the pinned ROS 2 Kilted wheels, torch (CPU), build egomimic_msgs"
+	@echo "  make test-unit    library tests only (fast, no DDS)"
+	@echo "  make test-integration  real node processes over DDS"
+	@echo "  make bench        benchmarks under bench/ (not part of make test)"
+	@echo "  make shm-clean    remove Fast DDS shared memory left by killed processes"
+	@echo "  make clean-venv   delete .venv"
+	@echo "variables: DURATION=<s>  RUN_ARGS='policy:=scripted ...'  PYTEST_ARGS=...  ROS_DOMAIN_ID=<0-232>"
+
+setup: $(STAMP) ## idempotent; a no-op when nothing changed
+
+$(STAMP): requirements.lock pyproject.toml tools/fix_ros_wheel_cmake.py $(MSG_SOURCES)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(PY) tools/fix_ros_wheel_cmake.py
+	AMENT_PREFIX_PATH=$(CURDIR)/$(VENV) CMAKE_PREFIX_PATH=$(CURDIR)/$(VENV) \
+	  $(PY) -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps \
+	  ./ros2_ws/src/egomimic_msgs -C cmake.define.Python3_EXECUTABLE=$(CURDIR)/$(PY)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps -e .
+	$(PY) -c "import rclpy, torch, arx5_interface, egomimic_msgs.msg, egomimic_nodes, egomimic_launch" >/dev/null
+	@touch $(STAMP)
+	@echo "setup: done ($(VENV))"
+
+run: $(STAMP) ## the whole graph in simulation with the default policy, then a summary
+	$(VENV)/bin/egomimic-launch eva_bimanual.launch.py $(RUN_ARGS) --duration $(DURATION) --summary \
+	  --summary-json out/run_summary.json --run-dir out/run
+
+test: $(STAMP) ## the whole suite, as CI runs it
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+test-unit: $(STAMP)
+	$(PY) -m pytest tests -m "not integration" $(PYTEST_ARGS)
+
+test-integration: $(STAMP)
+	$(PY) -m pytest tests -m integration $(PYTEST_ARGS)
+
+bench: $(STAMP) ## benchmarks print ratios and absolute figures and write JSON under out/bench
+	$(PY) bench/image_transport.py --out out/bench/image_transport.json
+
+shm-clean:
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/fastdds shm clean
+
+clean-venv:
+	rm -rf $(VENV)

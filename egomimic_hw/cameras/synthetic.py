@@ -1,0 +1,111 @@
+"""Synthetic camera: renders the simulated EVA scene from the arms' measured poses.
+
+Not a static picture: the head camera (front_1) sees two markers at the projections of the
+left and right end effectors (through EVA's camera-to-arm-base extrinsics and intrinsics), and
+each wrist camera sees a textured table that slides and scales with its own end effector. A
+small time code block changes every frame, as sensor noise does on a real camera, so a frozen
+renderer is distinguishable from a still scene.
+
+Cost: one precomputed texture per camera; each frame is a crop (a view) plus drawing two
+markers in their bounding boxes: well under a millisecond, so three streams fit on 2 cores.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from egomimic_hw.cameras.base import HEAD_CAMERA, Intrinsics
+from egomimic_hw.description import Arm
+
+BASE_T_HEAD_CAMERA = {
+    Arm.LEFT: np.array(
+        [
+            [0.01329544, -0.71757193, 0.69635749, -0.04409191],
+            [-0.99959782, -0.02698416, -0.00872107, -0.23221381],
+            [0.02504862, -0.69596148, -0.7176421, 0.57323278],
+            [0.0, 0.0, 0.0, 1.0],
+        ]
+    ),
+    Arm.RIGHT: np.array(
+        [
+            [-0.04733948, -0.76631195, 0.64072222, -0.01998031],
+            [-0.9983006, 0.05811952, -0.00424732, 0.32539554],
+            [-0.0339837, -0.63983444, -0.76776103, 0.64809634],
+            [0.0, 0.0, 0.0, 1.0],
+        ]
+    ),
+}
+"""Camera-to-arm-base extrinsics of the head camera (base_T_cam, EVA.md)."""
+
+MARKER_COLOURS = {Arm.LEFT: (230, 60, 40), Arm.RIGHT: (40, 90, 230)}
+TEXTURE_MARGIN_PX = 160
+WRIST_PX_PER_M = 800.0
+
+
+def project_to_head_camera(arm: Arm, position_base_m: np.ndarray, intrinsics: Intrinsics) -> tuple[float, float, float] | None:
+    """Pixel (u, v) and depth of a point in `arm`'s base frame, or None when behind the camera."""
+    cam_t_base = np.linalg.inv(BASE_T_HEAD_CAMERA[arm])
+    p = cam_t_base[:3, :3] @ np.asarray(position_base_m, float) + cam_t_base[:3, 3]
+    if p[2] <= 1e-3:
+        return None
+    return intrinsics.fx * p[0] / p[2] + intrinsics.cx, intrinsics.fy * p[1] / p[2] + intrinsics.cy, float(p[2])
+
+
+def _texture(height: int, width: int, seed: int, checker_px: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:height, 0:width]
+    checker = ((yy // checker_px + xx // checker_px) % 2).astype(np.float32)
+    base = rng.integers(60, 200, size=3).astype(np.float32)
+    img = base[None, None, :] * (0.75 + 0.25 * checker[..., None])
+    img[..., 0] += 40.0 * xx / width
+    img[..., 2] += 40.0 * yy / height
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+class SyntheticScene:
+    """Renders one camera's frame from the latest end-effector positions (hardware frame)."""
+
+    def __init__(self, camera: str, intrinsics: Intrinsics, seed: int = 0):
+        self.camera = camera
+        self.intrinsics = intrinsics
+        h, w = intrinsics.height, intrinsics.width
+        m = TEXTURE_MARGIN_PX
+        self._texture = _texture(h + 2 * m, w + 2 * m, seed, checker_px=max(8, w // 16))
+        self._frame = np.empty((h, w, 3), dtype=np.uint8)
+
+    def render(self, ee_positions_m: dict[Arm, np.ndarray], frame_index: int) -> np.ndarray:
+        """RGB frame (H, W, 3) uint8; the returned array is reused by the next call."""
+        h, w = self.intrinsics.height, self.intrinsics.width
+        m = TEXTURE_MARGIN_PX
+        if self.camera == HEAD_CAMERA:
+            self._frame[:] = self._texture[m : m + h, m : m + w]
+            for arm, pos in ee_positions_m.items():
+                pix = project_to_head_camera(arm, pos, self.intrinsics)
+                if pix is not None:
+                    radius = int(np.clip(40.0 / pix[2], 6, 60))
+                    self._draw_disc(pix[0], pix[1], radius, MARKER_COLOURS[arm])
+        else:
+            arm = Arm.LEFT if self.camera.startswith("left") else Arm.RIGHT
+            pos = ee_positions_m.get(arm, np.zeros(3))
+            dx = int(np.clip(pos[1] * WRIST_PX_PER_M, -m, m))
+            dy = int(np.clip((pos[0] - 0.3) * WRIST_PX_PER_M, -m, m))
+            self._frame[:] = self._texture[m + dy : m + dy + h, m + dx : m + dx + w]
+            shade = int(np.clip(128 + (pos[2] - 0.3) * 400.0, 0, 255))
+            self._frame[h - 24 :, :, 1] = shade  # a band whose brightness tracks the height
+        self._draw_timecode(frame_index)
+        return self._frame
+
+    def _draw_disc(self, u: float, v: float, radius: int, colour: tuple[int, int, int]) -> None:
+        h, w = self.intrinsics.height, self.intrinsics.width
+        u0, u1 = max(int(u) - radius, 0), min(int(u) + radius + 1, w)
+        v0, v1 = max(int(v) - radius, 0), min(int(v) + radius + 1, h)
+        if u0 >= u1 or v0 >= v1:
+            return
+        yy, xx = np.mgrid[v0:v1, u0:u1]
+        mask = (xx - u) ** 2 + (yy - v) ** 2 <= radius * radius
+        self._frame[v0:v1, u0:u1][mask] = colour
+
+    def _draw_timecode(self, frame_index: int) -> None:
+        bits = (frame_index >> np.arange(16)) & 1
+        block = np.repeat(np.where(bits, 255, 0).astype(np.uint8), 4)
+        self._frame[0:4, 0 : block.size, :] = block[None, :, None]

@@ -1,0 +1,57 @@
+"""The contract every arm controller backend meets (the SDK boundary), and the backend table.
+
+A controller is one arm's joint controller as the ARX SDK exposes it: it takes a joint target
+stamped for a time in the future and interpolates to it in its own loop, clips to its limits,
+and reports measured joints. Times are explicit arguments (`now_s`, monotonic seconds since the
+controller started), so the simulated backend is deterministic under test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from egomimic_hw.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ArmReading:
+    """Measured state of one arm at `stamp_s` (controller clock)."""
+
+    stamp_s: float
+    joints_rad: np.ndarray
+    joint_velocities_rad_s: np.ndarray
+    gripper_m: float
+    fault: str
+    """"" when healthy; otherwise why the controller is in its latched emergency state."""
+
+
+class ArmController(Protocol):
+    """One arm's joint controller (SDK semantics: targets are interpolated, limits clipped)."""
+
+    def read(self, now_s: float) -> ArmReading:
+        """Advance to `now_s` and return the measured state."""
+
+    def command(self, joints_rad: np.ndarray, gripper_m: float, now_s: float, preview_s: float) -> None:
+        """Target joints and gripper, to be reached at `now_s + preview_s`."""
+
+    def close(self) -> None:
+        """Release the hardware (the SDK goes to damping)."""
+
+
+BACKENDS = ("sim", "arx5")
+
+
+def make_controller(backend: str, **kwargs) -> ArmController:
+    """The controller for a launch-argument `backend` value; unknown names list the choices."""
+    if backend == "sim":
+        from egomimic_hw.driver.sim import SimArx5Controller, SimConfig
+
+        return SimArx5Controller(SimConfig(**kwargs.get("sim", {})), seed=kwargs.get("seed", 0))
+    if backend == "arx5":
+        from egomimic_hw.driver.arx5 import Arx5Controller
+
+        return Arx5Controller(**kwargs.get("arx5", {}))
+    raise ConfigError(f"unknown driver backend {backend!r}; choices: {list(BACKENDS)}")

@@ -1,0 +1,158 @@
+"""A simulated X5 joint controller that behaves like the ARX SDK's `Arx5JointController`.
+
+A product feature, not a mock: users without a robot, `make run` and the tests drive exactly
+this, so it obeys the SDK's rules (upstream controller_base.cpp, ../shared/research/ecosystem.md):
+- a 500 Hz loop (dt 0.002 s) interpolating linearly from the current output command to the
+  target at its stamp (`now + preview`); past the stamp it holds the target forever;
+- every loop clips the output: joint speed to `joint_vel_max * dt`, joint position to the limits,
+  gripper to its range and `gripper_vel_max * dt`;
+- latched emergency (the SDK's damping loop that never returns): implausible measured state
+  (joints beyond limits +- pi, gripper below -0.017 m) or `inject_emergency`; after that,
+  commands are ignored and the joints only settle where damping leaves them.
+Timing knobs the SDK has in reality and tests need to rehearse: command latency (CAN + driver)
+and first-order motor tracking lag; sensor noise on the measured joints.
+
+The loop is integrated lazily: `read(now_s)` / `command(..., now_s)` advance the state in 2 ms
+substeps up to `now_s`. That is the same sequence of clipped steps the SDK's thread makes, at
+no CPU cost while nobody looks, and deterministic for a given seed and call sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from egomimic_hw.description import GRIPPER_EMERGENCY_BELOW_M, JOINTS_PER_ARM, SDK_LOOP_DT_S, X5_LIMITS, ArmLimits
+from egomimic_hw.driver.base import ArmReading
+from egomimic_hw.errors import ConfigError
+
+MAX_CATCH_UP_S = 2.0
+"""A read after a long pause (debugger, suspended VM) integrates at most this much time in
+substeps; the rest is skipped as if the loop had been idle at its target."""
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Parameters of the simulated controller (defaults: an ideal-ish healthy X5)."""
+
+    initial_joints_rad: tuple[float, ...] = (0.0, 1.0, 1.0, -0.3, 0.0, 0.0)
+    """Where the sim arm starts; a non-singular work pose (all-zero is the folded home pose)."""
+    initial_gripper_m: float = 0.04
+    loop_dt_s: float = SDK_LOOP_DT_S
+    command_latency_s: float = 0.0
+    """Delay between `command()` and the SDK loop seeing the target (CAN + driver)."""
+    tracking_time_constant_s: float = 0.004
+    """First-order lag of the measured joints behind the output command (PD tracking)."""
+    joint_noise_std_rad: float = 2e-5
+    """Gaussian noise on measured joints (encoder quantization is ~1e-4 rad)."""
+    gripper_min_m: float = -0.012
+    """The patched SDK's gripper command floor (EVA.md)."""
+    limits: ArmLimits = field(default_factory=lambda: X5_LIMITS)
+
+    def __post_init__(self) -> None:
+        if len(self.initial_joints_rad) != JOINTS_PER_ARM:
+            raise ConfigError(f"initial_joints_rad needs {JOINTS_PER_ARM} values, got {self.initial_joints_rad}")
+        q = np.asarray(self.initial_joints_rad)
+        if np.any(q < self.limits.pos_min) or np.any(q > self.limits.pos_max):
+            raise ConfigError(f"initial_joints_rad {self.initial_joints_rad} outside the joint limits")
+        for name in ("loop_dt_s",):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("command_latency_s", "tracking_time_constant_s", "joint_noise_std_rad"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+
+class SimArx5Controller:
+    """Simulated `Arx5JointController` for one arm (see module docstring for the rules)."""
+
+    def __init__(self, config: SimConfig = SimConfig(), *, seed: int = 0):
+        self.config = config
+        self._rng = np.random.default_rng(seed)
+        lim = config.limits
+        self._pos_min = np.append(lim.pos_min, config.gripper_min_m)
+        self._pos_max = np.append(lim.pos_max, lim.gripper_width_m)
+        self._step_max = np.append(lim.vel_max, lim.gripper_speed_max_m_s) * config.loop_dt_s
+        start = np.append(np.asarray(config.initial_joints_rad, float), config.initial_gripper_m)
+        self._output = start.copy()  # what the SDK loop sends to the motors
+        self._measured = start.copy()
+        self._velocity = np.zeros(JOINTS_PER_ARM + 1)
+        # Linear interpolation segment (t0, x0) -> (t1, x1), as the SDK's interpolator holds it.
+        self._seg = (0.0, start.copy(), 0.0, start.copy())
+        self._pending: list[tuple[float, np.ndarray, float]] = []  # (visible_at, target, stamp)
+        self._t = 0.0
+        self.fault = ""
+        self.loop_steps = 0
+        self.clipped_steps = 0
+        """Substeps in which the speed or position clip changed the output (what the SDK did)."""
+
+    # -- SDK-like API -------------------------------------------------------------------------
+    def command(self, joints_rad, gripper_m: float, now_s: float, preview_s: float) -> None:
+        target = np.append(np.asarray(joints_rad, dtype=float), float(gripper_m))
+        if target.shape != (JOINTS_PER_ARM + 1,) or not np.all(np.isfinite(target)):
+            raise ConfigError(f"joint target must be {JOINTS_PER_ARM} finite joints + gripper, got {target}")
+        self._advance(now_s)
+        self._pending.append((now_s + self.config.command_latency_s, target, now_s + preview_s))
+
+    def read(self, now_s: float) -> ArmReading:
+        self._advance(now_s)
+        noise = self._rng.normal(0.0, self.config.joint_noise_std_rad, JOINTS_PER_ARM)
+        return ArmReading(
+            stamp_s=self._t,
+            joints_rad=self._measured[:JOINTS_PER_ARM] + noise,
+            joint_velocities_rad_s=self._velocity[:JOINTS_PER_ARM].copy(),
+            gripper_m=float(self._measured[JOINTS_PER_ARM]),
+            fault=self.fault,
+        )
+
+    def inject_emergency(self, why: str) -> None:
+        """Latch the SDK's emergency state (tests and fault rehearsals)."""
+        if not self.fault:
+            self.fault = why
+
+    def close(self) -> None:
+        self._pending.clear()
+
+    # -- the 500 Hz loop ----------------------------------------------------------------------
+    def _advance(self, now_s: float) -> None:
+        dt = self.config.loop_dt_s
+        if now_s - self._t > MAX_CATCH_UP_S:
+            self._t = now_s - MAX_CATCH_UP_S
+        while self._t + dt <= now_s + 1e-12:
+            self._t += dt
+            self._loop_once(self._t, dt)
+
+    def _loop_once(self, t: float, dt: float) -> None:
+        self.loop_steps += 1
+        while self._pending and self._pending[0][0] <= t:
+            _, target, stamp = self._pending.pop(0)
+            if not self.fault:
+                self._seg = (t, self._output.copy(), max(stamp, t), target)
+        if self.fault:
+            # Damping: the motors stop tracking; the output follows what is measured.
+            self._output = self._measured.copy()
+            self._velocity[:] = 0.0
+            return
+        t0, x0, t1, x1 = self._seg
+        alpha = 1.0 if t1 <= t0 else min(max((t - t0) / (t1 - t0), 0.0), 1.0)
+        desired = x0 + alpha * (x1 - x0)
+        step = np.clip(desired - self._output, -self._step_max, self._step_max)
+        new_output = np.clip(self._output + step, self._pos_min, self._pos_max)
+        if not np.allclose(new_output, desired, atol=1e-12):
+            self.clipped_steps += 1
+        self._output = new_output
+        tau = self.config.tracking_time_constant_s
+        gain = 1.0 if tau <= 0 else 1.0 - np.exp(-dt / tau)
+        previous = self._measured
+        self._measured = previous + gain * (self._output - previous)
+        self._velocity = (self._measured - previous) / dt
+        self._check_emergency()
+
+    def _check_emergency(self) -> None:
+        q = self._measured[:JOINTS_PER_ARM]
+        lim = self.config.limits
+        if np.any(q < lim.pos_min - np.pi) or np.any(q > lim.pos_max + np.pi):
+            self.fault = "joint position implausible (beyond limits +- pi)"
+        elif self._measured[JOINTS_PER_ARM] < GRIPPER_EMERGENCY_BELOW_M:
+            self.fault = f"gripper below {GRIPPER_EMERGENCY_BELOW_M} m"

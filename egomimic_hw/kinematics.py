@@ -1,0 +1,153 @@
+"""Forward and inverse kinematics of one X5 arm through the ARX SDK's own solver.
+
+Why the SDK solver: it is the KDL chain built from the URDF the SDK ships, i.e. the very model
+the controller uses, so a pose computed here is the pose the arm reports.
+
+Poses here are hardware frame (`<arm>_base`), `[x, y, z, qw, qx, qy, qz]`. The SDK speaks
+pose_6d `[x, y, z, roll, pitch, yaw]` with R = Rz(yaw) Ry(pitch) Rx(roll); conversions stay
+inside this module.
+
+IK honesty: the SDK's LMA solver can report status 0 with a residual of several millimetres or
+about a degree, and returns its last iterate when it fails. `inverse_kinematics` checks the FK
+residual of every answer against explicit tolerances and returns `IkResult(ok=False, ...)`
+with the reason instead of a "nearest solution".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from egomimic_hw.description import ARX_MODEL, JOINTS_PER_ARM
+from egomimic_hw.errors import BackendUnavailable, PoseError
+from egomimic_hw.rotations import _as_array, geodesic_angle, mat_to_quat, mat_to_ypr, quat_to_mat, ypr_to_mat
+
+IK_POSITION_TOLERANCE_M = 1e-3
+IK_ROTATION_TOLERANCE_RAD = 0.02
+"""The SDK solver leaves up to ~0.015 rad of orientation residual on reachable poses (measured
+over 200 random poses near the work pose); beyond 0.02 rad the answer is not the asked pose."""
+
+
+def import_arx5():
+    """Import `arx5_interface` quietly (it prints library paths on first use) or explain."""
+    try:
+        with _quiet_stdout():
+            import arx5_interface  # noqa: PLC0415 - optional, x86_64/cp311-only wheel
+    except ImportError as exc:  # pragma: no cover - depends on the platform
+        raise BackendUnavailable(
+            "arx5_interface (PyPI arx5-interface, CPython 3.11 x86_64 only) is not importable: "
+            f"{exc}. Install it with `make setup`."
+        ) from exc
+    return arx5_interface
+
+
+@contextlib.contextmanager
+def _quiet_stdout():
+    """Silence the SDK's C++ prints on fds 1 and 2 ('Found ...' paths, KDL's URDF inertia note)
+    while it loads; they are noise in every node's log and carry nothing actionable."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        for fd, copy in zip((1, 2), saved):
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+def pose6d_from_pose(pose) -> np.ndarray:
+    """SDK pose_6d `[x, y, z, roll, pitch, yaw]` of a `[x, y, z, qw, qx, qy, qz]` pose."""
+    p = _as_array(pose, (7,), "pose")
+    yaw, pitch, roll = mat_to_ypr(quat_to_mat(p[3:], strict=True))
+    return np.array([p[0], p[1], p[2], roll, pitch, yaw])
+
+
+def pose_from_pose6d(pose6d) -> np.ndarray:
+    """`[x, y, z, qw, qx, qy, qz]` of an SDK pose_6d `[x, y, z, roll, pitch, yaw]`."""
+    p = _as_array(pose6d, (6,), "pose_6d")
+    quat = mat_to_quat(ypr_to_mat([p[5], p[4], p[3]]))
+    return np.concatenate([p[:3], quat])
+
+
+@dataclass(frozen=True)
+class IkResult:
+    """Outcome of an IK query: `ok` only when the joints reach the pose within tolerance."""
+
+    ok: bool
+    joints_rad: np.ndarray
+    position_error_m: float
+    rotation_error_rad: float
+    detail: str
+
+
+class ArmKinematics:
+    """FK/IK of one X5 arm (both EVA arms share the model; each node owns one instance)."""
+
+    def __init__(self, model: str = ARX_MODEL):
+        arx5 = import_arx5()
+        with _quiet_stdout():
+            config = arx5.RobotConfigFactory.get_instance().get_config(model)
+            self._solver = arx5.Arx5Solver(
+                config.urdf_path,
+                config.joint_dof,
+                config.joint_pos_min,
+                config.joint_pos_max,
+                config.base_link_name,
+                config.eef_link_name,
+                config.gravity_vector,
+            )
+        self.model = model
+        self.joint_pos_min = np.asarray(config.joint_pos_min, dtype=float)
+        self.joint_pos_max = np.asarray(config.joint_pos_max, dtype=float)
+
+    def forward(self, joints_rad) -> np.ndarray:
+        """End-effector pose `[x, y, z, qw, qx, qy, qz]` (hardware frame) of 6 joint angles."""
+        q = _as_array(joints_rad, (JOINTS_PER_ARM,), "joints")
+        return pose_from_pose6d(self._solver.forward_kinematics(q))
+
+    def inverse(
+        self,
+        pose,
+        seed_joints_rad,
+        *,
+        position_tolerance_m: float = IK_POSITION_TOLERANCE_M,
+        rotation_tolerance_rad: float = IK_ROTATION_TOLERANCE_RAD,
+    ) -> IkResult:
+        """Joints reaching `pose`, seeded with the measured joints; never a silent near miss."""
+        target = _as_array(pose, (7,), "IK target pose")
+        seed = _as_array(seed_joints_rad, (JOINTS_PER_ARM,), "IK seed joints")
+        status, q = self._solver.inverse_kinematics(pose6d_from_pose(target), seed)
+        q = np.asarray(q, dtype=float)
+        if not np.all(np.isfinite(q)):
+            return IkResult(False, seed.copy(), np.inf, np.inf, f"solver returned non-finite joints (status {status})")
+        reached = self.forward(q)
+        pos_err = float(np.linalg.norm(reached[:3] - target[:3]))
+        rot_err = float(geodesic_angle(quat_to_mat(reached[3:]), quat_to_mat(target[3:], strict=True)))
+        if status != 0:
+            name = self._solver.get_ik_status_name(status)
+            return IkResult(False, q, pos_err, rot_err, f"solver status {status} ({name})")
+        if pos_err > position_tolerance_m or rot_err > rotation_tolerance_rad:
+            return IkResult(
+                False, q, pos_err, rot_err,
+                f"residual {pos_err * 1e3:.2f} mm / {rot_err:.4f} rad above tolerance "
+                f"{position_tolerance_m * 1e3:.2f} mm / {rotation_tolerance_rad:.4f} rad",
+            )
+        if np.any(q < self.joint_pos_min - 1e-9) or np.any(q > self.joint_pos_max + 1e-9):
+            return IkResult(False, q, pos_err, rot_err, "solution outside the joint limits")
+        return IkResult(True, q, pos_err, rot_err, "")
+
+
+def check_pose_shape(pose) -> None:
+    """Raise PoseError unless `pose` is a finite 7-vector."""
+    _as_array(pose, (7,), "pose")
+
+
+__all__ = ["ArmKinematics", "IkResult", "PoseError", "import_arx5", "pose6d_from_pose", "pose_from_pose6d"]

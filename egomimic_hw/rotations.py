@@ -1,0 +1,149 @@
+"""Rotation math in one convention, vectorized over leading batch dimensions.
+
+Conventions (EVA.md), fixed here once:
+- quaternions are `[qw, qx, qy, qz]` (wxyz), unit norm; q and -q are the same rotation and
+  `canonical_quat` picks qw >= 0 where a unique form is needed;
+- matrices act on column vectors, `A_R_B` maps B into A;
+- Euler angles are `[yaw, pitch, roll]`, intrinsic "ZYX": R = Rz(yaw) Ry(pitch) Rx(roll),
+  which is also the ARX SDK's pose_6d `[x, y, z, roll, pitch, yaw]` order reversed;
+- 6D rotation = the first two COLUMNS of R, concatenated `[r00, r10, r20, r01, r11, r21]`;
+  back by Gram-Schmidt.
+Glossary of names: `quat` wxyz, `mat` 3x3, `rot6d` 6-vector, `ypr` [yaw, pitch, roll].
+
+Malformed input (wrong trailing shape, non-finite, zero quaternion) raises PoseError: a NaN
+that flows silently into a command is how an arm goes somewhere nobody asked for.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from egomimic_hw.errors import PoseError
+
+QUAT_NORM_TOLERANCE = 1e-3
+"""`quat_to_mat(strict=True)` refuses quaternions whose norm is further than this from 1."""
+
+
+def _as_array(x, trailing: tuple[int, ...], what: str) -> np.ndarray:
+    arr = np.asarray(x, dtype=float)
+    if arr.shape[arr.ndim - len(trailing):] != trailing or arr.ndim < len(trailing):
+        raise PoseError(f"{what}: expected shape (..., {', '.join(map(str, trailing))}), got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise PoseError(f"{what}: non-finite value in {arr.tolist() if arr.size <= 16 else 'array'}")
+    return arr
+
+
+def canonical_quat(quat) -> np.ndarray:
+    """Unit quaternion with qw >= 0 (the same rotation as the input)."""
+    q = _as_array(quat, (4,), "quaternion")
+    norm = np.linalg.norm(q, axis=-1, keepdims=True)
+    if np.any(norm < 1e-12):
+        raise PoseError("quaternion: zero norm is not a rotation")
+    q = q / norm
+    return np.where(q[..., :1] < 0.0, -q, q)
+
+
+def quat_to_mat(quat, *, strict: bool = False) -> np.ndarray:
+    """Rotation matrix of a quaternion (wxyz). strict: refuse a norm off 1 by > tolerance."""
+    q = _as_array(quat, (4,), "quaternion")
+    norm = np.linalg.norm(q, axis=-1, keepdims=True)
+    if np.any(norm < 1e-12):
+        raise PoseError("quaternion: zero norm is not a rotation")
+    if strict and np.any(np.abs(norm - 1.0) > QUAT_NORM_TOLERANCE):
+        raise PoseError(f"quaternion: norm {norm.ravel().tolist()} is not 1 (tolerance {QUAT_NORM_TOLERANCE})")
+    w, x, y, z = np.moveaxis(q / norm, -1, 0)
+    mat = np.stack(
+        [
+            1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
+            2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
+            2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y),
+        ],
+        axis=-1,
+    )
+    return mat.reshape(q.shape[:-1] + (3, 3))
+
+
+def mat_to_quat(mat) -> np.ndarray:
+    """Canonical (qw >= 0) quaternion of a rotation matrix; numerically stable branch choice."""
+    m = _as_array(mat, (3, 3), "rotation matrix")
+    batch = m.shape[:-2]
+    m = m.reshape(-1, 3, 3)
+    out = np.empty((m.shape[0], 4))
+    trace = np.trace(m, axis1=1, axis2=2)
+    diag = np.diagonal(m, axis1=1, axis2=2)
+    # For each matrix choose the largest of (w, x, y, z) candidates to divide by (Shepperd).
+    cand = np.column_stack([trace, diag])
+    choice = np.argmax(cand, axis=1)
+    for i in range(m.shape[0]):
+        r = m[i]
+        c = choice[i]
+        if c == 0:
+            s = 2.0 * np.sqrt(1.0 + trace[i])
+            out[i] = [0.25 * s, (r[2, 1] - r[1, 2]) / s, (r[0, 2] - r[2, 0]) / s, (r[1, 0] - r[0, 1]) / s]
+        elif c == 1:
+            s = 2.0 * np.sqrt(max(1.0 + r[0, 0] - r[1, 1] - r[2, 2], 0.0))
+            out[i] = [(r[2, 1] - r[1, 2]) / s, 0.25 * s, (r[0, 1] + r[1, 0]) / s, (r[0, 2] + r[2, 0]) / s]
+        elif c == 2:
+            s = 2.0 * np.sqrt(max(1.0 + r[1, 1] - r[0, 0] - r[2, 2], 0.0))
+            out[i] = [(r[0, 2] - r[2, 0]) / s, (r[0, 1] + r[1, 0]) / s, 0.25 * s, (r[1, 2] + r[2, 1]) / s]
+        else:
+            s = 2.0 * np.sqrt(max(1.0 + r[2, 2] - r[0, 0] - r[1, 1], 0.0))
+            out[i] = [(r[1, 0] - r[0, 1]) / s, (r[0, 2] + r[2, 0]) / s, (r[1, 2] + r[2, 1]) / s, 0.25 * s]
+    return canonical_quat(out.reshape(batch + (4,)))
+
+
+def ypr_to_mat(ypr) -> np.ndarray:
+    """R = Rz(yaw) Ry(pitch) Rx(roll) from `[yaw, pitch, roll]` (intrinsic ZYX)."""
+    a = _as_array(ypr, (3,), "euler [yaw, pitch, roll]")
+    yaw, pitch, roll = np.moveaxis(a, -1, 0)
+    cy, sy, cp, sp, cr, sr = np.cos(yaw), np.sin(yaw), np.cos(pitch), np.sin(pitch), np.cos(roll), np.sin(roll)
+    mat = np.stack(
+        [
+            cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr,
+            sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr,
+            -sp, cp * sr, cp * cr,
+        ],
+        axis=-1,
+    )
+    return mat.reshape(a.shape[:-1] + (3, 3))
+
+
+def mat_to_ypr(mat) -> np.ndarray:
+    """`[yaw, pitch, roll]` (intrinsic ZYX) of a rotation matrix; pitch in [-pi/2, pi/2]."""
+    m = _as_array(mat, (3, 3), "rotation matrix")
+    pitch = np.arcsin(np.clip(-m[..., 2, 0], -1.0, 1.0))
+    yaw = np.arctan2(m[..., 1, 0], m[..., 0, 0])
+    roll = np.arctan2(m[..., 2, 1], m[..., 2, 2])
+    return np.stack([yaw, pitch, roll], axis=-1)
+
+
+def mat_to_rot6d(mat) -> np.ndarray:
+    """The first two columns of R, `[r00, r10, r20, r01, r11, r21]`."""
+    m = _as_array(mat, (3, 3), "rotation matrix")
+    return np.concatenate([m[..., :, 0], m[..., :, 1]], axis=-1)
+
+
+def rot6d_to_mat(rot6d) -> np.ndarray:
+    """Rotation matrix from 6D by Gram-Schmidt; refuses degenerate (parallel or zero) columns."""
+    v = _as_array(rot6d, (6,), "rot6d")
+    a, b = v[..., :3], v[..., 3:]
+    na = np.linalg.norm(a, axis=-1, keepdims=True)
+    if np.any(na < 1e-9):
+        raise PoseError("rot6d: first column has zero norm")
+    c0 = a / na
+    b = b - np.sum(c0 * b, axis=-1, keepdims=True) * c0
+    nb = np.linalg.norm(b, axis=-1, keepdims=True)
+    if np.any(nb < 1e-9):
+        raise PoseError("rot6d: columns are parallel")
+    c1 = b / nb
+    c2 = np.cross(c0, c1)
+    return np.stack([c0, c1, c2], axis=-1)
+
+
+def geodesic_angle(mat_a, mat_b) -> np.ndarray:
+    """Angle (rad, in [0, pi]) of the rotation taking A to B: the true distance, sign-free."""
+    a = _as_array(mat_a, (3, 3), "rotation matrix")
+    b = _as_array(mat_b, (3, 3), "rotation matrix")
+    rel = np.swapaxes(a, -1, -2) @ b
+    cos = (np.trace(rel, axis1=-2, axis2=-1) - 1.0) / 2.0
+    return np.arccos(np.clip(cos, -1.0, 1.0))

@@ -1,0 +1,1 @@
+"""Policies: families, checkpoints, rollout chunking, policy server, episodes, training."""

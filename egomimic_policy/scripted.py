@@ -1,0 +1,74 @@
+"""A scripted bimanual motion in the dataset frame: the foundation's stand-in for a model.
+
+Clearly not learned. It exists so the whole graph (frames, gate, IK, driver) runs end to end
+with a motion whose expected path is known: each arm traces a circle of `radius_m` in the
+dataset-frame y-z plane around the pose it was anchored at, with a small wrist oscillation
+about the dataset z axis and a slowly cycling gripper. The amplitude ramps in smoothly over
+`ramp_s` so the first commands equal the measured pose (the gate's start-pose check).
+Speeds at the defaults: 0.04 m x 2 pi / 6 s = 0.042 m/s, far below the X5's 0.6 m/s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from egomimic_hw.description import ARMS, Arm
+from egomimic_hw.errors import ConfigError
+from egomimic_hw.rotations import mat_to_quat, quat_to_mat
+
+
+@dataclass(frozen=True)
+class ScriptedMotionConfig:
+    radius_m: float = 0.04
+    period_s: float = 6.0
+    wrist_amplitude_rad: float = 0.15
+    ramp_s: float = 2.0
+    gripper_min: float = 0.2
+    gripper_max: float = 0.8
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.radius_m <= 0.1):
+            raise ConfigError(f"radius_m must be in [0, 0.1] m, got {self.radius_m}")
+        if not self.period_s > 0 or not self.ramp_s >= 0:
+            raise ConfigError(f"period_s must be > 0 and ramp_s >= 0, got {self.period_s}, {self.ramp_s}")
+        if not 0 <= self.gripper_min <= self.gripper_max <= 1:
+            raise ConfigError("need 0 <= gripper_min <= gripper_max <= 1")
+
+
+def _rot_z(angle: float) -> np.ndarray:
+    c, s = np.cos(angle), np.sin(angle)
+    return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+
+
+class ScriptedMotion:
+    """Target dataset-frame poses for both arms at time `t_s` after anchoring."""
+
+    def __init__(self, config: ScriptedMotionConfig, anchors_ds: dict[Arm, np.ndarray], anchor_grippers: dict[Arm, float]):
+        self.config = config
+        self._anchor = {a: np.asarray(anchors_ds[a], dtype=float) for a in ARMS}
+        self._anchor_rot = {a: quat_to_mat(self._anchor[a][3:], strict=True) for a in ARMS}
+        self._anchor_gripper = {a: float(np.clip(anchor_grippers[a], 0.0, 1.0)) for a in ARMS}
+
+    def _ramp(self, t_s: float) -> float:
+        if self.config.ramp_s <= 0:
+            return 1.0
+        x = min(max(t_s / self.config.ramp_s, 0.0), 1.0)
+        return x * x * (3.0 - 2.0 * x)  # smoothstep: zero velocity at both ends
+
+    def sample(self, t_s: float) -> dict[Arm, tuple[np.ndarray, float]]:
+        c = self.config
+        ramp = self._ramp(t_s)
+        phase = 2.0 * np.pi * t_s / c.period_s
+        out = {}
+        for arm in ARMS:
+            sign = 1.0 if arm is Arm.LEFT else -1.0  # mirror the arms
+            offset = ramp * c.radius_m * np.array([0.0, sign * np.sin(phase), 1.0 - np.cos(phase)])
+            rot = _rot_z(ramp * c.wrist_amplitude_rad * np.sin(phase)) @ self._anchor_rot[arm]
+            pose = np.concatenate([self._anchor[arm][:3] + offset, mat_to_quat(rot)])
+            mid = 0.5 * (c.gripper_min + c.gripper_max)
+            target_gripper = mid + 0.5 * (c.gripper_max - c.gripper_min) * np.sin(phase)
+            gripper = (1.0 - ramp) * self._anchor_gripper[arm] + ramp * target_gripper
+            out[arm] = (pose, float(gripper))
+        return out

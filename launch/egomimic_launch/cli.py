@@ -1,0 +1,258 @@
+"""egomimic-launch: start the EVA graph from a launch file, like `ros2 launch`, in a pip venv.
+
+    egomimic-launch eva_bimanual.launch.py [arg:=value ...] [--duration S] [--summary]
+
+Runs until SIGINT/SIGTERM (or --duration), then tears down in reverse start order (exit 0).
+A required node that exits takes the system to a SAFE STOP: the gate is told to latch an
+e-stop (it then commands the joints measured at that moment: the arms hold, motors on), the
+remaining nodes stop in reverse order with the drivers last (they hold the measured position
+on exit), and the launcher exits 3 naming the node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from egomimic_bringup import LAUNCH_DIR
+from egomimic_bringup.graph import LAUNCH_ARGUMENTS, LaunchArgumentError
+from egomimic_launch.environment import apply_to_this_process
+from egomimic_launch.process import NodeProcess
+
+EXIT_OK, EXIT_USAGE, EXIT_SAFE_STOP, EXIT_LOOP_DID_NOT_RUN, EXIT_START_FAILED = 0, 2, 3, 4, 5
+NODE_START_TIMEOUT_S = 30.0
+ARM_TIMEOUT_S = 10.0
+
+
+def _help_epilog() -> str:
+    lines = ["launch arguments (arg:=value):"]
+    for a in LAUNCH_ARGUMENTS:
+        shown = "|".join(c or "''" for c in a.choices)
+        choices = f" {{{shown}}}" if a.choices else ""
+        lines.append(f"  {a.name}{choices}\n      {a.description} (default: {a.default!r})")
+    lines += [
+        "",
+        "exit codes: 0 clean stop; 2 bad arguments; 3 safe stop after a required node exited;",
+        "            4 the control loop did not run (--summary checks failed); 5 a node failed to start",
+        "",
+        "environment (set unless already set): ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST,",
+        "  ROS_DOMAIN_ID=42, FASTDDS_DEFAULT_PROFILES_FILE=<repo>/config/fastdds_local.xml",
+    ]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
+    parser = argparse.ArgumentParser(
+        prog="egomimic-launch",
+        description=__doc__.split("\n\n")[0],
+        epilog=_help_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("launch_file", help="a launch file name in egomimic_bringup/launch, or a path")
+    parser.add_argument("launch_args", nargs="*", metavar="arg:=value")
+    parser.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: run until interrupted)")
+    parser.add_argument("--summary", action="store_true", help="watch the graph, print progress and a summary table at the end")
+    parser.add_argument("--summary-json", type=Path, help="also write the summary as JSON here")
+    parser.add_argument("--run-dir", type=Path, help="where logs and generated params go (default: a new temp dir)")
+    parser.add_argument("--quiet", action="store_true", help="do not echo node output (it still goes to the log files)")
+    parser.add_argument("--kill-after", metavar="NODE:SECONDS", help="rehearsal: SIGKILL NODE SECONDS after start-up")
+    ns = parser.parse_args(argv)
+    overrides = {}
+    for item in ns.launch_args:
+        if ":=" not in item:
+            parser.error(f"launch arguments are arg:=value, got {item!r}")
+        key, value = item.split(":=", 1)
+        overrides[key] = value
+    return ns, overrides
+
+
+def load_graph(launch_file: str, overrides: dict[str, str]):
+    path = Path(launch_file)
+    if not path.is_file():
+        path = LAUNCH_DIR / launch_file
+    if not path.is_file():
+        raise LaunchArgumentError(f"launch file {launch_file!r} not found (looked in {LAUNCH_DIR})")
+    spec = importlib.util.spec_from_file_location("egomimic_launch_file", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not hasattr(module, "egomimic_graph"):
+        raise LaunchArgumentError(f"{path} has no egomimic_graph(overrides) entry point")
+    return module.egomimic_graph(overrides)
+
+
+class Launcher:
+    def __init__(self, graph, run_dir: Path, echo: bool):
+        self.graph = graph
+        self.run_dir = run_dir
+        self.echo = echo
+        self.procs = []
+        self.stop_event = threading.Event()
+        self.stop_reason = ""
+        self.dead_node: tuple[str, int] | None = None
+        self.safe_stop_detail = ""
+        self.killed_any = False
+
+    def start(self, client, env, on_arm_point=None) -> str:
+        """Start every node in order; "" on success, else what failed."""
+        for spec in self.graph.nodes:
+            proc = NodeProcess(spec, self.run_dir, env, echo=self.echo)
+            self.procs.append(proc)
+            alive = lambda p=proc: p.poll() is None  # noqa: E731
+            if not client.wait_for_node(spec.name, spec.namespace, NODE_START_TIMEOUT_S, alive):
+                code = proc.poll()
+                return f"{spec.name} did not appear in the ROS graph" + (f" (exited with {code}; log {proc.log_path})" if code is not None else f" within {NODE_START_TIMEOUT_S:.0f} s")
+            if spec.lifecycle:
+                err = client.activate(f"/{spec.namespace}/{spec.name}")
+                if err:
+                    return f"{spec.name}: {err}; log {proc.log_path}"
+            print(f"[launch] {spec.name} up ({spec.description})", flush=True)
+            if spec.arm_after and on_arm_point is not None:
+                on_arm_point()
+            dead = self.check_children()
+            if dead:
+                return f"{dead[0]} exited with code {dead[1]} during start-up"
+        return ""
+
+    def check_children(self) -> tuple[str, int] | None:
+        for proc in self.procs:
+            code = proc.poll()
+            if code is not None and proc.spec.required:
+                return proc.spec.name, code
+        return None
+
+    def teardown(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                code = proc.stop()
+                self.killed_any |= code == -signal.SIGKILL
+                print(f"[launch] {proc.spec.name} stopped (exit {code})", flush=True)
+
+
+def clean_shared_memory(env) -> None:
+    """Remove Fast DDS segments left by killed processes (fastdds shm clean needs psutil)."""
+    venv_bin = Path(sys.executable).parent
+    tool = venv_bin / "fastdds"
+    if tool.exists():
+        subprocess.run([str(tool), "shm", "clean"], env=dict(env, PATH=f"{venv_bin}:{env.get('PATH', '')}"),
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30, check=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        graph = load_graph(ns.launch_file, overrides)
+    except LaunchArgumentError as exc:
+        print(f"egomimic-launch: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    env = apply_to_this_process()
+    run_dir = ns.run_dir or Path(tempfile.mkdtemp(prefix=f"egomimic-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-"))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    env.setdefault("ROS_LOG_DIR", str(run_dir / "ros_logs"))
+    os.environ["ROS_LOG_DIR"] = env["ROS_LOG_DIR"]
+    print(f"[launch] {len(graph.nodes)} nodes, namespace /{graph.namespace}, ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']}, "
+          f"logs in {run_dir}", flush=True)
+
+    from egomimic_launch.ros_client import LauncherClient  # rclpy after the environment is set
+    from egomimic_launch.summary import RunMonitor
+
+    launcher = Launcher(graph, run_dir, echo=not ns.quiet)
+    client = LauncherClient()
+    monitor = RunMonitor(client.node, graph.namespace) if ns.summary else None
+
+    def on_signal(signum, _frame):
+        launcher.stop_reason = launcher.stop_reason or f"signal {signal.Signals(signum).name}"
+        launcher.stop_event.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    exit_code = EXIT_OK
+    t_up = None
+    def auto_arm() -> None:
+        if not graph.auto_arm:
+            return
+        arm_until = time.monotonic() + ARM_TIMEOUT_S
+        ok, msg = False, ""
+        while time.monotonic() < arm_until and not launcher.stop_event.is_set():
+            ok, msg = client.trigger(f"/{graph.namespace}/safety/arm")
+            if ok:
+                break
+            time.sleep(0.2)
+        print(f"[launch] auto_arm: {'ok' if ok else 'FAILED'}: {msg}", flush=True)
+
+    try:
+        err = launcher.start(client, env, on_arm_point=auto_arm)
+        if err:
+            print(f"[launch] START FAILED: {err}", file=sys.stderr, flush=True)
+            launcher.stop_reason = f"start failed: {err}"
+            exit_code = EXIT_START_FAILED
+        elif not launcher.stop_event.is_set():
+            t_up = time.time()
+            print(f"[launch] all {len(graph.nodes)} nodes up", flush=True)
+            if monitor:
+                monitor.begin(t_up)
+            kill_spec = _parse_kill(ns.kill_after)
+            deadline = time.monotonic() + ns.duration if ns.duration > 0 else None
+            t_start = time.monotonic()
+            while not launcher.stop_event.wait(0.1):
+                if kill_spec and time.monotonic() - t_start >= kill_spec[1]:
+                    _kill(launcher, kill_spec[0])
+                    kill_spec = None
+                dead = launcher.check_children()
+                if dead:
+                    launcher.dead_node = dead
+                    launcher.stop_reason = f"required node {dead[0]} exited with code {dead[1]}"
+                    print(f"[launch] SAFE STOP: {launcher.stop_reason}", file=sys.stderr, flush=True)
+                    ok, msg = client.trigger(f"/{graph.namespace}/safety/estop", timeout_s=1.0)
+                    launcher.safe_stop_detail = f"safety/estop: {msg}" if ok else f"gate unreachable ({msg}); drivers hold on their own watchdog"
+                    time.sleep(0.5)  # let the hold reach the drivers before anything stops
+                    exit_code = EXIT_SAFE_STOP
+                    break
+                if monitor:
+                    monitor.progress()
+                if deadline and time.monotonic() >= deadline:
+                    launcher.stop_reason = f"duration {ns.duration:.0f} s elapsed"
+                    break
+        if monitor and t_up:
+            monitor.end(time.time())
+        if exit_code == EXIT_OK and not launcher.dead_node:
+            # Orderly stop: disarm first so the arms hold while the graph goes down.
+            client.trigger(f"/{graph.namespace}/safety/disarm", timeout_s=1.0)
+    finally:
+        launcher.teardown()
+        client.close()
+        if launcher.killed_any or launcher.dead_node:
+            clean_shared_memory(env)
+    print(f"[launch] stopped: {launcher.stop_reason or 'done'}", flush=True)
+    if monitor and t_up:
+        verdict_ok = monitor.report(launcher, run_dir, ns.summary_json)
+        if exit_code == EXIT_OK and not verdict_ok:
+            exit_code = EXIT_LOOP_DID_NOT_RUN
+    return exit_code
+
+
+def _parse_kill(spec: str | None):
+    if not spec:
+        return None
+    name, _, seconds = spec.partition(":")
+    return name, float(seconds or 0)
+
+
+def _kill(launcher: Launcher, name: str) -> None:
+    for proc in launcher.procs:
+        if proc.spec.name == name and proc.poll() is None:
+            print(f"[launch] rehearsal: SIGKILL {name} (pid {proc.pid})", flush=True)
+            os.killpg(proc.pid, signal.SIGKILL)
+            launcher.killed_any = True
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,124 @@
+"""Watches the running graph for `make run`: stream rates and latencies, gate status, driver
+counters, and the commanded vs measured end-effector paths.
+
+High-rate streams are subscribed raw (CDR bytes, no deserialization): every message watched
+here starts with a std_msgs/Header, whose stamp sits right after the 4-byte CDR encapsulation
+header, so latency costs a struct unpack instead of copying 900 KB images into Python objects.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import PoseStamped
+from rclpy.serialization import deserialize_message
+from sensor_msgs.msg import CameraInfo, Image, JointState
+
+from egomimic_hw.description import ARMS, CAMERAS
+from egomimic_msgs.msg import BimanualCommand, GateStatus
+
+_STAMP = struct.Struct("<iI")
+
+
+def header_stamp_s(raw: bytes) -> float:
+    """header.stamp of a CDR (little-endian) message whose first field is a Header."""
+    sec, nsec = _STAMP.unpack_from(raw, 4)
+    return sec + nsec * 1e-9
+
+
+def watched_streams(namespace: str) -> list[tuple[str, type, float]]:
+    ns = "/" + namespace.strip("/")
+    streams = []
+    for cam in CAMERAS:
+        streams.append((f"{ns}/cameras/{cam}/image_raw", Image, 30.0))
+    for cam in CAMERAS:
+        streams.append((f"{ns}/cameras/{cam}/camera_info", CameraInfo, 30.0))
+    for arm in ARMS:
+        streams.append((f"{ns}/{arm.value}/joint_states", JointState, 100.0))
+    for arm in ARMS:
+        streams.append((f"{ns}/{arm.value}/ee_pose_dataset", PoseStamped, 100.0))
+    streams.append((f"{ns}/policy/action", BimanualCommand, 30.0))
+    streams.append((f"{ns}/command/proposed", BimanualCommand, 30.0))
+    for arm in ARMS:
+        streams.append((f"{ns}/{arm.value}/joint_command", JointState, 30.0))
+    return streams
+
+
+class GraphObserver:
+    def __init__(self, node, namespace: str, qos):
+        self.node = node
+        self.lock = threading.Lock()
+        self.arrivals: dict[str, list[float]] = {}
+        self.latencies: dict[str, list[float]] = {}
+        self.nominal: dict[str, float] = {}
+        self.gate_status: GateStatus | None = None
+        self.gate_history: list[tuple[float, int, str]] = []
+        self.driver_diag: dict[str, dict[str, str]] = {}
+        self.cmd_path = {arm.value: ([], []) for arm in ARMS}
+        self.meas_path = {arm.value: ([], []) for arm in ARMS}
+        ns = "/" + namespace.strip("/")
+        # The few small messages whose content matters are deserialized from the same raw
+        # bytes: one subscription per topic keeps the observer light on 2 cores.
+        content = {f"{ns}/policy/action": (BimanualCommand, self._on_action)}
+        for arm in ARMS:
+            content[f"{ns}/{arm.value}/ee_pose_dataset"] = (PoseStamped, self._meas_cb(arm.value))
+        for topic, msg_type, hz in watched_streams(namespace):
+            self.arrivals[topic], self.latencies[topic], self.nominal[topic] = [], [], hz
+            profile = qos.COMMAND if msg_type is BimanualCommand or "joint_command" in topic else qos.SENSOR
+            node.create_subscription(msg_type, topic, self._raw_cb(topic, content.get(topic)), profile, raw=True)
+        node.create_subscription(GateStatus, f"{ns}/safety/status", self._on_status, qos.LATCHED)
+        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 50)
+
+    def _raw_cb(self, topic: str, content):
+        arrivals, latencies = self.arrivals[topic], self.latencies[topic]
+
+        def cb(raw: bytes) -> None:
+            now = time.time()
+            arrivals.append(now)
+            latencies.append(now - header_stamp_s(raw))
+            if content is not None:
+                msg_type, handler = content
+                handler(deserialize_message(raw, msg_type))
+        return cb
+
+    def _on_status(self, msg: GateStatus) -> None:
+        with self.lock:
+            if self.gate_status is None or msg.state != self.gate_status.state:
+                self.gate_history.append((time.time(), msg.state, msg.detail))
+            self.gate_status = msg
+
+    def _on_diag(self, msg: DiagnosticArray) -> None:
+        for st in msg.status:
+            if st.name.startswith("driver/"):
+                with self.lock:
+                    self.driver_diag[st.name.split("/", 1)[1]] = {kv.key: kv.value for kv in st.values} | {"message": st.message}
+
+    def _on_action(self, msg: BimanualCommand) -> None:
+        t = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        for arm in ("left", "right"):
+            p = getattr(msg, arm).pose.position
+            ts, xs = self.cmd_path[arm]
+            ts.append(t)
+            xs.append((p.x, p.y, p.z))
+
+    def _meas_cb(self, arm: str):
+        def cb(msg: PoseStamped) -> None:
+            t = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+            p = msg.pose.position
+            ts, xs = self.meas_path[arm]
+            ts.append(t)
+            xs.append((p.x, p.y, p.z))
+        return cb
+
+    def recent_rate(self, topic: str, window_s: float = 2.0) -> float:
+        t = self.arrivals.get(topic, [])
+        now = time.time()
+        n = 0
+        for x in reversed(t):
+            if now - x > window_s:
+                break
+            n += 1
+        return n / window_s

@@ -1,0 +1,90 @@
+"""The launcher's own rclpy node: graph queries, lifecycle transitions, Trigger calls.
+
+It spins in a background thread; callers block on futures with explicit timeouts, so a dead
+node never hangs the launcher.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import rclpy
+from lifecycle_msgs.msg import Transition
+from lifecycle_msgs.srv import ChangeState
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from std_srvs.srv import Trigger
+
+
+class LauncherClient:
+    def __init__(self, name: str = "egomimic_launcher"):
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context, args=["--ros-args", "--disable-external-lib-logs"])
+        self.node = Node(name, context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self._thread = threading.Thread(target=self._spin, name="launcher-spin", daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        try:
+            self.executor.spin()
+        except Exception:  # noqa: BLE001 - shutdown races end the spin
+            pass
+
+    def node_present(self, name: str, namespace: str) -> bool:
+        ns = "/" + namespace.strip("/") if namespace else "/"
+        return (name, ns) in self.node.get_node_names_and_namespaces()
+
+    def wait_for_node(self, name: str, namespace: str, timeout_s: float, alive=lambda: True) -> bool:
+        """Poll the graph (graph queries lag behind data, so polling is the reliable way)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.node_present(name, namespace):
+                return True
+            if not alive():
+                return False
+            time.sleep(0.05)
+        return False
+
+    def _call(self, srv_type, service: str, request, timeout_s: float):
+        client = self.node.create_client(srv_type, service)
+        try:
+            if not client.wait_for_service(timeout_sec=timeout_s):
+                return None
+            future = client.call_async(request)
+            done = threading.Event()
+            future.add_done_callback(lambda _f: done.set())
+            if not done.wait(timeout_s):
+                future.cancel()
+                return None
+            return future.result()
+        finally:
+            self.node.destroy_client(client)
+
+    def trigger(self, service: str, timeout_s: float = 2.0) -> tuple[bool, str]:
+        result = self._call(Trigger, service, Trigger.Request(), timeout_s)
+        if result is None:
+            return False, f"{service}: no answer within {timeout_s} s"
+        return bool(result.success), result.message
+
+    def lifecycle_transition(self, fqn: str, transition_id: int, timeout_s: float = 10.0) -> bool:
+        req = ChangeState.Request()
+        req.transition.id = transition_id
+        result = self._call(ChangeState, f"{fqn}/change_state", req, timeout_s)
+        return bool(result and result.success)
+
+    def activate(self, fqn: str, timeout_s: float = 10.0) -> str:
+        """configure + activate; "" on success, else what failed."""
+        if not self.lifecycle_transition(fqn, Transition.TRANSITION_CONFIGURE, timeout_s):
+            return "configure failed (see its log)"
+        if not self.lifecycle_transition(fqn, Transition.TRANSITION_ACTIVATE, timeout_s):
+            return "activate failed (see its log)"
+        return ""
+
+    def close(self) -> None:
+        self.executor.shutdown(timeout_sec=1.0)
+        self._thread.join(timeout=2.0)
+        self.node.destroy_node()
+        rclpy.try_shutdown(context=self.context)

@@ -1,0 +1,118 @@
+"""Progress lines while the graph runs and the summary table at the end (`--summary`).
+
+The verdict answers "did the loop run?": every camera and joint-state stream within 5 % of its
+nominal rate, policy/action at 30 Hz, joint commands applied by both drivers, and each arm's
+measured path following the commanded one (RMS error under 10 % of the commanded motion).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from egomimic_launch.observer import GraphObserver
+from egomimic_launch.stats import stream_stats, tracking_stats
+from egomimic_nodes import qos
+
+GATE_STATES = {0: "DISARMED", 1: "ARMING", 2: "ARMED", 3: "HOLD", 4: "ESTOP"}
+RATE_TOLERANCE = 0.05
+TRACKING_MAX_FRACTION = 0.10
+SETTLE_S = 2.0
+"""Start-up transients (first discovery, arming) are excluded from the rate window."""
+
+
+class RunMonitor:
+    def __init__(self, node, namespace: str):
+        self.ns = "/" + namespace.strip("/")
+        self.obs = GraphObserver(node, namespace, qos)
+        self.t_begin = self.t_end = None
+        self._next_progress = 0.0
+
+    def begin(self, t_up: float) -> None:
+        self.t_begin = t_up + SETTLE_S
+
+    def end(self, t: float) -> None:
+        self.t_end = t
+
+    def progress(self) -> None:
+        now = time.monotonic()
+        if now < self._next_progress:
+            return
+        self._next_progress = now + 2.0
+        o = self.obs
+        cams = " ".join(f"{o.recent_rate(f'{self.ns}/cameras/{c}/image_raw'):4.1f}" for c in ("front_1", "left_wrist", "right_wrist"))
+        joints = " ".join(f"{o.recent_rate(f'{self.ns}/{a}/joint_states'):5.1f}" for a in ("left", "right"))
+        cmds = " ".join(f"{o.recent_rate(f'{self.ns}/{a}/joint_command'):4.1f}" for a in ("left", "right"))
+        gate = GATE_STATES.get(o.gate_status.state, "?") if o.gate_status else "no status"
+        print(f"[run] cameras {cams} Hz | joint_states {joints} Hz | policy/action "
+              f"{o.recent_rate(f'{self.ns}/policy/action'):4.1f} Hz | joint_command {cmds} Hz | gate {gate}", flush=True)
+
+    def report(self, launcher, run_dir: Path, json_path: Path | None) -> bool:
+        o = self.obs
+        window = (self.t_begin or 0.0, self.t_end or time.time())
+        streams = [stream_stats(t, o.nominal[t], o.arrivals[t], o.latencies[t], window) for t in o.arrivals]
+        tracks = [tracking_stats(a, *o.cmd_path[a], *o.meas_path[a]) for a in ("left", "right")]
+        gs = o.gate_status
+        checks = []
+        for s in streams:
+            if "image_raw" in s.topic or "joint_states" in s.topic or s.topic.endswith("policy/action"):
+                checks.append((f"{s.topic} at {s.nominal_hz:.0f} Hz (+-5 %)", s.rate_error <= RATE_TOLERANCE))
+        for arm in ("left", "right"):
+            applied = int(o.driver_diag.get(arm, {}).get("commands_applied", "0"))
+            checks.append((f"joint commands applied by driver_{arm} ({applied})", applied > 0))
+        for t in tracks:
+            ok = t.samples > 0 and t.commanded_span_m > 0.01 and t.rms_error_m <= TRACKING_MAX_FRACTION * t.commanded_span_m
+            checks.append((f"{t.arm} EE follows the scripted motion", ok))
+        lines = ["", "=" * 96, "EVA run summary", "=" * 96,
+                 f"{'topic':<44}{'nominal':>9}{'rate Hz':>10}{'msgs':>8}{'lat p50 ms':>12}{'lat p99 ms':>12}"]
+        for s in streams:
+            lines.append(f"{s.topic:<44}{s.nominal_hz:>9.1f}{s.rate_hz:>10.2f}{s.count:>8d}{s.latency_p50_ms:>12.2f}{s.latency_p99_ms:>12.2f}")
+        lines.append("-" * 96)
+        lines.append(f"{'tracking (dataset frame)':<28}{'commanded span mm':>20}{'RMS error mm':>15}{'lag s':>8}{'samples':>9}")
+        for t in tracks:
+            lines.append(f"{t.arm:<28}{t.commanded_span_m * 1e3:>20.1f}{t.rms_error_m * 1e3:>15.2f}{t.lag_s:>8.2f}{t.samples:>9d}")
+        lines.append("-" * 96)
+        if gs:
+            codes = ", ".join(f"{c}={n}" for c, n in zip(gs.reason_codes, gs.reason_counts)) or "none"
+            lines.append(f"safety gate: final state {GATE_STATES.get(gs.state, gs.state)}; forwarded {gs.forwarded}, "
+                         f"rejected {gs.rejected}, clamped {gs.clamped}; reasons: {codes}")
+            lines.append(f"             last detail: {gs.detail}")
+        else:
+            lines.append("safety gate: no status received")
+        for arm in ("left", "right"):
+            d = o.driver_diag.get(arm, {})
+            lines.append(f"driver_{arm}: applied {d.get('commands_applied', '?')}, refused {d.get('commands_refused', '?')}, "
+                         f"watchdog holds {d.get('watchdog_holds', '?')}; {d.get('message', 'no diagnostics')}")
+        transitions = " -> ".join(GATE_STATES.get(s, str(s)) for _, s, _ in o.gate_history) or "none"
+        lines.append(f"gate states seen: {transitions}")
+        if launcher.dead_node:
+            name, code = launcher.dead_node
+            lines.append(f"SAFE STOP: required node {name} exited with code {code}; {launcher.safe_stop_detail}")
+        lines.append(f"stopped because: {launcher.stop_reason}")
+        lines.append(f"logs and params: {run_dir}")
+        lines.append("-" * 96)
+        for name, ok in checks:
+            lines.append(f"  [{'PASS' if ok else 'FAIL'}] {name}")
+        verdict = all(ok for _, ok in checks)
+        lines.append(f"loop verdict: {'RAN' if verdict else 'DID NOT RUN AS EXPECTED'}")
+        lines.append("=" * 96)
+        print("\n".join(lines), flush=True)
+        if json_path:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            json_path.write_text(json.dumps({
+                "streams": [vars(s) for s in streams],
+                "tracking": [vars(t) for t in tracks],
+                "gate": None if gs is None else {"state": GATE_STATES.get(gs.state), "forwarded": gs.forwarded,
+                                                 "rejected": gs.rejected, "clamped": gs.clamped, "reason": gs.reason,
+                                                 "reasons": dict(zip(gs.reason_codes, map(int, gs.reason_counts)))},
+                "drivers": o.driver_diag,
+                "gate_states_seen": [GATE_STATES.get(s, s) for _, s, _ in o.gate_history],
+                "dead_node": launcher.dead_node,
+                "safe_stop": launcher.safe_stop_detail,
+                "stop_reason": launcher.stop_reason,
+                "checks": [{"check": n, "ok": ok} for n, ok in checks],
+                "loop_ran": verdict,
+                "run_dir": str(run_dir),
+            }, indent=2, default=str))
+        return verdict

@@ -1,0 +1,205 @@
+"""ARX5 driver node, one per arm (a lifecycle node): joint states and FK poses out, joint
+commands in. `backend:=sim` drives the simulated SDK controller, `arx5` the real one.
+
+Why one process per arm: each arm has its own CAN bus and SDK controller; a crash or fault on
+one must not take the other's hold loop with it. The gate checks both arms' freshness before
+forwarding anything, so bimanual atomicity does not need a shared process.
+
+Lifecycle (physical meaning): unconfigured/inactive: the controller may exist, nothing is
+published and no command is applied; active: state published at `rate_hz`, commands applied,
+the command watchdog running. Topics (relative to the robot namespace):
+  pub  <arm>/joint_states (sensor_msgs/JointState), <arm>/ee_pose (PoseStamped, <arm>_base)
+  sub  <arm>/joint_command (sensor_msgs/JointState, 6 joints + gripper normalized)
+  srv  <arm>/home (std_srvs/Trigger): drive to the all-zero home pose (operator action)
+  pub  /diagnostics
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import PoseStamped
+from rclpy.lifecycle import Node as LifecycleNode
+from rclpy.lifecycle import State, TransitionCallbackReturn
+from sensor_msgs.msg import JointState
+from std_srvs.srv import Trigger
+
+from egomimic_hw.description import CALIBRATED_GRIPPERS, DEFAULT_CAN_INTERFACE, Arm, GripperCalibration
+from egomimic_hw.driver.arm_driver import ArmDriver, DriverConfig
+from egomimic_hw.driver.base import make_controller
+from egomimic_hw.driver.sim import SimConfig
+from egomimic_hw.kinematics import ArmKinematics
+from egomimic_nodes import diagnostics, qos
+from egomimic_nodes.msg_convert import pose_stamped
+from egomimic_nodes.params import declare_config
+from egomimic_nodes.spin import run_node
+
+
+class DriverNode(LifecycleNode):
+    def __init__(self):
+        super().__init__("driver")
+        self.declare_parameter("arm", "left")
+        self.declare_parameter("backend", "sim")
+        self.declare_parameter("rate_hz", 100.0)
+        self.declare_parameter("can_interface", "")
+        self.declare_parameter("gripper_open_m", -1.0)
+        self.declare_parameter("gripper_close_m", -1.0)
+        self.declare_parameter("seed", 0)
+        self._driver: ArmDriver | None = None
+        self._t0 = time.monotonic()
+        self._active = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def on_configure(self, state: State) -> TransitionCallbackReturn:
+        try:
+            self.arm = Arm.parse(self.get_parameter("arm").value)
+            backend = self.get_parameter("backend").value
+            rate_hz = float(self.get_parameter("rate_hz").value)
+            if not 1.0 <= rate_hz <= 500.0:
+                raise ValueError(f"rate_hz must be in [1, 500], got {rate_hz}")
+            cal = CALIBRATED_GRIPPERS[self.arm]
+            open_m = self.get_parameter("gripper_open_m").value
+            close_m = self.get_parameter("gripper_close_m").value
+            if backend == "sim":
+                cal = GripperCalibration()  # the sim gripper reports the SDK's 0..width range
+            if open_m >= 0 or close_m >= 0:
+                cal = GripperCalibration(open_m=open_m, close_m=close_m)
+            config = declare_config(self, DriverConfig, arm=self.arm, gripper=cal)
+            sim_config = declare_config(self, SimConfig, prefix="sim.")
+            can = self.get_parameter("can_interface").value or DEFAULT_CAN_INTERFACE[self.arm]
+            controller = make_controller(
+                backend,
+                sim=dict(vars(sim_config)),
+                seed=int(self.get_parameter("seed").value) + (0 if self.arm is Arm.LEFT else 1),
+                arx5={"can_interface": can},
+            )
+            self._driver = ArmDriver(config, controller, ArmKinematics())
+        except Exception as exc:  # noqa: BLE001 - refuse the transition with the reason
+            self.get_logger().error(f"configure failed: {exc}")
+            return TransitionCallbackReturn.FAILURE
+        self._rate_hz = rate_hz
+        self._names = self.arm.joint_names
+        self._pub_joints = self.create_lifecycle_publisher(JointState, f"{self.arm.value}/joint_states", qos.SENSOR)
+        self._pub_pose = self.create_lifecycle_publisher(PoseStamped, f"{self.arm.value}/ee_pose", qos.SENSOR)
+        self._pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._sub = self.create_subscription(JointState, f"{self.arm.value}/joint_command", self._on_command, qos.COMMAND)
+        self._srv = self.create_service(Trigger, f"{self.arm.value}/home", self._on_home)
+        self._timer = self.create_timer(1.0 / rate_hz, self._on_tick)
+        self._diag_timer = self.create_timer(1.0, self._publish_diagnostics)
+        self._last_state = None
+        self.get_logger().info(f"configured: arm={self.arm.value} backend={backend} rate={rate_hz} Hz")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: State) -> TransitionCallbackReturn:
+        self._active = True
+        self.get_logger().info("active: publishing state, applying commands")
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: State) -> TransitionCallbackReturn:
+        self._active = False
+        self._hold_now()
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: State) -> TransitionCallbackReturn:
+        self._close()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: State) -> TransitionCallbackReturn:
+        self._close()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_exit(self) -> None:
+        self._hold_now()
+        self._close()
+
+    # -- callbacks ----------------------------------------------------------------------------
+    def _now_s(self) -> float:
+        return time.monotonic() - self._t0
+
+    def _on_command(self, msg: JointState) -> None:
+        if not self._active or self._driver is None:
+            return
+        positions = np.asarray(msg.position, dtype=float)
+        if msg.name and list(msg.name) != self._names:
+            index = {n: i for i, n in enumerate(msg.name)}
+            if set(index) != set(self._names):
+                self._driver.counters.commands_received += 1
+                self._driver.counters.commands_refused += 1
+                self._driver.refusal = f"joint names {list(msg.name)} do not match {self._names}"
+                return
+            positions = positions[[index[n] for n in self._names]]
+        self._driver.on_command(positions, self._now_s())
+
+    def _on_tick(self) -> None:
+        if not self._active or self._driver is None:
+            return
+        state = self._driver.tick(self._now_s())
+        self._last_state = state
+        if state.reading.fault:
+            return  # a silent joint_states stream is the fault signal, besides /diagnostics
+        stamp = self.get_clock().now().to_msg()
+        js = JointState()
+        js.header.stamp = stamp
+        js.header.frame_id = self.arm.hw_frame
+        js.name = self._names
+        js.position = [float(x) for x in state.reading.joints_rad] + [state.gripper_norm]
+        js.velocity = [float(x) for x in state.reading.joint_velocities_rad_s] + [0.0]
+        self._pub_joints.publish(js)
+        self._pub_pose.publish(pose_stamped(state.ee_pose_hw, self.arm.hw_frame, stamp))
+
+    def _on_home(self, request, response):
+        if self._driver is None or not self._active:
+            response.success, response.message = False, "driver not active"
+            return response
+        message = self._driver.home(self._now_s())
+        response.success = not message.startswith("refused")
+        response.message = message
+        self.get_logger().warning(f"home requested: {message}")
+        return response
+
+    def _publish_diagnostics(self) -> None:
+        if self._driver is None:
+            return
+        s = self._last_state
+        c = self._driver.counters
+        if s is None:
+            level, message = diagnostics.WARN, "not active"
+        elif s.reading.fault:
+            level, message = diagnostics.ERROR, s.status
+        elif s.holding:
+            level, message = diagnostics.OK, s.status
+        else:
+            level, message = diagnostics.OK, s.status
+        values = {
+            "commands_received": c.commands_received,
+            "commands_applied": c.commands_applied,
+            "commands_refused": c.commands_refused,
+            "watchdog_holds": c.watchdog_holds,
+            "last_refusal": self._driver.refusal,
+            "holding": s.holding if s else True,
+        }
+        self._pub_diag.publish(diagnostics.array(self, diagnostics.status(
+            f"driver/{self.arm.value}", f"arx5_{self.arm.value}", level, message, values)))
+
+    def _hold_now(self) -> None:
+        if self._driver is not None:
+            try:
+                self._driver.hold_measured(self._now_s())
+            except Exception as exc:  # noqa: BLE001
+                self.get_logger().error(f"hold on exit failed: {exc}")
+
+    def _close(self) -> None:
+        if self._driver is not None:
+            self._driver.close()
+            self._driver = None
+
+
+def main(args=None) -> int:
+    return run_node(DriverNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

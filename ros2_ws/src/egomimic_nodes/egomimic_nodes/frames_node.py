@@ -1,0 +1,100 @@
+"""Frames node: the one place where poses cross between the hardware and dataset frames.
+
+  <arm>/ee_pose (hardware, <arm>_base)        -> <arm>/ee_pose_dataset (<arm>_base_dataset)
+  policy/action (dataset, <arm>_base_dataset) -> command/proposed (hardware, <arm>_base)
+Stamps, grippers and chunk provenance (chunk_id, row, observation_stamp) pass through
+unchanged. A message in any other frame_id, or with a malformed pose, is refused (not
+forwarded) and counted on /diagnostics: guessing a frame is how an arm goes to the wrong place.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import PoseStamped
+from rclpy.node import Node
+
+from egomimic_hw.description import ARMS, Arm
+from egomimic_hw.errors import PoseError
+from egomimic_hw.frames import pose_ds_from_hw, pose_hw_from_ds
+from egomimic_msgs.msg import BimanualCommand
+from egomimic_nodes import diagnostics, qos
+from egomimic_nodes.msg_convert import array_to_pose, pose_to_array
+from egomimic_nodes.spin import run_node
+
+
+class FramesNode(Node):
+    def __init__(self):
+        super().__init__("frames")
+        self._pub_pose_ds = {}
+        for arm in ARMS:
+            self._pub_pose_ds[arm] = self.create_publisher(PoseStamped, f"{arm.value}/ee_pose_dataset", qos.SENSOR)
+            self.create_subscription(PoseStamped, f"{arm.value}/ee_pose", self._pose_cb(arm), qos.SENSOR)
+        self._pub_cmd = self.create_publisher(BimanualCommand, "command/proposed", qos.COMMAND)
+        self.create_subscription(BimanualCommand, "policy/action", self._on_action, qos.COMMAND)
+        self._pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.counts: Counter[str] = Counter()
+        self.last_refusal = ""
+        self.create_timer(1.0, self._publish_diagnostics)
+
+    def _refuse(self, what: str, why: str) -> None:
+        self.counts[f"{what}_refused"] += 1
+        self.last_refusal = f"{what}: {why}"
+        self.get_logger().warning(f"refused {what}: {why}", throttle_duration_sec=2.0)
+
+    def _pose_cb(self, arm: Arm):
+        def cb(msg: PoseStamped) -> None:
+            if msg.header.frame_id != arm.hw_frame:
+                self._refuse(f"{arm.value}/ee_pose", f"frame_id {msg.header.frame_id!r}, expected {arm.hw_frame!r}")
+                return
+            try:
+                pose_ds = pose_ds_from_hw(pose_to_array(msg.pose))
+            except PoseError as exc:
+                self._refuse(f"{arm.value}/ee_pose", str(exc))
+                return
+            out = PoseStamped()
+            out.header.stamp = msg.header.stamp
+            out.header.frame_id = arm.dataset_frame
+            array_to_pose(pose_ds, out.pose)
+            self._pub_pose_ds[arm].publish(out)
+            self.counts[f"{arm.value}/ee_pose_converted"] += 1
+        return cb
+
+    def _on_action(self, msg: BimanualCommand) -> None:
+        out = BimanualCommand()
+        out.header = msg.header
+        out.left_gripper, out.right_gripper = msg.left_gripper, msg.right_gripper
+        out.chunk_id, out.row, out.observation_stamp = msg.chunk_id, msg.row, msg.observation_stamp
+        for arm in ARMS:
+            src: PoseStamped = getattr(msg, arm.value)
+            if src.header.frame_id != arm.dataset_frame:
+                self._refuse("policy/action", f"{arm.value} frame_id {src.header.frame_id!r}, expected {arm.dataset_frame!r}")
+                return
+            try:
+                pose_hw = pose_hw_from_ds(pose_to_array(src.pose))
+            except PoseError as exc:
+                self._refuse("policy/action", f"{arm.value}: {exc}")
+                return
+            dst: PoseStamped = getattr(out, arm.value)
+            dst.header.stamp = src.header.stamp
+            dst.header.frame_id = arm.hw_frame
+            array_to_pose(pose_hw, dst.pose)
+        self._pub_cmd.publish(out)
+        self.counts["policy/action_converted"] += 1
+
+    def _publish_diagnostics(self) -> None:
+        refused = sum(v for k, v in self.counts.items() if k.endswith("_refused"))
+        level = diagnostics.WARN if refused else diagnostics.OK
+        values = dict(sorted(self.counts.items()))
+        values["last_refusal"] = self.last_refusal
+        self._pub_diag.publish(diagnostics.array(self, diagnostics.status(
+            "frames", "frames", level, f"{refused} message(s) refused" if refused else "converting", values)))
+
+
+def main(args=None) -> int:
+    return run_node(FramesNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,159 @@
+"""Safety gate node: the only publisher of `<arm>/joint_command`.
+
+  sub  command/proposed (BimanualCommand, hardware frame), <arm>/joint_states
+  pub  <arm>/joint_command (only while ARMED; the hold target in HOLD/ESTOP)
+  pub  safety/status (GateStatus, latched; on every change and at 2 Hz), /diagnostics
+  srv  safety/arm, safety/disarm, safety/estop, safety/reset (std_srvs/Trigger)
+The logic is egomimic_safety.gate.SafetyGate; this node only converts messages, keeps time
+(one clock: the ROS clock that stamps the messages) and runs the watchdog timer so silence is
+detected even when no message arrives. The measured EE pose is computed here by FK from the
+measured joints, so the gate never compares against a pose from another instant.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
+from std_srvs.srv import Trigger
+
+from egomimic_hw.description import ARMS, JOINTS_PER_ARM, Arm
+from egomimic_hw.kinematics import ArmKinematics
+from egomimic_msgs.msg import BimanualCommand, GateStatus
+from egomimic_nodes import diagnostics, qos
+from egomimic_nodes.msg_convert import pose_to_array, stamp_to_s
+from egomimic_nodes.params import declare_config
+from egomimic_nodes.spin import run_node
+from egomimic_safety.checks import ArmCommand, ArmMeasurement
+from egomimic_safety.config import GateConfig
+from egomimic_safety.gate import GateState, Proposal, SafetyGate
+
+
+class GateNode(Node):
+    def __init__(self):
+        super().__init__("safety_gate")
+        config = declare_config(self, GateConfig)
+        rate_hz = float(self.declare_parameter("watchdog_rate_hz", 30.0).value)
+        self.gate = SafetyGate(config, {arm: ArmKinematics() for arm in ARMS})
+        self._kin = {arm: ArmKinematics() for arm in ARMS}
+        self._pub_cmd = {arm: self.create_publisher(JointState, f"{arm.value}/joint_command", qos.COMMAND) for arm in ARMS}
+        for arm in ARMS:
+            self.create_subscription(JointState, f"{arm.value}/joint_states", self._joint_cb(arm), qos.SENSOR)
+        self.create_subscription(BimanualCommand, "command/proposed", self._on_proposed, qos.COMMAND)
+        self._pub_status = self.create_publisher(GateStatus, "safety/status", qos.LATCHED)
+        self._pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        for name, fn in (("arm", self._srv_arm), ("disarm", self.gate.disarm), ("estop", self.gate.estop), ("reset", self.gate.reset)):
+            self.create_service(Trigger, f"safety/{name}", self._service(name, fn))
+        self._last_published = None
+        self.create_timer(1.0 / rate_hz, self._on_watchdog)
+        self.create_timer(0.5, self._publish_status)
+        self.create_timer(1.0, self._publish_diagnostics)
+        self._publish_status()
+        self.get_logger().info("safety gate up: DISARMED")
+
+    def _now_s(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def _joint_cb(self, arm: Arm):
+        names = arm.joint_names
+
+        def cb(msg: JointState) -> None:
+            positions = np.asarray(msg.position, dtype=float)
+            if list(msg.name) != names or positions.shape != (JOINTS_PER_ARM + 1,) or not np.all(np.isfinite(positions)):
+                self.get_logger().error(f"malformed {arm.value}/joint_states ignored", throttle_duration_sec=2.0)
+                return
+            joints = positions[:JOINTS_PER_ARM]
+            self.gate.update_measurement(arm, ArmMeasurement(
+                joints_rad=joints,
+                gripper_norm=float(positions[JOINTS_PER_ARM]),
+                ee_pose_hw=self._kin[arm].forward(joints),
+                stamp_s=stamp_to_s(msg.header.stamp),
+            ))
+        return cb
+
+    def _on_proposed(self, msg: BimanualCommand) -> None:
+        try:
+            proposal = Proposal(
+                stamp_s=stamp_to_s(msg.header.stamp),
+                arms={
+                    arm: ArmCommand(
+                        frame_id=getattr(msg, arm.value).header.frame_id,
+                        pose=pose_to_array(getattr(msg, arm.value).pose),
+                        gripper_norm=float(getattr(msg, f"{arm.value}_gripper")),
+                    )
+                    for arm in ARMS
+                },
+            )
+        except Exception as exc:  # noqa: BLE001
+            self.get_logger().error(f"unreadable command: {exc}")
+            return
+        self._send(self.gate.propose(proposal, self._now_s()))
+        self._status_if_changed()
+
+    def _on_watchdog(self) -> None:
+        self._send(self.gate.tick(self._now_s()))
+        self._status_if_changed()
+
+    def _send(self, commands) -> None:
+        if not commands:
+            return
+        stamp = self.get_clock().now().to_msg()
+        for arm, values in commands.items():
+            msg = JointState()
+            msg.header.stamp = stamp
+            msg.header.frame_id = arm.hw_frame
+            msg.name = arm.joint_names
+            msg.position = [float(v) for v in values]
+            self._pub_cmd[arm].publish(msg)
+
+    def _srv_arm(self):
+        return self.gate.request_arm(self._now_s())
+
+    def _service(self, name, fn):
+        def cb(request, response):
+            ok, message = fn()
+            response.success, response.message = bool(ok), message
+            self.get_logger().info(f"safety/{name}: {'ok' if ok else 'refused'}: {message}")
+            self._publish_status()
+            return response
+        return cb
+
+    def _status_msg(self) -> GateStatus:
+        g = self.gate
+        msg = GateStatus()
+        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.state = int(g.state)
+        msg.reason = g.reason.value if g.reason else ""
+        msg.detail = g.detail
+        msg.forwarded, msg.rejected, msg.clamped = g.forwarded, g.rejected, g.clamped
+        msg.reason_codes = sorted(g.reason_counts)
+        msg.reason_counts = [g.reason_counts[c] for c in msg.reason_codes]
+        return msg
+
+    def _status_if_changed(self) -> None:
+        key = (self.gate.state, self.gate.reason, self.gate.detail)
+        if key != self._last_published:
+            self._publish_status()
+
+    def _publish_status(self) -> None:
+        self._last_published = (self.gate.state, self.gate.reason, self.gate.detail)
+        self._pub_status.publish(self._status_msg())
+        if self.gate.state in (GateState.HOLD, GateState.ESTOP):
+            self.get_logger().error(self.gate.detail, throttle_duration_sec=5.0)
+
+    def _publish_diagnostics(self) -> None:
+        g = self.gate
+        level = {GateState.HOLD: diagnostics.ERROR, GateState.ESTOP: diagnostics.ERROR}.get(g.state, diagnostics.OK)
+        values = {"state": g.state.name, "reason": g.reason.value if g.reason else "", "forwarded": g.forwarded,
+                  "rejected": g.rejected, "clamped": g.clamped}
+        values.update({f"reason.{k}": v for k, v in sorted(g.reason_counts.items())})
+        self._pub_diag.publish(diagnostics.array(self, diagnostics.status("safety_gate", "safety_gate", level, g.detail, values)))
+
+
+def main(args=None) -> int:
+    return run_node(GateNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

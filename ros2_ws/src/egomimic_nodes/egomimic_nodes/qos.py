@@ -1,0 +1,20 @@
+"""The QoS profiles of the graph, named by what they carry (one place to change them).
+
+- SENSOR: cameras, joint states, poses. Reliable with a short history: on one machine with
+  the shipped shared-memory profile, reliable delivery of 3 x 640x480 at 30 Hz is loss-free
+  (../shared/ROS2_ON_PYPI.md section 3) and best-effort subscribers (rviz) still connect.
+- COMMAND: policy actions, proposed and joint commands. Reliable, depth 1 on the reader side
+  would drop; we keep 5 so a burst is seen and judged by the gate (staleness is by stamp).
+- LATCHED: status that late joiners must see (safety/status): transient local, depth 1.
+"""
+
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+SENSOR = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=5, reliability=ReliabilityPolicy.RELIABLE)
+COMMAND = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=5, reliability=ReliabilityPolicy.RELIABLE)
+LATCHED = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=1,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)
