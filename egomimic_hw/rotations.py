@@ -33,14 +33,23 @@ def _as_array(x, trailing: tuple[int, ...], what: str) -> np.ndarray:
     return arr
 
 
+CANONICAL_ZERO = 1e-12
+"""Components smaller than this count as zero when choosing the canonical sign."""
+
+
 def canonical_quat(quat) -> np.ndarray:
-    """Unit quaternion with qw >= 0 (the same rotation as the input)."""
+    """Unit quaternion with qw > 0 (the same rotation as the input). At qw = 0 (a half turn)
+    the sign goes by the first non-zero of x, y, z, so q and -q always map to one form."""
     q = _as_array(quat, (4,), "quaternion")
     norm = np.linalg.norm(q, axis=-1, keepdims=True)
     if np.any(norm < 1e-12):
         raise PoseError("quaternion: zero norm is not a rotation")
     q = q / norm
-    return np.where(q[..., :1] < 0.0, -q, q)
+    significant = np.abs(q) > CANONICAL_ZERO
+    first = np.argmax(significant, axis=-1)[..., None]
+    lead = np.take_along_axis(q, first, axis=-1)
+    q = np.where(lead < 0.0, -q, q)
+    return np.where(np.abs(q) > CANONICAL_ZERO, q, 0.0) + 0.0
 
 
 def quat_to_mat(quat, *, strict: bool = False) -> np.ndarray:

@@ -98,6 +98,7 @@ class Launcher:
         self.stop_event = threading.Event()
         self.stop_reason = ""
         self.dead_node: tuple[str, int] | None = None
+        self.dead_at_wall: float | None = None
         self.safe_stop_detail = ""
         self.killed_any = False
 
@@ -209,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                 dead = launcher.check_children()
                 if dead:
                     launcher.dead_node = dead
+                    launcher.dead_at_wall = time.time()
                     launcher.stop_reason = f"required node {dead[0]} exited with code {dead[1]}"
                     print(f"[launch] SAFE STOP: {launcher.stop_reason}", file=sys.stderr, flush=True)
                     ok, msg = client.trigger(f"/{graph.namespace}/safety/estop", timeout_s=1.0)

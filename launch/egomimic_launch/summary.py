@@ -89,6 +89,10 @@ class RunMonitor:
         if launcher.dead_node:
             name, code = launcher.dead_node
             lines.append(f"SAFE STOP: required node {name} exited with code {code}; {launcher.safe_stop_detail}")
+            holds = [t for t, state, _ in o.gate_history if state in (3, 4) and t >= (launcher.dead_at_wall or 0) - 1.0]
+            if holds and launcher.dead_at_wall:
+                lines.append(f"           gate in HOLD/ESTOP {max(holds[0] - launcher.dead_at_wall, 0.0) * 1e3:.0f} ms after the "
+                             "launcher saw the exit (the gate may have held on its own before that)")
         lines.append(f"stopped because: {launcher.stop_reason}")
         lines.append(f"logs and params: {run_dir}")
         lines.append("-" * 96)
@@ -110,6 +114,8 @@ class RunMonitor:
                 "gate_states_seen": [GATE_STATES.get(s, s) for _, s, _ in o.gate_history],
                 "dead_node": launcher.dead_node,
                 "safe_stop": launcher.safe_stop_detail,
+                "dead_at_wall": launcher.dead_at_wall,
+                "gate_history": [(t, GATE_STATES.get(s, s)) for t, s, _ in o.gate_history],
                 "stop_reason": launcher.stop_reason,
                 "checks": [{"check": n, "ok": ok} for n, ok in checks],
                 "loop_ran": verdict,

@@ -1,0 +1,19 @@
+"""Test environment: DDS never leaves the machine, each xdist worker gets its own domain,
+ROS logs go to a temp dir, and the shipped Fast DDS profile is used (as in production)."""
+
+import os
+import tempfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DOMAIN_BASE = 60
+
+
+def pytest_configure(config):
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    os.environ["ROS_DOMAIN_ID"] = str(DOMAIN_BASE + index)
+    os.environ.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(REPO_ROOT / "config" / "fastdds_local.xml"))
+    os.environ["ROS_LOG_DIR"] = tempfile.mkdtemp(prefix="egomimic-test-roslog-")
+    os.environ["PYTHONUNBUFFERED"] = "1"

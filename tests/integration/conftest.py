@@ -1,0 +1,78 @@
+"""Helpers for tests that start real node processes over DDS (private domain per worker)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LAUNCH = [sys.executable, "-m", "egomimic_launch.cli"]
+
+
+def run_launch(tmp_path: Path, *args: str, timeout_s: float = 120.0):
+    """Run egomimic-launch to completion; returns (exit code, summary dict or None, output)."""
+    summary = tmp_path / "summary.json"
+    cmd = LAUNCH + ["eva_bimanual.launch.py", *args, "--summary", "--summary-json", str(summary),
+                    "--run-dir", str(tmp_path / "run"), "--quiet"]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=timeout_s)
+    data = json.loads(summary.read_text()) if summary.exists() else None
+    return proc.returncode, data, proc.stdout + proc.stderr
+
+
+@pytest.fixture
+def node_process(tmp_path):
+    """Start `python -m <module> --ros-args ...`; all are stopped (SIGINT, then kill) at the end."""
+    procs = []
+
+    def start(module: str, *ros_args: str):
+        log = open(tmp_path / f"{module.rsplit('.', 1)[-1]}.log", "w")
+        p = subprocess.Popen([sys.executable, "-m", module, "--ros-args", *ros_args], cwd=REPO_ROOT,
+                             env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT)
+        procs.append((p, log))
+        return p
+
+    yield start
+    for p, log in procs:
+        if p.poll() is None:
+            p.send_signal(2)
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        log.close()
+
+
+@pytest.fixture
+def ros_node():
+    """A test-side rclpy node spinning in the background."""
+    import threading
+
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    node = rclpy.create_node(f"test_probe_{os.getpid()}", context=ctx)
+    ex = SingleThreadedExecutor(context=ctx)
+    ex.add_node(node)
+    th = threading.Thread(target=ex.spin, daemon=True)
+    th.start()
+    yield node
+    ex.shutdown()
+    th.join(timeout=2)
+    node.destroy_node()
+    rclpy.try_shutdown(context=ctx)
+
+
+def wait_for(predicate, timeout_s: float, period_s: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(period_s)
+    return False

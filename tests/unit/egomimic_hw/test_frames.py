@@ -1,0 +1,111 @@
+"""Frames and rotations: round trips, scipy as an independent oracle, and the naive bug."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.spatial.transform import Rotation
+
+from egomimic_hw.errors import PoseError
+from egomimic_hw.frames import (
+    EVA_DATASET_FROM_HARDWARE_ROTATION,
+    pose_ds_from_hw,
+    pose_hw_from_ds,
+    same_pose,
+)
+from egomimic_hw.rotations import (
+    canonical_quat,
+    geodesic_angle,
+    mat_to_quat,
+    mat_to_rot6d,
+    mat_to_ypr,
+    quat_to_mat,
+    rot6d_to_mat,
+    ypr_to_mat,
+)
+
+
+def random_poses(n, seed=0):
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=(n, 4))
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    return np.concatenate([rng.uniform(-0.6, 0.6, size=(n, 3)), q], axis=1)
+
+
+def to_scipy_xyzw(quat_wxyz):
+    return np.concatenate([quat_wxyz[..., 1:], quat_wxyz[..., :1]], axis=-1)
+
+
+def test_m_is_a_proper_rotation():
+    m = EVA_DATASET_FROM_HARDWARE_ROTATION
+    assert np.allclose(m @ m.T, np.eye(3))
+    assert np.isclose(np.linalg.det(m), 1.0)
+
+
+def test_round_trip_10k_two_arm_poses_within_1e9():
+    poses = random_poses(10_000).reshape(5_000, 2, 7)  # two arms per sample
+    back = pose_hw_from_ds(pose_ds_from_hw(poses))
+    assert np.max(np.abs(back[..., :3] - poses[..., :3])) <= 1e-9
+    assert np.max(np.abs(canonical_quat(back[..., 3:]) - canonical_quat(poses[..., 3:]))) <= 1e-9
+
+
+def test_agrees_with_scipy_within_1e12():
+    poses = random_poses(2_000, seed=1)
+    ours = quat_to_mat(poses[:, 3:])
+    ref = Rotation.from_quat(to_scipy_xyzw(poses[:, 3:])).as_matrix()
+    assert np.max(np.abs(ours - ref)) <= 1e-12
+    ds = pose_ds_from_hw(poses)
+    ref_ds = Rotation.from_matrix(EVA_DATASET_FROM_HARDWARE_ROTATION) * Rotation.from_quat(to_scipy_xyzw(poses[:, 3:]))
+    assert np.max(np.abs(quat_to_mat(ds[:, 3:]) - ref_ds.as_matrix())) <= 1e-12
+
+
+def test_ypr_is_intrinsic_zyx_like_scipy():
+    rng = np.random.default_rng(2)
+    ypr = rng.uniform([-np.pi, -1.5, -np.pi], [np.pi, 1.5, np.pi], size=(500, 3))
+    ref = Rotation.from_euler("ZYX", ypr).as_matrix()
+    assert np.max(np.abs(ypr_to_mat(ypr) - ref)) <= 1e-12
+    assert np.max(np.abs(ypr_to_mat(mat_to_ypr(ref)) - ref)) <= 1e-9
+
+
+def test_rot6d_round_trip_and_first_two_columns():
+    mats = quat_to_mat(random_poses(500, seed=3)[:, 3:])
+    r6 = mat_to_rot6d(mats)
+    assert np.allclose(r6[:, :3], mats[:, :, 0]) and np.allclose(r6[:, 3:], mats[:, :, 1])
+    assert np.max(np.abs(rot6d_to_mat(r6) - mats)) <= 1e-12
+
+
+def test_naive_conversion_without_m_differs():
+    poses = random_poses(100, seed=4)
+    ds = pose_ds_from_hw(poses)
+    angles = geodesic_angle(quat_to_mat(poses[:, 3:]), quat_to_mat(ds[:, 3:]))
+    assert np.all(angles > 0.5), "forgetting M must be a large, visible error"
+
+
+def test_q_and_minus_q_are_one_rotation():
+    p = random_poses(1, seed=5)[0]
+    flipped = p.copy()
+    flipped[3:] *= -1
+    assert same_pose(p, flipped)
+    assert np.allclose(pose_ds_from_hw(p), pose_ds_from_hw(flipped))
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [0, 0, 0, np.nan, 0, 0, 0],
+        [0, 0, np.inf, 1, 0, 0, 0],
+        [0, 0, 0, 0, 0, 0, 0],  # zero quaternion
+        [0, 0, 0, 2.0, 0, 0, 0],  # non-unit quaternion
+        [0, 0, 0, 1, 0, 0],  # wrong shape
+    ],
+)
+def test_malformed_pose_raises(bad):
+    with pytest.raises(PoseError):
+        pose_ds_from_hw(np.asarray(bad, dtype=float))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(-1, 1, allow_nan=False), min_size=4, max_size=4).filter(lambda v: np.linalg.norm(v) > 1e-3))
+def test_mat_quat_round_trip_property(v):
+    q = canonical_quat(np.asarray(v))
+    assert np.allclose(mat_to_quat(quat_to_mat(q)), q, atol=1e-9)

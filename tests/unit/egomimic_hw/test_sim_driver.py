@@ -1,0 +1,100 @@
+"""The simulated SDK controller and the driver logic: limits, settling, watchdog, faults."""
+
+import numpy as np
+import pytest
+
+from egomimic_hw.description import X5_LIMITS, Arm, GripperCalibration
+from egomimic_hw.driver.arm_driver import ArmDriver, DriverConfig
+from egomimic_hw.driver.sim import SimArx5Controller, SimConfig
+from egomimic_hw.errors import ConfigError
+from egomimic_hw.kinematics import ArmKinematics
+
+START = np.array(SimConfig().initial_joints_rad)
+
+
+def run(ctrl, t0, t1, dt=0.002):
+    ts = np.arange(t0, t1, dt)
+    return ts, np.array([ctrl.read(t).joints_rad for t in ts])
+
+
+def test_step_command_respects_speed_limits_and_settles():
+    ctrl = SimArx5Controller(SimConfig(joint_noise_std_rad=0.0))
+    target = START + 0.5
+    target[1] = START[1] - 0.5  # keep joint2 well inside its limits
+    ctrl.command(target, 0.04, now_s=0.0, preview_s=0.0)  # a step: only the speed clip limits it
+    ts, q = run(ctrl, 0.002, 1.5)
+    speeds = np.abs(np.diff(q, axis=0)) / 0.002
+    assert np.all(speeds <= X5_LIMITS.vel_max * (1 + 1e-6))
+    assert ctrl.clipped_steps > 0
+    assert np.max(np.abs(q[-1] - target)) < 1e-3
+
+
+def test_out_of_limit_target_is_clipped_like_the_sdk():
+    ctrl = SimArx5Controller(SimConfig(joint_noise_std_rad=0.0))
+    target = START.copy()
+    target[0] = 10.0
+    ctrl.command(target, 0.5, now_s=0.0, preview_s=0.1)
+    _, q = run(ctrl, 0.002, 3.0)
+    assert np.isclose(q[-1][0], X5_LIMITS.pos_max[0], atol=1e-3)
+    assert ctrl.read(3.0).gripper_m <= X5_LIMITS.gripper_width_m + 1e-9
+
+
+def test_holds_without_commands():
+    ctrl = SimArx5Controller(SimConfig(joint_noise_std_rad=1e-5), seed=1)
+    _, q = run(ctrl, 0.0, 2.0, dt=0.01)
+    assert np.max(np.abs(q - START)) < 1e-4  # noise only, no drift
+
+
+def test_emergency_latches_and_ignores_commands():
+    ctrl = SimArx5Controller(SimConfig(joint_noise_std_rad=0.0))
+    ctrl.inject_emergency("test")
+    ctrl.command(START + 0.3, 0.04, 0.0, 0.0)
+    _, q = run(ctrl, 0.002, 0.5)
+    assert ctrl.read(0.5).fault == "test"
+    assert np.max(np.abs(q - START)) < 1e-9
+
+
+def test_bad_sim_config_is_refused():
+    with pytest.raises(ConfigError):
+        SimConfig(initial_joints_rad=(0.0,) * 5)
+    with pytest.raises(ConfigError):
+        SimConfig(initial_joints_rad=(9.0, 0, 0, 0, 0, 0))
+
+
+@pytest.fixture(scope="module")
+def kin():
+    return ArmKinematics()
+
+
+def make_driver(kin):
+    ctrl = SimArx5Controller(SimConfig(joint_noise_std_rad=0.0))
+    return ArmDriver(DriverConfig(arm=Arm.LEFT, gripper=GripperCalibration()), ctrl, kin), ctrl
+
+
+def test_driver_refuses_malformed_commands(kin):
+    driver, _ = make_driver(kin)
+    assert not driver.on_command(np.array([np.nan] * 7), 0.0)
+    assert not driver.on_command(np.zeros(6), 0.0)
+    assert driver.counters.commands_refused == 2 and driver.counters.commands_applied == 0
+
+
+def test_driver_watchdog_holds_measured_position(kin):
+    driver, ctrl = make_driver(kin)
+    target = np.append(START + 0.3, 0.5)
+    driver.tick(0.0)
+    assert driver.on_command(target, 0.0)
+    state = driver.tick(0.05)
+    assert not state.holding
+    state = driver.tick(0.15)  # > command_timeout (0.1 s) since the last command
+    assert state.holding and driver.counters.watchdog_holds == 1
+    held = state.reading.joints_rad
+    later = driver.tick(1.0).reading.joints_rad
+    assert np.max(np.abs(later - held)) < 0.02  # stops near where it was, not at the target
+    assert np.max(np.abs(later - (START + 0.3))) > 0.05  # and not at the target
+
+
+def test_driver_publishes_fk_pose(kin):
+    driver, _ = make_driver(kin)
+    state = driver.tick(0.0)
+    assert np.allclose(state.ee_pose_hw, kin.forward(state.reading.joints_rad))
+    assert 0.0 <= state.gripper_norm <= 1.0
