@@ -244,6 +244,9 @@ def main() -> int:
         try:
             for k, (name, prof) in enumerate((("profile", PROFILE), ("default", None))):
                 results[name] = run_config(name, prof, a.domain_base + k, a, Path(tmpdir), procs, killed)
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
         finally:
             killed += [stop(p) for p in procs]
             if any(killed):
