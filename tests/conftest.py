@@ -17,3 +17,15 @@ def pytest_configure(config):
     os.environ.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(REPO_ROOT / "config" / "fastdds_local.xml"))
     os.environ["ROS_LOG_DIR"] = tempfile.mkdtemp(prefix="egomimic-test-roslog-")
     os.environ["PYTHONUNBUFFERED"] = "1"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Remove Fast DDS shared memory left by node processes the tests had to kill."""
+    import subprocess
+    import sys
+
+    venv_bin = Path(sys.executable).parent
+    tool = venv_bin / "fastdds"
+    if tool.exists():
+        subprocess.run([str(tool), "shm", "clean"], env=dict(os.environ, PATH=f"{venv_bin}:{os.environ.get('PATH', '')}"),
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60, check=False)

@@ -75,7 +75,9 @@ class RunMonitor:
         lines.append("-" * 96)
         if gs:
             codes = ", ".join(f"{c}={n}" for c, n in zip(gs.reason_codes, gs.reason_counts)) or "none"
-            lines.append(f"safety gate: final state {GATE_STATES.get(gs.state, gs.state)}; forwarded {gs.forwarded}, "
+            gate_dead = bool(launcher.dead_node and launcher.dead_node[0] == "safety_gate")
+            label = "last status before the gate process died" if gate_dead else "final state"
+            lines.append(f"safety gate: {label} {GATE_STATES.get(gs.state, gs.state)}; forwarded {gs.forwarded}, "
                          f"rejected {gs.rejected}, clamped {gs.clamped}; reasons: {codes}")
             lines.append(f"             last detail: {gs.detail}")
         else:
