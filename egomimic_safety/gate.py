@@ -89,7 +89,10 @@ class SafetyGate:
                 timeout_s = self.config.arming_timeout_s if waiting_first else self.config.command_timeout_s
                 silent = self._last_command_s is None or now_s - self._last_command_s > timeout_s
                 stale = [a for a in ARMS if a not in self._meas or now_s - self._meas[a].stamp_s > self.config.max_state_age_s]
-                if stale:
+                if stale and not waiting_first:
+                    # While ARMING waits for its first command nothing can be forwarded, so a
+                    # state hiccup (e.g. CPU load while the policy starts) is not a fault yet;
+                    # every command is still checked against fresh state before it counts.
                     self._fault(Reason.STALE_STATE, f"no fresh state from {', '.join(a.value for a in stale)}")
                 elif silent and self._last_command_s is not None:
                     self._fault(Reason.STALE_COMMAND, f"no command for {(now_s - self._last_command_s) * 1e3:.0f} ms")

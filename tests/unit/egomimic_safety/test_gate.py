@@ -124,3 +124,16 @@ def test_exception_inside_gate_holds(kin):
     bad = Proposal(0.02, {arm: ArmCommand(arm.hw_frame, "not a pose", 0.5) for arm in ARMS})
     gate.propose(bad, 0.02)
     assert gate.state == GateState.HOLD and gate.reason.value == "INTERNAL_ERROR"
+
+
+def test_arming_waits_for_the_first_command_through_a_state_hiccup(kin):
+    gate = SafetyGate(GateConfig(shadow_commands=1), kin)
+    for arm, m in measured(kin, 0.0).items():
+        gate.update_measurement(arm, m)
+    assert gate.request_arm(0.0)[0]
+    gate.tick(0.5)  # state 500 ms old, no command yet: still waiting, nothing forwarded
+    assert gate.state == GateState.ARMING
+    assert gate.propose(proposal(kin, 0.6), 0.6) is None  # but a command on stale state fails
+    assert gate.state == GateState.DISARMED and gate.reason.value == "STALE_STATE"
+    gate.tick(20.0)
+    assert gate.state == GateState.DISARMED
