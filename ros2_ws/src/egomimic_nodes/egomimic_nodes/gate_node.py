@@ -35,8 +35,8 @@ class GateNode(Node):
         super().__init__("safety_gate")
         config = declare_config(self, GateConfig)
         rate_hz = float(self.declare_parameter("watchdog_rate_hz", 30.0).value)
-        self.gate = SafetyGate(config, {arm: ArmKinematics() for arm in ARMS})
-        self._kin = {arm: ArmKinematics() for arm in ARMS}
+        self._kin = {arm: ArmKinematics() for arm in ARMS}  # one solver per arm, shared with the gate
+        self.gate = SafetyGate(config, self._kin)
         self._pub_cmd = {arm: self.create_publisher(JointState, f"{arm.value}/joint_command", qos.COMMAND) for arm in ARMS}
         for arm in ARMS:
             self.create_subscription(JointState, f"{arm.value}/joint_states", self._joint_cb(arm), qos.SENSOR)
