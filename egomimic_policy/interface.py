@@ -1,0 +1,93 @@
+"""The contract between a policy (local model, remote server) and the rollout executor.
+
+Why a separate module: the executor, the policy server and every family meet here and nowhere
+else, so a family never needs to know how it is scheduled and the executor never needs to know
+what a model looks like inside.
+
+Frames: everything here is in the DATASET frame (EVA.md, "Frames"); the frames node converts to
+the hardware frame downstream. Poses are [x, y, z, qw, qx, qy, qz]; grippers are normalized
+0 closed .. 1 open. A chunk is ABSOLUTE targets, already decoded against the pose captured at
+the query tick (wrist-relative decoding is the family's job, since only it knows its encoding).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from egomimic_hw.description import CAMERAS
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One synchronized observation: the newest frame of each camera and the proprio state.
+
+    stamp_ns is the observation's time (the newest of its inputs, ROS time, ns); a chunk that
+    answers it is aligned to it: row i is meant for stamp_ns + i * period.
+    images: camera name -> uint8 array (H, W, 3) RGB.
+    left_pose / right_pose: (7,) dataset-frame EE poses; left_gripper / right_gripper in [0, 1].
+    """
+
+    stamp_ns: int
+    images: dict[str, np.ndarray]
+    left_pose: np.ndarray
+    right_pose: np.ndarray
+    left_gripper: float
+    right_gripper: float
+    left_joints: np.ndarray | None = None
+    right_joints: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Absolute dataset-frame targets for both arms, one row per control period.
+
+    left_pose / right_pose: (H, 7); left_gripper / right_gripper: (H,).
+    observation_stamp_ns: the stamp of the Observation this chunk answers.
+    """
+
+    observation_stamp_ns: int
+    period_s: float
+    left_pose: np.ndarray
+    right_pose: np.ndarray
+    left_gripper: np.ndarray
+    right_gripper: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.left_pose.shape[0])
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """What a policy promises; the remote handshake compares these field by field.
+
+    fingerprint: identifies the exact weights + config (the checkpoint cache key, or a hash of
+    the seeded configuration for untrained rehearsal models).
+    action_layout: a name for the action encoding the family decodes (e.g. "eva_bimanual_wrist_rel_20").
+    """
+
+    family: str
+    fingerprint: str
+    embodiment: str
+    action_layout: str
+    chunk_length: int
+    rate_hz: float
+    cameras: tuple[str, ...] = CAMERAS
+    image_size: tuple[int, int] = (480, 640)  # (H, W) the policy expects from ingestion
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class ChunkPolicy(Protocol):
+    """A policy the rollout executor can query. Implementations may be slow (a model on a CPU,
+    a remote server); the executor calls infer() from a worker thread, never from the tick."""
+
+    spec: PolicySpec
+
+    def reset(self) -> None:
+        """Forget the observation window (a new episode starts)."""
+
+    def infer(self, observation: Observation) -> Chunk:
+        """Return the chunk answering `observation`. Raise on failure; never return NaN rows."""
