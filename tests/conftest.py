@@ -6,7 +6,8 @@ import tempfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DOMAIN_BASE = 60
+DOMAIN_BASE = int(os.environ.get("EGOMIMIC_TEST_DOMAIN_BASE", "60"))
+"""Override when several suites run on one machine at once (each needs its own domains)."""
 
 
 def pytest_configure(config):
