@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from egomimic_hw.errors import PoseError
-from egomimic_hw.rotations import _as_array, canonical_quat, mat_to_quat, quat_to_mat
+from egomimic_hw.rotations import _as_array, canonical_quat, mat_to_quat, mat_to_rot6d, quat_to_mat, rot6d_to_mat
 
 EVA_DATASET_FROM_HARDWARE_ROTATION = np.array([[0.0, 0.0, 1.0], [-1.0, 0.0, 0.0], [0.0, -1.0, 0.0]])
 """M in R_ds = M @ R_hw (EVA.md); orientation only."""
@@ -72,6 +72,47 @@ def matrix_to_pose(transform) -> np.ndarray:
     out = np.empty(t.shape[:-2] + (7,))
     out[..., :3] = t[..., :3, 3]
     out[..., 3:] = mat_to_quat(t[..., :3, :3])
+    return out
+
+
+WRIST_RELATIVE_WIDTH = 9
+"""`[x, y, z, r00, r10, r20, r01, r11, r21]`: translation and 6D rotation in the query-tick wrist frame."""
+
+
+def wrist_relative_encode(current, targets) -> np.ndarray:
+    """Targets as seen from the wrist at the query tick (Fold's action encoding, EVA.md).
+
+    With the pose captured at the query tick (p_c, R_c) and each target (p_t, R_t):
+    xyz_rel = R_c^T (p_t - p_c), R_rel = R_c^T R_t, stored as `[xyz_rel, rot6d(R_rel)]`.
+    `current` is one pose (7,); `targets` is (..., 7). Both in the same frame (the dataset frame
+    for models). Returns (..., 9).
+    """
+    c = _as_array(current, (7,), "current pose")
+    if c.ndim != 1:
+        raise PoseError(f"current pose: expected one pose of shape (7,), got {c.shape}")
+    t = _as_array(targets, (7,), "target poses")
+    rot_c = quat_to_mat(c[3:], strict=True)
+    rot_t = quat_to_mat(t[..., 3:], strict=True)
+    out = np.empty(t.shape[:-1] + (WRIST_RELATIVE_WIDTH,))
+    out[..., :3] = (t[..., :3] - c[:3]) @ rot_c  # row-vector form of R_c^T (p_t - p_c)
+    out[..., 3:] = mat_to_rot6d(rot_c.T @ rot_t)
+    return out
+
+
+def wrist_relative_decode(current, encoded) -> np.ndarray:
+    """Absolute poses (..., 7) of wrist-relative rows (..., 9): T_cmd = T_c . T_rel.
+
+    Every row of a chunk decodes against the pose captured at the query tick, never the live
+    pose (the live pose has moved since; decoding against it shifts the whole plan).
+    """
+    c = _as_array(current, (7,), "current pose")
+    if c.ndim != 1:
+        raise PoseError(f"current pose: expected one pose of shape (7,), got {c.shape}")
+    e = _as_array(encoded, (WRIST_RELATIVE_WIDTH,), "wrist-relative rows")
+    rot_c = quat_to_mat(c[3:], strict=True)
+    out = np.empty(e.shape[:-1] + (7,))
+    out[..., :3] = c[:3] + e[..., :3] @ rot_c.T  # p_c + R_c xyz_rel
+    out[..., 3:] = mat_to_quat(rot_c @ rot6d_to_mat(e[..., 3:]))
     return out
 
 

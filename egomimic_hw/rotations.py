@@ -73,32 +73,32 @@ def quat_to_mat(quat, *, strict: bool = False) -> np.ndarray:
 
 
 def mat_to_quat(mat) -> np.ndarray:
-    """Canonical (qw >= 0) quaternion of a rotation matrix; numerically stable branch choice."""
+    """Canonical (qw >= 0) quaternion of a rotation matrix; numerically stable branch choice.
+
+    Shepperd's method, vectorized: per matrix, divide by the largest of the four candidates
+    (4w^2, 4x^2, 4y^2, 4z^2 from the trace and diagonal) so no division is by a tiny number.
+    """
     m = _as_array(mat, (3, 3), "rotation matrix")
-    batch = m.shape[:-2]
-    m = m.reshape(-1, 3, 3)
-    out = np.empty((m.shape[0], 4))
-    trace = np.trace(m, axis1=1, axis2=2)
-    diag = np.diagonal(m, axis1=1, axis2=2)
-    # For each matrix choose the largest of (w, x, y, z) candidates to divide by (Shepperd).
-    cand = np.column_stack([trace, diag])
+    r = m.reshape(-1, 3, 3)
+    d0, d1, d2 = r[:, 0, 0], r[:, 1, 1], r[:, 2, 2]
+    cand = np.stack([1.0 + d0 + d1 + d2, 1.0 + d0 - d1 - d2, 1.0 - d0 + d1 - d2, 1.0 - d0 - d1 + d2], axis=1)
     choice = np.argmax(cand, axis=1)
-    for i in range(m.shape[0]):
-        r = m[i]
-        c = choice[i]
-        if c == 0:
-            s = 2.0 * np.sqrt(1.0 + trace[i])
-            out[i] = [0.25 * s, (r[2, 1] - r[1, 2]) / s, (r[0, 2] - r[2, 0]) / s, (r[1, 0] - r[0, 1]) / s]
-        elif c == 1:
-            s = 2.0 * np.sqrt(max(1.0 + r[0, 0] - r[1, 1] - r[2, 2], 0.0))
-            out[i] = [(r[2, 1] - r[1, 2]) / s, 0.25 * s, (r[0, 1] + r[1, 0]) / s, (r[0, 2] + r[2, 0]) / s]
-        elif c == 2:
-            s = 2.0 * np.sqrt(max(1.0 + r[1, 1] - r[0, 0] - r[2, 2], 0.0))
-            out[i] = [(r[0, 2] - r[2, 0]) / s, (r[0, 1] + r[1, 0]) / s, 0.25 * s, (r[1, 2] + r[2, 1]) / s]
-        else:
-            s = 2.0 * np.sqrt(max(1.0 + r[2, 2] - r[0, 0] - r[1, 1], 0.0))
-            out[i] = [(r[1, 0] - r[0, 1]) / s, (r[0, 2] + r[2, 0]) / s, (r[1, 2] + r[2, 1]) / s, 0.25 * s]
-    return canonical_quat(out.reshape(batch + (4,)))
+    s = 2.0 * np.sqrt(np.maximum(np.take_along_axis(cand, choice[:, None], axis=1)[:, 0], 1e-300))
+    zy, yz = r[:, 2, 1], r[:, 1, 2]
+    xz, zx = r[:, 0, 2], r[:, 2, 0]
+    yx, xy = r[:, 1, 0], r[:, 0, 1]
+    # Row k: the quaternion when candidate k is the largest (each divided by its own s).
+    branches = np.stack(
+        [
+            np.stack([0.25 * s, (zy - yz) / s, (xz - zx) / s, (yx - xy) / s], axis=1),
+            np.stack([(zy - yz) / s, 0.25 * s, (xy + yx) / s, (xz + zx) / s], axis=1),
+            np.stack([(xz - zx) / s, (xy + yx) / s, 0.25 * s, (yz + zy) / s], axis=1),
+            np.stack([(yx - xy) / s, (xz + zx) / s, (yz + zy) / s, 0.25 * s], axis=1),
+        ],
+        axis=1,
+    )
+    out = branches[np.arange(r.shape[0]), choice]
+    return canonical_quat(out.reshape(m.shape[:-2] + (4,)))
 
 
 def ypr_to_mat(ypr) -> np.ndarray:

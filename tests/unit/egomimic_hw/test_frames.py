@@ -109,3 +109,38 @@ def test_malformed_pose_raises(bad):
 def test_mat_quat_round_trip_property(v):
     q = canonical_quat(np.asarray(v))
     assert np.allclose(mat_to_quat(quat_to_mat(q)), q, atol=1e-9)
+
+
+unit_quats = st.lists(st.floats(-1, 1, allow_nan=False), min_size=4, max_size=4).filter(
+    lambda v: np.linalg.norm(v) > 1e-2).map(lambda v: np.asarray(v) / np.linalg.norm(v))
+positions = st.lists(st.floats(-1, 1, allow_nan=False), min_size=3, max_size=3).map(np.asarray)
+poses = st.tuples(positions, unit_quats).map(lambda pq: np.concatenate(pq))
+
+
+@settings(max_examples=500, deadline=None)
+@given(poses, poses)
+def test_two_arm_round_trip_property(left, right):
+    both = np.stack([left, right])
+    back = pose_hw_from_ds(pose_ds_from_hw(both))
+    assert same_pose(back, both, atol=1e-9)
+    fwd = pose_hw_from_ds(pose_ds_from_hw(both[::-1]))  # arms are independent: order does not matter
+    assert same_pose(fwd[::-1], both, atol=1e-9)
+
+
+@settings(max_examples=500, deadline=None)
+@given(poses)
+def test_dataset_rotation_matches_scipy_property(pose):
+    ds = pose_ds_from_hw(pose)
+    ref = Rotation.from_matrix(EVA_DATASET_FROM_HARDWARE_ROTATION) * Rotation.from_quat(to_scipy_xyzw(pose[3:]))
+    assert np.max(np.abs(quat_to_mat(ds[3:]) - ref.as_matrix())) <= 1e-12
+    assert np.array_equal(ds[:3], pose[:3]), "translation must be unchanged"
+
+
+def test_two_real_arm_poses_round_trip():
+    """Non-trivial poses of the two arms (both rotated away from identity about all axes)."""
+    left = np.concatenate([[0.25, 0.1, 0.2], Rotation.from_euler("ZYX", [0.3, -0.4, 1.1]).as_quat(scalar_first=True)])
+    right = np.concatenate([[0.3, -0.12, 0.18], Rotation.from_euler("ZYX", [-0.7, 0.5, -2.0]).as_quat(scalar_first=True)])
+    both = np.stack([left, right])
+    ds = pose_ds_from_hw(both)
+    assert not same_pose(ds, both, atol=1e-3)
+    assert same_pose(pose_hw_from_ds(ds), both, atol=1e-9)
