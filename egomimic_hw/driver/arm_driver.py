@@ -45,6 +45,8 @@ class DriverCounters:
     commands_applied: int = 0
     commands_refused: int = 0
     watchdog_holds: int = 0
+    last_watchdog_delay_s: float = float("nan")
+    """Time from the last valid command to the watchdog's hold, at the last hold (<= timeout + one tick)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ class ArmDriver:
             self._ctrl.command(reading.joints_rad, gripper_m, now_s, 0.0)
             self._holding = True
             self.counters.watchdog_holds += 1
+            self.counters.last_watchdog_delay_s = now_s - (self._last_command_s if self._last_command_s is not None else now_s)
         if reading.fault:
             status = f"FAULT (latched): {reading.fault}"
         elif self._last_command_s is None:

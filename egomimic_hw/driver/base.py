@@ -26,6 +26,10 @@ class ArmReading:
     gripper_m: float
     fault: str
     """"" when healthy; otherwise why the controller is in its latched emergency state."""
+    measured_at_s: float
+    """When the joints were measured, on the caller's `now_s` clock: the node stamps
+    joint_states with it (not with the publication time), so speeds computed from stamps are
+    true speeds."""
 
 
 class ArmController(Protocol):

@@ -104,6 +104,7 @@ class SimArx5Controller:
             joint_velocities_rad_s=self._velocity[:JOINTS_PER_ARM].copy(),
             gripper_m=float(self._measured[JOINTS_PER_ARM]),
             fault=self.fault,
+            measured_at_s=self._t,  # the last 2 ms substep: the sim clock is the caller's clock
         )
 
     def inject_emergency(self, why: str) -> None:

@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 import rclpy
+from rclpy.duration import Duration
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from rclpy.lifecycle import Node as LifecycleNode
@@ -29,6 +30,7 @@ from std_srvs.srv import Trigger
 
 from egomimic_hw.description import CALIBRATED_GRIPPERS, DEFAULT_CAN_INTERFACE, Arm, GripperCalibration
 from egomimic_hw.driver.arm_driver import ArmDriver, DriverConfig
+from egomimic_hw.driver.arx5 import Arx5Gains
 from egomimic_hw.driver.base import make_controller
 from egomimic_hw.driver.sim import SimConfig
 from egomimic_hw.kinematics import ArmKinematics
@@ -69,12 +71,13 @@ class DriverNode(LifecycleNode):
                 cal = GripperCalibration(open_m=open_m, close_m=close_m)
             config = declare_config(self, DriverConfig, arm=self.arm, gripper=cal)
             sim_config = declare_config(self, SimConfig, prefix="sim.")
+            gains = declare_config(self, Arx5Gains, prefix="arx5.")
             can = self.get_parameter("can_interface").value or DEFAULT_CAN_INTERFACE[self.arm]
             controller = make_controller(
                 backend,
                 sim=dict(vars(sim_config)),
                 seed=int(self.get_parameter("seed").value) + (0 if self.arm is Arm.LEFT else 1),
-                arx5={"can_interface": can},
+                arx5={"can_interface": can, "gains": gains, "preview_s": config.preview_s},
             )
             self._driver = ArmDriver(config, controller, ArmKinematics())
         except Exception as exc:  # noqa: BLE001 - refuse the transition with the reason
@@ -136,11 +139,17 @@ class DriverNode(LifecycleNode):
     def _on_tick(self) -> None:
         if not self._active or self._driver is None:
             return
-        state = self._driver.tick(self._now_s())
+        now_s = self._now_s()
+        state = self._driver.tick(now_s)
+        changed = self._last_state is None or (state.holding, state.reading.fault) != (
+            self._last_state.holding, self._last_state.reading.fault)
         self._last_state = state
+        if changed:
+            self._publish_diagnostics()  # say at once why the arm holds or faulted, not at the next 1 Hz report
         if state.reading.fault:
             return  # a silent joint_states stream is the fault signal, besides /diagnostics
-        stamp = self.get_clock().now().to_msg()
+        age_ns = int(max(0.0, now_s - state.reading.measured_at_s) * 1e9)
+        stamp = (self.get_clock().now() - Duration(nanoseconds=age_ns)).to_msg()  # measurement time
         js = JointState()
         js.header.stamp = stamp
         js.header.frame_id = self.arm.hw_frame
@@ -178,6 +187,7 @@ class DriverNode(LifecycleNode):
             "commands_applied": c.commands_applied,
             "commands_refused": c.commands_refused,
             "watchdog_holds": c.watchdog_holds,
+            "last_watchdog_delay_ms": round(c.last_watchdog_delay_s * 1e3, 2),
             "last_refusal": self._driver.refusal,
             "holding": s.holding if s else True,
         }
