@@ -46,6 +46,9 @@ class SimConfig:
     """First-order lag of the measured joints behind the output command (PD tracking)."""
     joint_noise_std_rad: float = 2e-5
     """Gaussian noise on measured joints (encoder quantization is ~1e-4 rad)."""
+    emergency_after_s: float = 0.0
+    """Rehearsal: latch the SDK emergency this long after start (0 = never), so operators and
+    tests can see what a real emergency does to the graph (joint_states stop, diagnostics ERROR)."""
     gripper_min_m: float = -0.012
     """The patched SDK's gripper command floor (EVA.md)."""
     limits: ArmLimits = field(default_factory=lambda: X5_LIMITS)
@@ -59,7 +62,7 @@ class SimConfig:
         for name in ("loop_dt_s",):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
-        for name in ("command_latency_s", "tracking_time_constant_s", "joint_noise_std_rad"):
+        for name in ("command_latency_s", "tracking_time_constant_s", "joint_noise_std_rad", "emergency_after_s"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
 
@@ -151,6 +154,8 @@ class SimArx5Controller:
         self._check_emergency()
 
     def _check_emergency(self) -> None:
+        if 0 < self.config.emergency_after_s <= self._t and not self.fault:
+            self.fault = f"emergency rehearsal (sim.emergency_after_s = {self.config.emergency_after_s} s)"
         q = self._measured[:JOINTS_PER_ARM]
         lim = self.config.limits
         if np.any(q < lim.pos_min - np.pi) or np.any(q > lim.pos_max + np.pi):

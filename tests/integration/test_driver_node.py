@@ -144,3 +144,22 @@ def test_watchdog_holds_within_timeout_plus_one_period_and_says_why(node_process
     time.sleep(1.0)
     held = np.array([s[1] for s in d.since(still[0][0])])
     assert np.max(np.ptp(held, axis=0)) <= 10 * NOISE_RAD
+
+
+def test_sdk_emergency_latches_silences_joint_states_and_refuses_home(node_process, ros_node):
+    from std_srvs.srv import Trigger
+
+    d = DriverProbe(node_process, ros_node, "sim.emergency_after_s:=4.0")
+    assert wait_for(lambda: any(m.startswith("FAULT (latched)") for _, m, _ in d.diag), 10.0)
+    t_fault = time.monotonic()
+    count = len(d.states)
+    d.stream(START + 0.3, 0.5)  # commands after the fault must not revive anything
+    time.sleep(0.3)
+    assert len(d.states) <= count + 1, "joint_states must stop: their absence is the fault signal"
+    home = ros_node.create_client(Trigger, "/eva/left/home")
+    assert home.wait_for_service(timeout_sec=10)
+    future = home.call_async(Trigger.Request())
+    assert wait_for(future.done, 10)
+    assert not future.result().success and "fault" in future.result().message
+    assert wait_for(lambda: any(m.startswith("FAULT") and int(v["commands_refused"]) > 0
+                                for t, m, v in d.diag if t >= t_fault), 3.0), "diagnostics must count the refusals"
