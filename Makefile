@@ -60,6 +60,8 @@ test-integration: $(STAMP)
 
 bench: $(STAMP) ## benchmarks print ratios and absolute figures and write JSON under out/bench
 	$(PY) bench/image_transport.py --out out/bench/image_transport.json
+	$(PY) bench/kinematics_frames.py --out out/bench/kinematics_frames.json
+	$(PY) bench/driver_jitter.py --domain 92 --out out/bench/driver_jitter.json
 
 shm-clean:
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/fastdds shm clean

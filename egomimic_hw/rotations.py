@@ -16,6 +16,8 @@ that flows silently into a command is how an arm goes somewhere nobody asked for
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from egomimic_hw.errors import PoseError
@@ -79,6 +81,8 @@ def mat_to_quat(mat) -> np.ndarray:
     (4w^2, 4x^2, 4y^2, 4z^2 from the trace and diagonal) so no division is by a tiny number.
     """
     m = _as_array(mat, (3, 3), "rotation matrix")
+    if m.ndim == 2:
+        return _mat_to_quat_one(m)
     r = m.reshape(-1, 3, 3)
     d0, d1, d2 = r[:, 0, 0], r[:, 1, 1], r[:, 2, 2]
     cand = np.stack([1.0 + d0 + d1 + d2, 1.0 + d0 - d1 - d2, 1.0 - d0 + d1 - d2, 1.0 - d0 - d1 + d2], axis=1)
@@ -99,6 +103,32 @@ def mat_to_quat(mat) -> np.ndarray:
     )
     out = branches[np.arange(r.shape[0]), choice]
     return canonical_quat(out.reshape(m.shape[:-2] + (4,)))
+
+
+def _mat_to_quat_one(m: np.ndarray) -> np.ndarray:
+    """The same Shepperd branch choice and canonical sign for ONE matrix, in plain floats.
+
+    Why a second path: the driver's FK and the gate's IK convert one pose per call at 100 Hz
+    per arm; numpy's per-call overhead made that 55 us against ~2 us here
+    (bench/kinematics_frames.py). A test holds both paths equal.
+    """
+    (r00, r01, r02), (r10, r11, r12), (r20, r21, r22) = m.tolist()
+    cand = (1.0 + r00 + r11 + r22, 1.0 + r00 - r11 - r22, 1.0 - r00 + r11 - r22, 1.0 - r00 - r11 + r22)
+    c = max(range(4), key=cand.__getitem__)
+    s = 2.0 * math.sqrt(max(cand[c], 1e-300))
+    if c == 0:
+        q = [0.25 * s, (r21 - r12) / s, (r02 - r20) / s, (r10 - r01) / s]
+    elif c == 1:
+        q = [(r21 - r12) / s, 0.25 * s, (r01 + r10) / s, (r02 + r20) / s]
+    elif c == 2:
+        q = [(r02 - r20) / s, (r01 + r10) / s, 0.25 * s, (r12 + r21) / s]
+    else:
+        q = [(r10 - r01) / s, (r02 + r20) / s, (r12 + r21) / s, 0.25 * s]
+    norm = math.sqrt(sum(v * v for v in q))
+    q = [v / norm for v in q]
+    lead = next((v for v in q if abs(v) > CANONICAL_ZERO), 1.0)
+    sign = -1.0 if lead < 0.0 else 1.0
+    return np.array([sign * v if abs(v) > CANONICAL_ZERO else 0.0 for v in q]) + 0.0
 
 
 def ypr_to_mat(ypr) -> np.ndarray:

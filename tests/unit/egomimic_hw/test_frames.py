@@ -144,3 +144,13 @@ def test_two_real_arm_poses_round_trip():
     ds = pose_ds_from_hw(both)
     assert not same_pose(ds, both, atol=1e-3)
     assert same_pose(pose_hw_from_ds(ds), both, atol=1e-9)
+
+
+def test_single_matrix_fast_path_equals_batched_path():
+    mats = Rotation.random(5_000, random_state=7).as_matrix()
+    half_turns = np.stack([Rotation.from_rotvec(axis * np.pi).as_matrix()
+                           for axis in (*np.eye(3), np.array([1.0, 1.0, 0.0]) / np.sqrt(2))])
+    mats = np.concatenate([mats, half_turns, np.eye(3)[None]])
+    batched = mat_to_quat(mats)
+    single = np.stack([mat_to_quat(m) for m in mats])
+    assert np.max(np.abs(batched - single)) <= 1e-15
