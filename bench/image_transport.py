@@ -7,7 +7,12 @@ set just before publish, the subscriber views the data zero-copy with np.frombuf
 p50/p99/max latency, received rate, loss (from a frame counter in the first 8 bytes of each
 frame) and CPU% per process (100 % = one core), for two configurations, run one after the other:
   - profile: FASTDDS_DEFAULT_PROFILES_FILE=config/fastdds_local.xml (8 MiB SHM segments);
-  - default: no profile (512 KiB SHM segments: a 900 KiB frame falls back to UDP on lo).
+  - default: no profile (512 KiB SHM segments: a 900 KiB frame falls back to UDP on lo);
+  - node: the real camera node (egomimic_nodes.camera_node, synthetic backend, 3 cameras in one
+    process, shipped profile) as the publisher: latency = receive time - capture stamp (the
+    frame is stamped when rendered, so this includes render, health check, the buffer copy and
+    DDS); loss from the frame counter the renderer draws into row 0; CPU of the node process,
+    also per camera stream (it renders, checks health and publishes health + camera_info too).
 plus the physical floor: copying the same bytes in-process (arr.tobytes() +
 np.frombuffer().copy(); each 900 KiB buffer is fresh memory, so page faults are included, as
 they are for a received message).
@@ -42,6 +47,14 @@ REPO = Path(__file__).resolve().parents[1]
 PROFILE = REPO / "config" / "fastdds_local.xml"
 H, W, RATE, STREAMS = 480, 640, 30.0, 3
 TOPICS = [f"/bench/cam{i}/image_raw" for i in range(STREAMS)]
+NODE_NS = "bench_node"
+NODE_TOPICS = [f"/{NODE_NS}/cameras/{cam}/image_raw" for cam in ("front_1", "left_wrist", "right_wrist")]
+
+
+def synthetic_frame_index(img) -> int:
+    """The frame counter the synthetic renderer draws (16 bits, 8 px each, row 0)."""
+    bits = img[0, 0:128:8, 0] > 127
+    return int(np.sum(bits.astype(np.int64) << np.arange(16)))
 NO_DATA_TIMEOUT_S = 20.0  # the subscriber gives up if nothing arrives within this
 
 
@@ -100,8 +113,9 @@ def run_pub(a) -> int:
 
 def run_sub(a) -> int:
     node, executor = make_node("bench_image_sub")
-    lat = [[] for _ in TOPICS]
-    seqs = [[] for _ in TOPICS]
+    topics = NODE_TOPICS if a.from_node else TOPICS
+    lat = [[] for _ in topics]
+    seqs = [[] for _ in topics]
     win = {"start": None, "end": None}
 
     def on_image(msg, i):
@@ -113,9 +127,9 @@ def run_sub(a) -> int:
         if win["start"] <= time.monotonic() < win["end"]:
             stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
             lat[i].append((now - stamp) / 1e6)
-            seqs[i].append(int(img.reshape(-1)[:8].view(np.uint64)[0]))
+            seqs[i].append(synthetic_frame_index(img) if a.from_node else int(img.reshape(-1)[:8].view(np.uint64)[0]))
 
-    for i, t in enumerate(TOPICS):
+    for i, t in enumerate(topics):
         node.create_subscription(Image, t, lambda m, i=i: on_image(m, i), qos.SENSOR)
     proc, cpu_started, t0 = psutil.Process(), False, time.monotonic()
     try:
@@ -135,7 +149,7 @@ def run_sub(a) -> int:
         cpu = proc.cpu_percent(None) if cpu_started else None
         node.destroy_node()
         rclpy.try_shutdown()
-    streams = {t: stats(lat[i], seqs[i], a.seconds) for i, t in enumerate(TOPICS)}
+    streams = {t: stats(lat[i], seqs[i], a.seconds) for i, t in enumerate(topics)}
     pooled = stats(sum(lat, []), None, a.seconds)  # rate_hz: all streams together
     n_exp = sum(s["expected"] for s in streams.values())
     pooled.update(expected=n_exp, loss_pct=100.0 * (1 - pooled["n"] / n_exp) if n_exp else None)
@@ -149,7 +163,7 @@ def stats(lat, seqs, seconds):
         x = np.asarray(lat)
         out.update(p50_ms=float(np.percentile(x, 50)), p99_ms=float(np.percentile(x, 99)), max_ms=float(x.max()))
     if seqs is not None:
-        out["expected"] = max(seqs) - min(seqs) + 1 if seqs else 0
+        out["expected"] = (int(np.sum(np.diff(seqs) % 65536)) + 1) if seqs else 0  # 16-bit node counter wraps
         out["loss_pct"] = 100.0 * (1 - len(seqs) / out["expected"]) if seqs else None
     return out
 
@@ -164,39 +178,61 @@ def copy_floor_ms(reps=200):
     return float(np.median(times))
 
 
-def run_config(name, profile, domain, a, tmp, procs, killed):
+def run_config(name, profile, domain, a, tmp, procs, killed, from_node=False):
     env = {k: v for k, v in os.environ.items()
            if k not in ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTDDS_BUILTIN_TRANSPORTS", "ROS_STATIC_PEERS")}
     env.update(ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", ROS_DOMAIN_ID=str(domain), ROS_LOG_DIR=str(tmp / "ros_log"))
     if profile:
         env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(profile)
     common = [sys.executable, __file__, "--seconds", str(a.seconds), "--warmup", str(a.warmup)]
+    if from_node:
+        common.append("--from-node")
 
     def start(role):
         with open(tmp / f"{name}_{role}.log", "w") as log:
-            p = subprocess.Popen(common + ["--role", role, "--result", str(tmp / f"{name}_{role}.json")],
-                                 env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+            cmd = common + ["--role", role, "--result", str(tmp / f"{name}_{role}.json")]
+            if role == "node":
+                cmd = [sys.executable, "-m", "egomimic_nodes.camera_node", "--ros-args", "-r", "__node:=cameras",
+                       "-r", f"__ns:=/{NODE_NS}", "-p", "cameras:=[front_1,left_wrist,right_wrist]",
+                       "-p", "backend:=synthetic"]
+            p = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         procs.append(p)
         return p
 
     sub = start("sub")
-    pub = start("pub")
+    pub = start("node" if from_node else "pub")
+    cpu_samples = []  # (monotonic, cpu seconds) of the node process, to cut out the sub's window
     try:
         try:
-            sub.wait(timeout=NO_DATA_TIMEOUT_S + a.warmup + a.seconds + 30)
+            deadline = time.monotonic() + NO_DATA_TIMEOUT_S + a.warmup + a.seconds + 30
+            ps = psutil.Process(pub.pid)
+            while sub.poll() is None:
+                if time.monotonic() > deadline:
+                    raise subprocess.TimeoutExpired(sub.args, 0)
+                if from_node:
+                    t = ps.cpu_times()
+                    cpu_samples.append((time.monotonic(), t.user + t.system))
+                time.sleep(0.1)
         except subprocess.TimeoutExpired:
             killed.append(stop(sub))
         deadline = time.monotonic() + 10  # the publisher writes its CPU at the end of the same window
-        while not (tmp / f"{name}_pub.json").exists() and time.monotonic() < deadline and pub.poll() is None:
+        while not from_node and not (tmp / f"{name}_pub.json").exists() and time.monotonic() < deadline \
+                and pub.poll() is None:
             time.sleep(0.1)
     finally:
         killed.append(stop(pub))
     res = json.loads((tmp / f"{name}_sub.json").read_text()) if (tmp / f"{name}_sub.json").exists() else {}
     pub_res = tmp / f"{name}_pub.json"
     res["pub"] = json.loads(pub_res.read_text()) if pub_res.exists() else {}
+    if from_node and cpu_samples:
+        end_t, end_cpu = cpu_samples[-1]
+        start_t, start_cpu = min(cpu_samples, key=lambda s: abs(s[0] - (end_t - a.seconds)))
+        if end_t > start_t:
+            res["pub"] = {"cpu_pct": 100.0 * (end_cpu - start_cpu) / (end_t - start_t)}
+            res["pub"]["cpu_pct_per_stream"] = res["pub"]["cpu_pct"] / STREAMS
     res.update(domain=domain, profile=str(profile) if profile else None)
     if not res.get("pooled", {}).get("n"):
-        for role in ("sub", "pub"):
+        for role in ("sub", "node" if from_node else "pub"):
             print(f"--- {name} {role} log (tail) ---\n" + (tmp / f"{name}_{role}.log").read_text()[-2000:], file=sys.stderr)
     return res
 
@@ -232,9 +268,10 @@ def main() -> int:
     ap.add_argument("--domain-base", type=int, default=90)
     ap.add_argument("--out", default="out/bench/image_transport.json")
     ap.add_argument("--result", help="(pub/sub) where the child writes its JSON")
+    ap.add_argument("--from-node", action="store_true", help="(sub) listen to the camera node's topics")
     a = ap.parse_args()
-    if not 0 <= a.domain_base <= 231:
-        ap.error("--domain-base must be in 0..231 (it and the next id are used)")
+    if not 0 <= a.domain_base <= 230:
+        ap.error("--domain-base must be in 0..230 (it and the next two ids are used)")
     if a.role != "orchestrate":
         return (run_pub if a.role == "pub" else run_sub)(a)
 
@@ -242,8 +279,9 @@ def main() -> int:
     procs, killed, results = [], [], {}
     with tempfile.TemporaryDirectory(prefix="bench_img_") as tmpdir:
         try:
-            for k, (name, prof) in enumerate((("profile", PROFILE), ("default", None))):
-                results[name] = run_config(name, prof, a.domain_base + k, a, Path(tmpdir), procs, killed)
+            for k, (name, prof) in enumerate((("profile", PROFILE), ("default", None), ("node", PROFILE))):
+                results[name] = run_config(name, prof, a.domain_base + k, a, Path(tmpdir), procs, killed,
+                                           from_node=name == "node")
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             return 130
@@ -262,10 +300,15 @@ def main() -> int:
               f"{fmt(p.get('rate_hz', 0) / STREAMS, '.1f'):>7} | {fmt(p.get('loss_pct'), '.1f'):>6} | "
               f"{fmt(r['pub'].get('cpu_pct'), '.1f%'):>7} | {fmt(r.get('cpu_pct'), '.1f%'):>7}")
     pr, df = results["profile"].get("pooled", {}), results["default"].get("pooled", {})
+    nd = results["node"].get("pooled", {})
     ratios = {"default/profile p50": ratio(df.get("p50_ms"), pr.get("p50_ms")),
               "default/profile p99": ratio(df.get("p99_ms"), pr.get("p99_ms")),
-              "profile p50 / copy floor": ratio(pr.get("p50_ms"), floor)}
+              "profile p50 / copy floor": ratio(pr.get("p50_ms"), floor),
+              "node p50 / copy floor": ratio(nd.get("p50_ms"), floor),
+              "node p50 / profile p50": ratio(nd.get("p50_ms"), pr.get("p50_ms"))}
     print(f"copy floor (tobytes + frombuffer().copy(), {H * W * 3:,} B): {floor:.3f} ms")
+    per_stream = results["node"]["pub"].get("cpu_pct_per_stream")
+    print(f"camera node (synthetic, capture stamp -> subscriber): CPU per camera stream {fmt(per_stream, '.1f%')}")
     print("ratios: " + ", ".join(f"{k} = {fmt(v, '.1f')}x" for k, v in ratios.items()))
 
     out = Path(a.out)

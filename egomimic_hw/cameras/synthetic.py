@@ -8,14 +8,22 @@ renderer is distinguishable from a still scene.
 
 Cost: one precomputed texture per camera; each frame is a crop (a view) plus drawing two
 markers in their bounding boxes: well under a millisecond, so three streams fit on 2 cores.
+
+`SyntheticCamera` is the backend: it paces rendering at `rate_hz` (monotonic deadlines, a late
+frame skips ahead instead of bursting) and stamps each frame when it is rendered.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
+
 import numpy as np
 
-from egomimic_hw.cameras.base import HEAD_CAMERA, Intrinsics
-from egomimic_hw.description import Arm
+from egomimic_hw.cameras.base import HEAD_CAMERA, ClockNs, Frame, Intrinsics, wall_clock_ns
+from egomimic_hw.description import CAMERAS, Arm
+from egomimic_hw.errors import ConfigError
 
 BASE_T_HEAD_CAMERA = {
     Arm.LEFT: np.array(
@@ -106,6 +114,71 @@ class SyntheticScene:
         self._frame[v0:v1, u0:u1][mask] = colour
 
     def _draw_timecode(self, frame_index: int) -> None:
+        # 8 px per bit: the health fingerprint samples every 8th column, so it sees every bit
+        # and a still scene is never mistaken for a frozen camera.
         bits = (frame_index >> np.arange(16)) & 1
-        block = np.repeat(np.where(bits, 255, 0).astype(np.uint8), 4)
-        self._frame[0:4, 0 : block.size, :] = block[None, :, None]
+        block = np.repeat(np.where(bits, 255, 0).astype(np.uint8), 8)
+        self._frame[0:8, 0 : block.size, :] = block[None, :, None]
+
+
+class Pacer:
+    """Monotonic frame deadlines at `rate_hz`; `wait()` sleeps until the next one (or returns
+    False on timeout or once `stop()` was called). Late by more than a period: skip ahead."""
+
+    def __init__(self, rate_hz: float, start_monotonic: float | None = None):
+        if not 0 < rate_hz <= 1000:
+            raise ConfigError(f"rate_hz must be in (0, 1000], got {rate_hz}")
+        self.period_s = 1.0 / rate_hz
+        self._next = time.monotonic() if start_monotonic is None else start_monotonic
+        self._stopped = threading.Event()
+
+    def wait_until(self, deadline: float, timeout_s: float) -> bool:
+        remaining = deadline - time.monotonic()
+        if remaining > timeout_s:
+            self._stopped.wait(timeout_s)
+            return False
+        return not self._stopped.wait(max(0.0, remaining))
+
+    def wait(self, timeout_s: float) -> bool:
+        if not self.wait_until(self._next, timeout_s):
+            return False
+        now = time.monotonic()
+        self._next += self.period_s
+        if self._next < now:
+            self._next = now + self.period_s
+        return True
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
+
+class SyntheticCamera:
+    """Backend `synthetic`: renders `camera` at `rate_hz` from `ee_positions()` (hardware frame,
+    per arm), i.e. the latest measured end-effector positions the node received."""
+
+    def __init__(self, camera: str, intrinsics: Intrinsics, rate_hz: float,
+                 ee_positions: Callable[[], dict[Arm, np.ndarray]], *, clock_ns: ClockNs = wall_clock_ns):
+        if camera not in CAMERAS:
+            raise ConfigError(f"unknown camera {camera!r}; choices: {list(CAMERAS)}")
+        self.camera = camera
+        self.intrinsics = intrinsics
+        self._scene = SyntheticScene(camera, intrinsics, seed=CAMERAS.index(camera))
+        self._ee_positions = ee_positions
+        self._clock_ns = clock_ns
+        self._pacer = Pacer(rate_hz)
+        self._index = 0
+
+    def read(self, timeout_s: float) -> Frame | None:
+        if not self._pacer.wait(timeout_s):
+            return None
+        image = self._scene.render(self._ee_positions(), self._index)
+        frame = Frame(image, self._clock_ns(), self._index)
+        self._index += 1
+        return frame
+
+    def close(self) -> None:
+        self._pacer.stop()

@@ -11,7 +11,7 @@ from egomimic_launch.stats import stream_stats, tracking_stats
 def test_default_graph_is_the_sim_loop_in_dependency_order():
     graph = build_graph({})
     names = [n.name for n in graph.nodes]
-    assert names == ["driver_left", "driver_right", "frames", "safety_gate", "cameras", "policy"]
+    assert names == ["driver_left", "driver_right", "frames", "cameras", "safety_gate", "policy"]
     assert graph.auto_arm and graph.namespace == "eva"
     assert all(n.lifecycle for n in graph.nodes if n.name.startswith("driver"))
 

@@ -36,8 +36,11 @@ def _default_dir(kind: str) -> str:
 LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
     LaunchArgument("namespace", "eva", "robot namespace; every topic is relative to it"),
     LaunchArgument("backend", "sim", "driver backend", ("sim", "arx5")),
-    LaunchArgument("camera_backend", "", "camera backend ('' = synthetic with backend:=sim)",
+    LaunchArgument("camera_backend", "", "camera backend ('' = synthetic with backend:=sim; with arx5 the "
+                   "per-camera hardware backends of ARX5_CAMERA_BACKENDS)",
                    ("", "synthetic", "replay", "v4l2", "realsense")),
+    LaunchArgument("replay_path", "", "camera_backend:=replay: an episode store (*.zarr) or a directory of images "
+                   "(tools/make_sim_episode.py writes one)"),
     LaunchArgument("policy", "scripted", "none | scripted | fold | pi | moe | <checkpoint> | tcp://host:port"),
     LaunchArgument("inject_latency_ms", "0", "extra latency added to every policy query"),
     LaunchArgument("record", "false", "run the episode recorder", ("true", "false")),
@@ -48,6 +51,11 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
                    ("", "true", "false")),
     LaunchArgument("params_file", "", "a YAML file overriding node parameters (applied last)"),
 )
+
+
+ARX5_CAMERA_BACKENDS = {"front_1": "v4l2", "left_wrist": "realsense", "right_wrist": "realsense"}
+"""The real EVA's cameras (EVA.md): wrists are RealSense D405s (by serial), the head camera a UVC
+device (by path); serials, devices and calibration files live in config/eva_arx5.yaml."""
 
 
 @dataclass(frozen=True)
@@ -91,11 +99,17 @@ def resolve_arguments(overrides: dict[str, str]) -> dict[str, str]:
         if choices and value not in choices:
             raise LaunchArgumentError(f"{name}:={value!r} is not one of {list(choices)}")
     if args["camera_backend"] == "":
-        args["camera_backend"] = "synthetic" if args["backend"] == "sim" else "v4l2"
+        args["camera_backend"] = "synthetic" if args["backend"] == "sim" else "hardware"
     if args["auto_arm"] == "":
         args["auto_arm"] = "true" if args["backend"] == "sim" else "false"
     if args["params_file"] and not Path(args["params_file"]).is_file():
         raise LaunchArgumentError(f"params_file:={args['params_file']!r} does not exist")
+    if args["camera_backend"] == "replay":
+        if not args["replay_path"]:
+            raise LaunchArgumentError("camera_backend:=replay needs replay_path:=<episode.zarr or image directory>")
+        if not Path(args["replay_path"]).exists():
+            raise LaunchArgumentError(f"replay_path:={args['replay_path']!r} does not exist")
+        args["replay_path"] = str(Path(args["replay_path"]).resolve())
     try:
         float(args["inject_latency_ms"])
     except ValueError:
@@ -117,21 +131,29 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
         ))
     nodes.append(NodeSpec("frames", f"{NODE_PACKAGE}.frames_node", ns, {}, files,
                           description="hardware <-> dataset frame conversion"))
-    nodes.append(NodeSpec("safety_gate", f"{NODE_PACKAGE}.gate_node", ns, {}, files, arm_after=True,
-                          description="safety gate (only publisher of joint commands)"))
     cameras = ("front_1", "left_wrist", "right_wrist")
-    if args["camera_backend"] == "synthetic":
-        # One process renders the whole simulated scene (see camera_node's docstring).
-        nodes.append(NodeSpec("cameras", f"{NODE_PACKAGE}.camera_node", ns,
-                              {"cameras": list(cameras), "backend": "synthetic"}, files,
-                              description="synthetic cameras front_1, left_wrist, right_wrist"))
+    camera_backend = args["camera_backend"]
+    if camera_backend in ("synthetic", "replay"):
+        # One process serves all three (one render/decode loop per camera, cameras in step;
+        # on 2 cores every process counts): see camera_node's docstring.
+        params = {"cameras": list(cameras), "backend": camera_backend}
+        if camera_backend == "replay":
+            params["replay_path"] = args["replay_path"]
+        nodes.append(NodeSpec("cameras", f"{NODE_PACKAGE}.camera_node", ns, params, files,
+                              description=f"{camera_backend} cameras front_1, left_wrist, right_wrist"))
     else:
+        # Hardware: one process per camera, so a stuck USB driver takes down one stream only.
         for cam in cameras:
+            cam_backend = ARX5_CAMERA_BACKENDS[cam] if camera_backend == "hardware" else camera_backend
             nodes.append(NodeSpec(
                 f"camera_{cam}", f"{NODE_PACKAGE}.camera_node", ns,
-                {"cameras": [cam], "backend": args["camera_backend"]}, files,
-                description=f"camera {cam} ({args['camera_backend']})",
+                {"cameras": [cam], "backend": cam_backend}, files,
+                description=f"camera {cam} ({cam_backend})",
             ))
+    # The gate starts after the cameras and drivers, so arming (which needs fresh state and
+    # camera health) can succeed at once; before the policy, so ARMING sees its first command.
+    nodes.append(NodeSpec("safety_gate", f"{NODE_PACKAGE}.gate_node", ns, {}, files, arm_after=True,
+                          description="safety gate (only publisher of joint commands)"))
     if args["policy"] != "none":
         nodes.append(NodeSpec("policy", f"{NODE_PACKAGE}.policy_node", ns,
                               {"policy": args["policy"], "inject_latency_ms": float(args["inject_latency_ms"])}, files,

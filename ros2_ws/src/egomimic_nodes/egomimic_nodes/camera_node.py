@@ -1,31 +1,73 @@
-"""Camera node: publishes `cameras/<camera>/image_raw` (rgb8, stamp = capture time) and
-`cameras/<camera>/camera_info` at `rate_hz`, for each camera in `cameras`.
+"""Camera node: publishes, for each camera in `cameras`,
+  cameras/<cam>/image_raw            sensor_msgs/Image rgb8, header.stamp = capture time
+  cameras/<cam>/camera_info          intrinsics of the published image (scaled if resized)
+  cameras/<cam>/image_raw/compressed sensor_msgs/CompressedImage JPEG (only with publish_compressed)
+  cameras/<cam>/health               egomimic_msgs/CameraHealth with every frame, and from the
+                                     health timer while frames do not come (silence is reported)
+  /diagnostics                       one status per camera: 1 Hz and at once on a state change
 
-Backends by parameter `backend`: `synthetic` renders the simulated scene from the arms'
-measured end-effector poses (`left/ee_pose`, `right/ee_pose`), so the picture moves with the
-arms. In simulation one process serves all three cameras (one pose subscription instead of
-three: on 2 cores every 100 Hz subscription counts); hardware cameras run one process each.
-Hardware backends (v4l2, realsense) and replay arrive with the ingestion issue; asking for
-them now fails at start with that message rather than publishing something fake.
+Backends (`backend`, egomimic_hw.cameras.backends): `synthetic` renders the simulated scene from
+the arms' measured end-effector poses (`left/ee_pose`, `right/ee_pose`); `replay` plays a recorded
+episode (zarr) or image directory (`replay_path`) at its recorded timing; `v4l2` reads a UVC
+camera (`<cam>.device`); `realsense` a D405 by serial (`<cam>.serial`). A backend that cannot
+start (no library, no device) makes the node exit at start with the fix in the message, never
+publish something fake. In simulation and replay one process serves all three cameras (2 cores);
+hardware cameras run one process each, so a stuck USB driver takes down one stream only.
+
+Every frame goes through FrameShaper: area-resized to `width` x `height` (default 640x480, what
+the models were trained on) and converted to RGB once. Each camera has its own capture thread
+(blocking backend reads, publish right after capture); the executor runs the pose subscriptions,
+the health timer and the parameter callback.
+
+Health (egomimic_hw.cameras.health): STALLED after `stall_after_s` without a frame (0 = 2.5
+periods), FROZEN after `freeze_after_s` of unchanged content, plus rate, jitter, dropped and
+duplicated counts. The safety gate treats any state other than OK as a stale camera.
+
+Fault injection, at runtime, for the safety-gate fault battery:
+    ros2 param set /eva/cameras inject_fault freeze:front_1   # same content, fresh stamps
+    ros2 param set /eva/cameras inject_fault stall:left_wrist  # stop publishing that camera
+    ros2 param set /eva/cameras inject_fault ""                # clear
+(rclpy: a SetParameters call on `<node>/set_parameters`). Faults act after the backend, so any
+backend can be faulted; they only ever make a camera look worse. SIGSTOP of the process is
+another real stall. Other parameters are read at start and refused at runtime.
 """
 
 from __future__ import annotations
 
-import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray
-from geometry_msgs.msg import PoseStamped
-from rclpy.node import Node
-from sensor_msgs.msg import CameraInfo, Image
+import threading
+import time
 
-from egomimic_hw.cameras.base import Intrinsics, default_intrinsics
-from egomimic_hw.cameras.synthetic import SyntheticScene
+import numpy as np
+import simplejpeg
+from diagnostic_msgs.msg import DiagnosticArray
+from egomimic_msgs.msg import CameraHealth
+from geometry_msgs.msg import PoseStamped
+from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
+from rclpy.node import Node
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image
+
+from egomimic_hw.cameras.backends import BACKENDS, CameraSource, open_camera
+from egomimic_hw.cameras.base import CameraError, Intrinsics
+from egomimic_hw.cameras.faults import CameraFault, parse_fault
+from egomimic_hw.cameras.health import CameraHealthMonitor, HealthConfig, HealthReport, HealthState
+from egomimic_hw.cameras.processing import FrameShaper
 from egomimic_hw.description import ARMS, CAMERAS
 from egomimic_hw.errors import ConfigError
 from egomimic_nodes import diagnostics, qos
-from egomimic_nodes.msg_convert import fill_image, pose_to_array
+from egomimic_nodes.msg_convert import fill_image, ns_to_stamp, pose_to_array
 from egomimic_nodes.spin import run_node
 
-BACKENDS = ("synthetic",)
+READ_TIMEOUT_S = 0.25
+"""A capture thread wakes at least this often (to notice shutdown); silence is judged by health."""
+STALE_REPUBLISH_NS = 100_000_000
+"""While a camera is not OK and no frame comes, its health is republished every 100 ms."""
+DIAG_LEVEL = {
+    HealthState.OK: diagnostics.OK,
+    HealthState.STARTING: diagnostics.WARN,
+    HealthState.STALLED: diagnostics.ERROR,
+    HealthState.FROZEN: diagnostics.ERROR,
+    HealthState.ERROR: diagnostics.ERROR,
+}
 
 
 def camera_info(camera: str, k: Intrinsics) -> CameraInfo:
@@ -33,80 +75,271 @@ def camera_info(camera: str, k: Intrinsics) -> CameraInfo:
     info.header.frame_id = f"{camera}_optical"
     info.width, info.height = k.width, k.height
     info.distortion_model = "plumb_bob"
-    info.d = [0.0] * 5
+    info.d = [float(x) for x in k.distortion]
     info.k = k.k.ravel().tolist()
     info.r = np.eye(3).ravel().tolist()
     info.p = [k.fx, 0.0, k.cx, 0.0, 0.0, k.fy, k.cy, 0.0, 0.0, 0.0, 1.0, 0.0]
     return info
 
 
-class _Stream:
-    """One camera's publishers, scene and counters."""
+def health_message(report: HealthReport, stamp) -> CameraHealth:
+    msg = CameraHealth()
+    msg.header.stamp = stamp
+    msg.header.frame_id = f"{report.camera}_optical"
+    msg.camera = report.camera
+    msg.state = int(report.state)
+    msg.detail = report.detail
+    msg.last_frame_stamp = ns_to_stamp(report.last_frame_ns)
+    msg.last_change_stamp = ns_to_stamp(report.last_change_ns)
+    msg.rate_hz = float(report.rate_hz)
+    msg.interval_jitter_s = float(report.interval_jitter_s)
+    msg.dropped, msg.duplicated, msg.frames = report.dropped, report.duplicated, report.frames
+    return msg
 
-    def __init__(self, node: Node, camera: str, width: int, height: int):
+
+class _Stream:
+    """One camera: backend, shaper, health, publishers and its capture thread."""
+
+    def __init__(self, node: "CameraNode", camera: str, backend, shaper: FrameShaper, health: HealthConfig,
+                 compressed_quality: int | None):
+        self.node = node
         self.camera = camera
-        self.intrinsics = default_intrinsics(camera, width, height)
-        self.scene = SyntheticScene(camera, self.intrinsics, seed=CAMERAS.index(camera))
+        self.backend = backend
+        self.shaper = shaper
+        self.monitor = CameraHealthMonitor(camera, health)
         prefix = f"cameras/{camera}"
         self.pub_image = node.create_publisher(Image, f"{prefix}/image_raw", qos.SENSOR)
         self.pub_info = node.create_publisher(CameraInfo, f"{prefix}/camera_info", qos.SENSOR)
+        self.pub_health = node.create_publisher(CameraHealth, f"{prefix}/health", qos.SENSOR)
+        self.pub_compressed = (node.create_publisher(CompressedImage, f"{prefix}/image_raw/compressed", qos.SENSOR)
+                               if compressed_quality else None)
+        self.jpeg_quality = compressed_quality
+        self.intrinsics = shaper.output_intrinsics(backend.intrinsics)
         self.info = camera_info(camera, self.intrinsics)
         self.image = Image()
         self.image.header.frame_id = f"{camera}_optical"
-        self.frames = 0
+        self.compressed = CompressedImage(format="rgb8; jpeg compressed rgb8")
+        self.compressed.header.frame_id = self.image.header.frame_id
+        self.frozen: np.ndarray | None = None
         self.publish_errors = 0
+        self.lock = threading.Lock()  # guards last_state / last_health_ns (capture thread vs timer)
+        self.last_state = HealthState.STARTING
+        self.last_health_ns = 0
+        self.thread = threading.Thread(target=self._capture_loop, name=f"capture-{camera}", daemon=True)
+
+    def _capture_loop(self) -> None:
+        node = self.node
+        while not node.stopping.is_set():
+            try:
+                frame = self.backend.read(READ_TIMEOUT_S)
+            except (CameraError, ConfigError) as exc:
+                self.monitor.on_error(str(exc))
+                node.get_logger().error(f"{self.camera}: {exc}", throttle_duration_sec=5.0)
+                node.stopping.wait(0.5)
+                continue
+            if frame is None:
+                continue
+            fault: CameraFault = node.fault
+            if fault.stalls(self.camera):
+                self.frozen = None
+                continue
+            rgb = self.shaper.shape(frame)
+            if fault.freezes(self.camera):
+                if self.frozen is None:
+                    self.frozen = rgb.copy()
+                rgb = self.frozen
+            else:
+                self.frozen = None
+            self.publish(rgb, frame.capture_ns)
+
+    def publish(self, rgb: np.ndarray, capture_ns: int) -> None:
+        stamp = ns_to_stamp(capture_ns)
+        self.image.header.stamp = stamp
+        fill_image(self.image, rgb)
+        self.info.header.stamp = stamp
+        try:
+            self.pub_image.publish(self.image)
+            self.pub_info.publish(self.info)
+            if self.pub_compressed is not None:
+                self.compressed.header.stamp = stamp
+                self.compressed.data = simplejpeg.encode_jpeg(rgb, quality=self.jpeg_quality, colorspace="RGB")
+                self.pub_compressed.publish(self.compressed)
+        except Exception as exc:  # noqa: BLE001 - a reliable writer can refuse under overload
+            if not self.node.context.ok():  # shutting down: stop capturing quietly
+                self.node.stopping.set()
+                return
+            self.publish_errors += 1
+            self.node.get_logger().warning(f"{self.camera}: publish failed: {exc}", throttle_duration_sec=5.0)
+        report = self.monitor.on_frame(capture_ns, rgb)
+        self.publish_health(report, capture_ns)
+
+    def publish_health(self, report: HealthReport, now_ns: int) -> None:
+        with self.lock:
+            changed = report.state != self.last_state
+            self.last_state = report.state
+            self.last_health_ns = now_ns
+        try:
+            self.pub_health.publish(health_message(report, ns_to_stamp(now_ns)))
+        except Exception:  # noqa: BLE001 - counted like image publish failures
+            self.publish_errors += 1
+        if changed:
+            self.node.state_changed(self, report)
+
+    def check(self, now_ns: int) -> None:
+        """Timer path: report silence (and any not-OK state) when frames do not carry it."""
+        report = self.monitor.check(now_ns)
+        with self.lock:
+            due = report.state != self.last_state or now_ns - self.last_health_ns >= STALE_REPUBLISH_NS
+        if report.state != HealthState.OK and due:
+            self.publish_health(report, now_ns)
 
 
 class CameraNode(Node):
     def __init__(self):
         super().__init__("camera")
-        cameras = list(self.declare_parameter("cameras", ["front_1"]).value)
-        backend = self.declare_parameter("backend", "synthetic").value
-        width = self.declare_parameter("width", 640).value
-        height = self.declare_parameter("height", 480).value
-        rate_hz = float(self.declare_parameter("rate_hz", 30.0).value)
+        self.stopping = threading.Event()
+        self.fault = CameraFault()
+
+        def param(name, default, description, any_type=False):
+            # any_type: serials and device indices are digits, which YAML and -p read as integers
+            desc = ParameterDescriptor(description=description, dynamic_typing=any_type)
+            return self.declare_parameter(name, default, desc).value
+
+        cameras = list(param("cameras", ["front_1"], "cameras this process serves (front_1, left_wrist, right_wrist)"))
+        backend = param("backend", "synthetic", f"camera backend: {' | '.join(BACKENDS)}")
+        width = int(param("width", 640, "published image width, px (frames are area-resized to it)"))
+        height = int(param("height", 480, "published image height, px"))
+        rate_hz = float(param("rate_hz", 30.0, "frame rate, Hz: synthetic renders at it, v4l2/realsense request it, "
+                                               "health expects it"))
+        compressed = bool(param("publish_compressed", False, "also publish image_raw/compressed (JPEG)"))
+        jpeg_quality = int(param("jpeg_quality", 85, "JPEG quality of image_raw/compressed, 1..100"))
+        health = HealthConfig(
+            expected_rate_hz=rate_hz,
+            stall_after_s=float(param("stall_after_s", 0.0, "no frame for this long = STALLED, s (0 = 2.5 periods)")),
+            freeze_after_s=float(param("freeze_after_s", 0.3, "unchanged image for this long = FROZEN, s")),
+            freeze_max_abs_diff=int(param("freeze_max_abs_diff", 1, "grey levels under which a frame counts as unchanged")),
+        )
+        check_hz = float(param("health_check_hz", 40.0, "health timer rate, Hz: bounds how late silence is reported"))
+        replay_path = str(param("replay_path", "", "replay: an episode store (*.zarr) or a directory of images"))
+        replay_loop = bool(param("replay_loop", True, "replay: restart at the end"))
+        replay_fps = float(param("replay_fps", 30.0, "replay: frame rate of an image directory without timestamps.txt"))
+        fault_spec = str(param("inject_fault", "", "runtime fault: '' | freeze:<cam> | stall:<cam>"))
         unknown = [c for c in cameras if c not in CAMERAS]
-        if unknown or not cameras:
-            raise ConfigError(f"unknown camera(s) {unknown or cameras}; choices: {list(CAMERAS)}")
+        if unknown or not cameras or len(set(cameras)) != len(cameras):
+            raise ConfigError(f"cameras {cameras}: need unique names from {list(CAMERAS)}")
         if backend not in BACKENDS:
-            raise ConfigError(f"camera backend {backend!r} is not available yet; choices: {list(BACKENDS)}")
+            raise ConfigError(f"unknown camera backend {backend!r}; choices: {list(BACKENDS)}")
         if not 1.0 <= rate_hz <= 120.0:
             raise ConfigError(f"rate_hz must be in [1, 120], got {rate_hz}")
-        self._streams = [_Stream(self, cam, width, height) for cam in cameras]
+        if compressed and not 1 <= jpeg_quality <= 100:
+            raise ConfigError(f"jpeg_quality must be in [1, 100], got {jpeg_quality}")
+        if not 5.0 <= check_hz <= 200.0:
+            raise ConfigError(f"health_check_hz must be in [5, 200], got {check_hz}")
+        self.fault = parse_fault(fault_spec, cameras)
+        sources = []
+        for cam in cameras:
+            sources.append(CameraSource(
+                camera=cam,
+                width=int(param(f"{cam}.source_width", 0, f"{cam}: source width to request, px (0 = width)")) or width,
+                height=int(param(f"{cam}.source_height", 0, f"{cam}: source height to request, px (0 = height)")) or height,
+                rate_hz=rate_hz,
+                device=str(param(f"{cam}.device", "", f"{cam} (v4l2): /dev/videoN, /dev/v4l/by-id/... or an index",
+                                 any_type=True)),
+                serial=str(param(f"{cam}.serial", "", f"{cam} (realsense): device serial number", any_type=True)),
+                calibration_file=str(param(f"{cam}.calibration_file", "", f"{cam}: ROS camera calibration YAML")),
+                replay_path=replay_path, replay_loop=replay_loop, replay_fps=replay_fps,
+            ))
+
         self._ee = {arm: np.array([0.3, 0.0, 0.3]) for arm in ARMS}
-        for arm in ARMS:
-            self.create_subscription(PoseStamped, f"{arm.value}/ee_pose", self._pose_cb(arm), qos.SENSOR)
+        start = time.monotonic() + 0.2  # replay: every camera of this process starts in step
+        self._streams: list[_Stream] = []
+        try:
+            for src in sources:
+                cam_backend = open_camera(backend, src, clock_ns=self._now_ns, ee_positions=lambda: self._ee,
+                                          start_monotonic=start)
+                shaper = FrameShaper(width, height)
+                if shaper.aspect_changes(cam_backend.intrinsics.width, cam_backend.intrinsics.height):
+                    self.get_logger().warning(
+                        f"{src.camera}: source {cam_backend.intrinsics.width}x{cam_backend.intrinsics.height} is "
+                        f"resized to {width}x{height}: the aspect ratio changes (intrinsics scaled per axis)")
+                self._streams.append(_Stream(self, src.camera, cam_backend, shaper, health,
+                                             jpeg_quality if compressed else None))
+        except Exception:
+            for s in self._streams:
+                s.backend.close()
+            raise
+        if backend == "synthetic":
+            for arm in ARMS:
+                self.create_subscription(PoseStamped, f"{arm.value}/ee_pose", self._pose_cb(arm), qos.SENSOR)
         self._pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.create_timer(1.0 / rate_hz, self._on_tick)
+        self._diag_lock = threading.Lock()
+        self.create_timer(1.0 / check_hz, self._check_health)
         self.create_timer(1.0, self._publish_diagnostics)
-        self.get_logger().info(f"{', '.join(cameras)}: {backend} {width}x{height} rgb8 at {rate_hz} Hz")
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        self._backend_name = backend
+        for s in self._streams:
+            s.thread.start()
+        self.get_logger().info(f"{', '.join(cameras)}: {backend} -> {width}x{height} rgb8 at {rate_hz} Hz"
+                               + (f" (fault {fault_spec})" if self.fault.active else ""))
+
+    def _now_ns(self) -> int:
+        return self.get_clock().now().nanoseconds
 
     def _pose_cb(self, arm):
         def cb(msg: PoseStamped) -> None:
-            self._ee[arm] = pose_to_array(msg.pose)[:3]
+            self._ee = {**self._ee, arm: pose_to_array(msg.pose)[:3]}  # one atomic swap for the renderers
         return cb
 
-    def _on_tick(self) -> None:
-        for s in self._streams:
-            frame = s.scene.render(self._ee, s.frames)
-            stamp = self.get_clock().now().to_msg()  # capture time of the synthetic frame
-            s.image.header.stamp = stamp
-            fill_image(s.image, frame)
-            s.info.header.stamp = stamp
+    def _on_set_parameters(self, params) -> SetParametersResult:
+        new_fault = self.fault
+        for p in params:
+            if p.name != "inject_fault":
+                return SetParametersResult(successful=False, reason=f"{p.name} is read at start only; restart the node")
             try:
-                s.pub_image.publish(s.image)
-                s.pub_info.publish(s.info)
-                s.frames += 1
-            except Exception as exc:  # noqa: BLE001 - a reliable writer can refuse under overload
-                s.publish_errors += 1
-                self.get_logger().warning(f"{s.camera}: publish failed: {exc}", throttle_duration_sec=5.0)
+                new_fault = parse_fault(str(p.value), [s.camera for s in self._streams])
+            except ConfigError as exc:
+                return SetParametersResult(successful=False, reason=str(exc))
+        if new_fault != self.fault:
+            self.get_logger().warning(f"inject_fault: {new_fault.kind or 'cleared'} {new_fault.camera}".rstrip())
+        self.fault = new_fault
+        return SetParametersResult(successful=True)
+
+    def _check_health(self) -> None:
+        now = self._now_ns()
+        for s in self._streams:
+            s.check(now)
+
+    def state_changed(self, stream: _Stream, report: HealthReport) -> None:
+        """Called from a capture thread or the timer: publish /diagnostics at once."""
+        if report.state != HealthState.OK:
+            self.get_logger().warning(f"{stream.camera}: {report.state.name}: {report.detail}")
+        else:
+            self.get_logger().info(f"{stream.camera}: OK")
+        self._publish_diagnostics()
+
+    def _status(self, s: _Stream):
+        r = s.monitor.check(self._now_ns())
+        return diagnostics.status(
+            f"camera/{s.camera}", s.camera, DIAG_LEVEL[r.state], f"{r.state.name}: {r.detail}",
+            {"state": r.state.name, "backend": self._backend_name, "rate_hz": f"{r.rate_hz:.2f}",
+             "interval_jitter_ms": f"{r.interval_jitter_s * 1e3:.2f}", "dropped": r.dropped,
+             "duplicated": r.duplicated, "frames": r.frames, "publish_errors": s.publish_errors,
+             "fault": f"{self.fault.kind}:{self.fault.camera}" if self.fault.active else ""},
+        )
 
     def _publish_diagnostics(self) -> None:
-        self._pub_diag.publish(diagnostics.array(self, *[
-            diagnostics.status(f"camera/{s.camera}", s.camera, diagnostics.OK if not s.publish_errors else diagnostics.WARN,
-                               "publishing", {"frames": s.frames, "publish_errors": s.publish_errors})
-            for s in self._streams
-        ]))
+        with self._diag_lock:
+            try:
+                self._pub_diag.publish(diagnostics.array(self, *[self._status(s) for s in self._streams]))
+            except Exception as exc:  # noqa: BLE001 - e.g. during shutdown, from a capture thread
+                self.get_logger().warning(f"diagnostics publish failed: {exc}", throttle_duration_sec=5.0)
+
+    def on_exit(self) -> None:
+        self.stopping.set()
+        for s in self._streams:
+            s.backend.close()
+        for s in self._streams:
+            s.thread.join(timeout=2.0)
 
 
 def main(args=None) -> int:
