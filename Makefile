@@ -59,7 +59,8 @@ test-integration: $(STAMP)
 	$(PY) -m pytest tests -m integration $(PYTEST_ARGS)
 
 bench: $(STAMP) ## benchmarks print ratios and absolute figures and write JSON under out/bench
-	$(PY) bench/image_transport.py --out out/bench/image_transport.json
+	$(PY) bench/image_transport.py --domain-base 93 --out out/bench/image_transport.json
+	$(PY) bench/camera_ingestion.py --out out/bench/camera_ingestion.json
 	$(PY) bench/kinematics_frames.py --out out/bench/kinematics_frames.json
 	$(PY) bench/driver_jitter.py --domain 92 --out out/bench/driver_jitter.json
 
