@@ -63,6 +63,7 @@ bench: $(STAMP) ## benchmarks print ratios and absolute figures and write JSON u
 	$(PY) bench/camera_ingestion.py --out out/bench/camera_ingestion.json
 	$(PY) bench/kinematics_frames.py --out out/bench/kinematics_frames.json
 	$(PY) bench/driver_jitter.py --domain 92 --out out/bench/driver_jitter.json
+	$(PY) bench/policy_latency.py --out out/bench/policy_latency.json
 
 shm-clean:
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/fastdds shm clean

@@ -1,0 +1,162 @@
+"""The Lightning-style checkpoint layout this project reads and writes.
+
+A checkpoint is one `torch.save`d dict (what PyTorch Lightning writes, EVA.md "Policies"):
+
+    state_dict        {"model.<param>": tensor}   the LightningModule holds the algorithm as `model`
+    hyper_parameters  {"model_config": {"_target_": "<module>.<AlgorithmClass>", ...fields},
+                       "norm_stats_state": NormStats.to_state(),
+                       "format_version": FORMAT_VERSION}
+    epoch, global_step
+    (optional, dropped by preparation) optimizer_states, lr_schedulers, loops, callbacks
+
+`format_version` marks a checkpoint written by this code base: its embodiment ids are CURRENT
+ones. A checkpoint without it is legacy (ids from LegacyEmbodiment, config possibly under
+`hyper_parameters.config_tree.model.robomimic_model`); `migrations` turns it into this layout.
+
+Loading uses `torch.load(weights_only=True)`: a checkpoint is data, and unpickling arbitrary
+objects from a file is code execution. Everything above is plain dicts, lists, numbers and
+tensors, so nothing legitimate is lost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from egomimic_policy.checkpoints.errors import CheckpointError
+
+FORMAT_VERSION = 1
+MODEL_PREFIX = "model."
+LEGACY_CONFIG_PATH = ("config_tree", "model", "robomimic_model")
+"""Where upstream EgoVerse checkpoints keep the model config inside hyper_parameters."""
+
+KEPT_TOP_LEVEL_KEYS = ("state_dict", "hyper_parameters", "epoch", "global_step", "pytorch-lightning_version")
+"""What a prepared rollout artifact keeps; optimizer state, loops and callbacks are training-only."""
+
+
+def canonical_json(value: Any) -> str:
+    """The one serialization hashes are taken of: sorted keys, no spaces, ASCII (as upstream)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def sha256_of(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value).encode("ascii")).hexdigest()
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict:
+    """Read a checkpoint dict on the CPU, memory-mapped where the file format allows it (a
+    multi-GB file is then not copied into RAM just to read its metadata)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {str(path)!r} does not exist or is not a file")
+    try:
+        try:
+            ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:
+            if "mmap" not in str(exc):
+                raise
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)  # legacy (non-zip) format
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure means the same to the caller
+        raise CheckpointError(f"cannot read checkpoint {str(path)!r}: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "hyper_parameters" not in ckpt:
+        raise CheckpointError(
+            f"{str(path)!r} is not a Lightning-style checkpoint (need a dict with 'state_dict' and 'hyper_parameters')"
+        )
+    return ckpt
+
+
+def model_config_of(ckpt: Mapping) -> dict:
+    """The model config dict (with `_target_`), from the current or the legacy location."""
+    hp = ckpt.get("hyper_parameters") or {}
+    config = hp.get("model_config")
+    if config is None:
+        node: Any = hp
+        for part in LEGACY_CONFIG_PATH:
+            node = node.get(part) if isinstance(node, Mapping) else None
+        config = node
+    if not isinstance(config, Mapping) or not isinstance(config.get("_target_"), str):
+        raise CheckpointError(
+            "checkpoint has no model config with a '_target_' (looked at hyper_parameters.model_config and "
+            "hyper_parameters." + ".".join(LEGACY_CONFIG_PATH) + ")"
+        )
+    return dict(config)
+
+
+def state_schema(state_dict: Mapping[str, torch.Tensor]) -> list[list]:
+    """[(key, shape, dtype)] of every tensor, sorted: identifies the weights' structure without
+    hashing gigabytes."""
+    return [[k, list(v.shape), str(v.dtype)] for k, v in sorted(state_dict.items()) if isinstance(v, torch.Tensor)]
+
+
+def model_state_dict(ckpt: Mapping) -> dict[str, torch.Tensor]:
+    """The algorithm's own state dict (the Lightning `model.` prefix removed)."""
+    sd = ckpt["state_dict"]
+    bad = [k for k in sd if not k.startswith(MODEL_PREFIX)]
+    if bad:
+        raise CheckpointError(f"state_dict keys outside '{MODEL_PREFIX}': {bad[:5]}{' ...' if len(bad) > 5 else ''}")
+    return {k[len(MODEL_PREFIX):]: v for k, v in sd.items()}
+
+
+def build_checkpoint(
+    *,
+    model_state: Mapping[str, torch.Tensor],
+    model_config: Mapping,
+    norm_stats_state: Mapping,
+    epoch: int,
+    global_step: int,
+    optimizer_states: list | None = None,
+) -> dict:
+    """The dict `save_checkpoint` writes (exposed for tests that build legacy variants of it)."""
+    if "_target_" not in model_config:
+        raise CheckpointError("model_config needs a '_target_' naming the algorithm class")
+    ckpt = {
+        "state_dict": {MODEL_PREFIX + k: v.detach().cpu().clone() for k, v in model_state.items()},
+        "hyper_parameters": {
+            "model_config": dict(model_config),
+            "norm_stats_state": dict(norm_stats_state),
+            "format_version": FORMAT_VERSION,
+        },
+        "epoch": int(epoch),
+        "global_step": int(global_step),
+    }
+    if optimizer_states is not None:
+        ckpt["optimizer_states"] = list(optimizer_states)
+    return ckpt
+
+
+def atomic_torch_save(obj: Any, path: Path) -> None:
+    """Write via a temp file in the same directory + fsync + os.replace: readers see the old
+    file or the whole new one, never half of it."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.partial")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def save_checkpoint(path: str | os.PathLike, algorithm, norm_stats, *, epoch: int, global_step: int, optimizer=None) -> Path:
+    """Write a trained algorithm (a families Algorithm: `state_dict()`, `model_config()`) and its
+    NormStats as a current-format checkpoint; with `optimizer`, its state is kept too (as Lightning
+    does; rollout preparation drops it). Atomic: a crash leaves no half-written file."""
+    path = Path(path)
+    ckpt = build_checkpoint(
+        model_state=algorithm.state_dict(),
+        model_config=algorithm.model_config(),
+        norm_stats_state=norm_stats.to_state(),
+        epoch=epoch,
+        global_step=global_step,
+        optimizer_states=None if optimizer is None else [optimizer.state_dict()],
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_torch_save(ckpt, path)
+    return path

@@ -1,0 +1,175 @@
+"""Migrations from legacy / training checkpoints to the current rollout layout (pure functions).
+
+Each migration is named, applied only when needed, logged when applied and recorded in the
+prepared artifact's marker, so an operator can see what was changed and why:
+
+- `strip_orig_mod`: torch.compile wraps modules as `_orig_mod`, so compiled training runs save
+  `model._orig_mod.x`; the rollout model is built uncompiled and needs `model.x`.
+- `relocate_config`: upstream keeps the model config at
+  `hyper_parameters.config_tree.model.robomimic_model`; here it is `hyper_parameters.model_config`.
+- `retarget`: renamed algorithm classes (`RENAMED_TARGETS`, append-only).
+- `remap_embodiment_ids`: legacy ids through egomimic_hw.embodiment.LEGACY_MIGRATION (8 -> 6,
+  18 -> 3), a table checked against both enums at import; any other legacy id is refused.
+- `drop_training_state`: optimizer states, LR schedulers, loops, callbacks (often most of the
+  file; never needed to act).
+- optional pin: the SOURCE model config's canonical-JSON SHA-256 must equal what the operator
+  pinned, or preparation refuses ("this is not the checkpoint you meant").
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from egomimic_hw.embodiment import embodiment_by_id, migrate_legacy_id
+from egomimic_hw.errors import ConfigError
+from egomimic_policy.checkpoints.errors import CheckpointError
+from egomimic_policy.checkpoints.layout import FORMAT_VERSION, KEPT_TOP_LEVEL_KEYS, model_config_of, sha256_of
+from egomimic_policy.normalization import NormStats
+
+log = logging.getLogger(__name__)
+
+ORIG_MOD = "_orig_mod."
+
+# Append-only: old `_target_` -> current one. Upstream's PipelineAlgo hosted the frozen Fold graph.
+RENAMED_TARGETS: MappingProxyType[str, str] = MappingProxyType(
+    {
+        "egomimic.pipeline.algo.PipelineAlgo": "egomimic_policy.families.fold.FoldAlgorithm",
+        "egomimic.algo.pi.PI": "egomimic_policy.families.pi.PIAlgorithm",
+    }
+)
+
+UNSUPPORTED_TARGETS: MappingProxyType[str, str] = MappingProxyType(
+    {
+        "egomimic.algo.hpt.HPT": "HPT is not ported to this runtime (its actions are legacy absolute/cam-frame poses)",
+        "egomimic.algo.act.ACT": "ACT is explicitly unsupported for live EVA upstream",
+    }
+)
+
+
+@dataclass
+class MigrationRecord:
+    """What preparation changed; stored in the artifact marker."""
+
+    source_model_config_sha256: str
+    target: str
+    applied: list[str] = field(default_factory=list)
+    embodiment_remap: dict[int, int] = field(default_factory=dict)
+    dropped_keys: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "source_model_config_sha256": self.source_model_config_sha256,
+            "target": self.target,
+            "applied": list(self.applied),
+            "embodiment_remap": {str(k): v for k, v in sorted(self.embodiment_remap.items())},
+            "dropped_keys": list(self.dropped_keys),
+        }
+
+
+def resolve_target(target: str) -> str:
+    """Current class path of a (possibly renamed) `_target_`; refuses known-unsupported ones."""
+    if target in UNSUPPORTED_TARGETS:
+        raise CheckpointError(f"checkpoint algorithm {target!r} is not supported: {UNSUPPORTED_TARGETS[target]}")
+    return RENAMED_TARGETS.get(target, target)
+
+
+def is_legacy(ckpt: Mapping) -> bool:
+    """True when the checkpoint predates this layout (its embodiment ids are legacy ids)."""
+    version = (ckpt.get("hyper_parameters") or {}).get("format_version")
+    if version is None:
+        return True
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise CheckpointError(f"checkpoint format_version {version!r} is newer than this code ({FORMAT_VERSION}); update it")
+    return False
+
+
+def _strip_orig_mod(state_dict: Mapping) -> tuple[dict, int]:
+    out: dict = {}
+    stripped = 0
+    for key, value in state_dict.items():
+        new = key.replace(ORIG_MOD, "")
+        stripped += new != key
+        if new in out:
+            raise CheckpointError(f"state_dict has both {key!r} and an un-prefixed twin {new!r}; cannot tell which is real")
+        out[new] = value
+    return out, stripped
+
+
+def _remap_norm_stats(state: Mapping, legacy: bool, record: MigrationRecord) -> dict:
+    stats = state.get("norm_stats")
+    if not isinstance(stats, Mapping) or not stats:
+        raise CheckpointError("norm_stats_state.norm_stats is missing or empty")
+    remapped = {}
+    for raw_id, keys in stats.items():
+        try:
+            emb_id = int(raw_id)
+        except (TypeError, ValueError):
+            raise CheckpointError(f"norm stats embodiment id {raw_id!r} is not an integer") from None
+        try:
+            current = migrate_legacy_id(emb_id) if legacy else embodiment_by_id(emb_id)
+        except ConfigError as exc:
+            raise CheckpointError(f"norm stats: {exc}") from None
+        if int(current) in remapped:
+            raise CheckpointError(f"norm stats: two ids map to {current.key}={int(current)}")
+        if legacy:
+            record.embodiment_remap[emb_id] = int(current)
+            log.warning("checkpoint migration: legacy embodiment id %d -> %s=%d", emb_id, current.key, int(current))
+        remapped[int(current)] = keys
+    try:
+        stats_obj = NormStats.from_state({**state, "norm_stats": remapped})
+    except ConfigError as exc:
+        raise CheckpointError(f"norm stats: {exc}") from None
+    return stats_obj.to_state()
+
+
+def migrate_checkpoint(ckpt: Mapping, *, pin_config_sha256: str | None = None) -> tuple[dict, MigrationRecord]:
+    """A new dict in the current layout (the input is not modified) and the record of what changed."""
+    source_config = model_config_of(ckpt)
+    source_sha = sha256_of(source_config)
+    if pin_config_sha256 is not None and pin_config_sha256.lower() != source_sha:
+        raise CheckpointError(
+            f"model config fingerprint mismatch: pinned {pin_config_sha256}, checkpoint has {source_sha} "
+            "(canonical-JSON SHA-256 of its model config); refusing to run a checkpoint you did not pin"
+        )
+    hp = ckpt["hyper_parameters"]
+    legacy = is_legacy(ckpt)
+    config = dict(source_config)
+    record = MigrationRecord(source_model_config_sha256=source_sha, target=config["_target_"])
+
+    state_dict, stripped = _strip_orig_mod(ckpt["state_dict"])
+    if stripped:
+        record.applied.append(f"strip_orig_mod({stripped} keys)")
+    if "model_config" not in hp:
+        record.applied.append("relocate_config")
+    target = resolve_target(config["_target_"])
+    if target != config["_target_"]:
+        record.applied.append(f"retarget({config['_target_']} -> {target})")
+        log.warning("checkpoint migration: retarget %s -> %s", config["_target_"], target)
+        config["_target_"] = target
+    record.target = target
+    if "norm_stats_state" not in hp:
+        raise CheckpointError("checkpoint has no hyper_parameters.norm_stats_state (a model is meaningless without its stats)")
+    norm_state = _remap_norm_stats(hp["norm_stats_state"], legacy, record)
+    if record.embodiment_remap:
+        record.applied.append(
+            "remap_embodiment_ids(" + ", ".join(f"{k}->{v}" for k, v in sorted(record.embodiment_remap.items())) + ")"
+        )
+    record.dropped_keys = sorted(str(k) for k in ckpt if k not in KEPT_TOP_LEVEL_KEYS)
+    record.dropped_keys += sorted(f"hyper_parameters.{k}" for k in hp if k not in ("model_config", "norm_stats_state", "format_version"))
+    if any(not k.startswith("hyper_parameters.") for k in record.dropped_keys):
+        record.applied.append("drop_training_state")
+    for key in ("epoch", "global_step"):
+        if not isinstance(ckpt.get(key), int):
+            raise CheckpointError(f"checkpoint {key!r} must be an int, got {ckpt.get(key)!r}")
+    out = {
+        "state_dict": state_dict,
+        "hyper_parameters": {"model_config": config, "norm_stats_state": norm_state, "format_version": FORMAT_VERSION},
+        "epoch": ckpt["epoch"],
+        "global_step": ckpt["global_step"],
+    }
+    if "pytorch-lightning_version" in ckpt:
+        out["pytorch-lightning_version"] = ckpt["pytorch-lightning_version"]
+    return out, record

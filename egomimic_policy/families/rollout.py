@@ -1,0 +1,125 @@
+"""The live policy of a family: Observation in, absolute dataset-frame Chunk out.
+
+One query, in order (each step once):
+1. validate the observation; encode this frame's images (resized, cv2.INTER_AREA) and its
+   `state_ee_pose` (20,); append both to the window (at episode start the first frame fills
+   every slot, as upstream's EvaObservationWindow does);
+2. normalize the window's state ONCE with the checkpoint's stats;
+3. sample the normalized chunk (seeded torch.Generator, torch.inference_mode);
+4. unnormalize once; decode every row against the poses captured in THIS observation (not the
+   previous frame's, not the live pose); grippers clamped to [0, 1];
+5. return a Chunk stamped with observation.stamp_ns, period 1/30 s.
+Anything non-finite raises: the executor treats a raise as "no chunk", never as motion.
+
+torch threads: `torch.set_num_threads(num_threads)` is process-wide; the default 1 leaves the
+other cores to the control graph sharing the machine.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Mapping
+
+import numpy as np
+import torch
+
+from egomimic_hw.description import CONTROL_RATE_HZ, Arm
+from egomimic_hw.errors import ConfigError, PoseError
+from egomimic_policy.features import ACTION_KEY, ACTION_LAYOUT, EMBODIMENT, STATE_KEY, decode_action_chunk, state_ee_pose
+from egomimic_policy.interface import Chunk, Observation, PolicySpec
+from egomimic_policy.normalization import NormStats
+
+
+def resolve_device(device: str) -> torch.device:
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r} requested but this torch has no CUDA device; use 'cpu'")
+    if dev.type not in ("cpu", "cuda"):
+        raise ConfigError(f"device {device!r} is not supported; choices: cpu, cuda")
+    return dev
+
+
+class FamilyRolloutPolicy:
+    """ChunkPolicy over a families Algorithm. `last_timing_ms` holds the phases of the last query
+    (encode, model, decode, total) from a monotonic clock. infer() and reset() are serialized by
+    a lock: the executor queries from a worker thread and may reset from another."""
+
+    def __init__(self, algorithm, norm_stats: NormStats, *, fingerprint: str, seed: int = 0, num_threads: int = 1,
+                 device: str = "cpu", extra: Mapping[str, str] | None = None):
+        if not isinstance(num_threads, int) or num_threads < 1:
+            raise ConfigError(f"num_threads must be an int >= 1, got {num_threads!r}")
+        torch.set_num_threads(num_threads)
+        self._device = resolve_device(device)
+        self.algorithm = algorithm.eval().to(self._device)
+        self.norm_stats = norm_stats
+        self._seed = int(seed)
+        self._generator = torch.Generator(self._device.type)
+        self._window: deque[tuple[torch.Tensor, np.ndarray]] = deque(maxlen=algorithm.config.n_obs_steps)
+        self.last_timing_ms: dict[str, float] = {}
+        self._lock = threading.Lock()
+        cfg = algorithm.config
+        self.spec = PolicySpec(
+            family=algorithm.family,
+            fingerprint=fingerprint,
+            embodiment=EMBODIMENT.key,
+            action_layout=ACTION_LAYOUT,
+            chunk_length=cfg.chunk_length,
+            rate_hz=CONTROL_RATE_HZ,
+            extra={"target": algorithm.target(), "n_obs_steps": str(cfg.n_obs_steps), "seed": str(self._seed),
+                   "device": str(self._device), "num_threads": str(num_threads), **dict(extra or {})},
+        )
+        self.reset()
+
+    def reset(self) -> None:
+        """New episode: empty window and the sampler noise restarts from the seed (a replayed
+        episode gets the same chunks)."""
+        with self._lock:
+            self._window.clear()
+            self._generator.manual_seed(self._seed)
+
+    def infer(self, observation: Observation) -> Chunk:
+        with self._lock:
+            return self._infer(observation)
+
+    def _infer(self, observation: Observation) -> Chunk:
+        t0 = time.monotonic()
+        if not isinstance(observation.stamp_ns, (int, np.integer)):
+            raise ConfigError(f"observation.stamp_ns must be an int (ns), got {observation.stamp_ns!r}")
+        current = {Arm.LEFT: np.asarray(observation.left_pose, dtype=np.float64),
+                   Arm.RIGHT: np.asarray(observation.right_pose, dtype=np.float64)}
+        for arm, pose in current.items():
+            if pose.shape != (7,):
+                raise PoseError(f"{arm.value}_pose must be (7,), got {pose.shape}")
+        state = state_ee_pose(current[Arm.LEFT], observation.left_gripper, current[Arm.RIGHT], observation.right_gripper)
+        with torch.inference_mode():
+            features = self.algorithm.frame_features(observation.images)
+            if not self._window:
+                self._window.extend([(features, state)] * self._window.maxlen)
+            else:
+                self._window.append((features, state))
+            state_window = np.stack([s for _, s in self._window])  # (T, 20) raw
+            state_n = self.norm_stats.normalize(EMBODIMENT, STATE_KEY, state_window)
+            t1 = time.monotonic()
+            context = self.algorithm.condition(
+                torch.stack([f for f, _ in self._window], dim=1),
+                torch.as_tensor(state_n, dtype=torch.float32, device=self._device)[None],
+            )
+            actions_n = self.algorithm.sample(context, self._generator)[0].double().cpu().numpy()
+        t2 = time.monotonic()
+        if not np.all(np.isfinite(actions_n)):
+            raise PoseError(f"{self.algorithm.family} produced non-finite actions")
+        actions = self.norm_stats.unnormalize(EMBODIMENT, ACTION_KEY, actions_n)
+        decoded = decode_action_chunk(current, actions)
+        t3 = time.monotonic()
+        self.last_timing_ms = {"encode": 1e3 * (t1 - t0), "model": 1e3 * (t2 - t1), "decode": 1e3 * (t3 - t2),
+                               "total": 1e3 * (t3 - t0)}
+        return Chunk(
+            observation_stamp_ns=int(observation.stamp_ns),
+            period_s=1.0 / CONTROL_RATE_HZ,
+            left_pose=decoded[Arm.LEFT][0],
+            right_pose=decoded[Arm.RIGHT][0],
+            left_gripper=decoded[Arm.LEFT][1],
+            right_gripper=decoded[Arm.RIGHT][1],
+        )

@@ -1,0 +1,314 @@
+"""Patched cached checkpoints: golden migration of a legacy-layout checkpoint, reuse without any
+write, separate processes starting together do the work once, corrupt entries are rebuilt, a
+read-only source works, and refusals happen before anything is written."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from egomimic_hw.embodiment import Embodiment
+from egomimic_policy.checkpoints import CheckpointError, load_checkpoint, save_checkpoint, sha256_of
+from egomimic_policy.checkpoints.layout import FORMAT_VERSION
+from egomimic_policy.families import FoldAlgorithm, PIAlgorithm, build_algorithm, make_policy
+from egomimic_policy.features import ACTION_KEY, STATE_KEY, neutral_norm_stats
+from egomimic_policy.normalization import KeyStats, NormStats
+from tests.unit.egomimic_policy.conftest import make_observation
+
+REPO = Path(__file__).resolve().parents[3]
+HUMAN_STATE = KeyStats.from_samples(np.random.default_rng(1).normal(size=(200, 20)))
+
+
+def legacy_checkpoint(algo, path: Path, *, ids=(8, 18), target="egomimic.pipeline.algo.PipelineAlgo") -> Path:
+    """The upstream layout: torch.compile prefixes, config under config_tree, legacy ids, and
+    training state (optimizer, schedulers, loops, callbacks)."""
+    neutral = neutral_norm_stats().to_state()["norm_stats"][int(Embodiment.EVA_BIMANUAL)]
+    human = {STATE_KEY: HUMAN_STATE.to_dict(), ACTION_KEY: neutral[ACTION_KEY]}
+    config = {**algo.model_config(), "_target_": target}
+    ckpt = {
+        "state_dict": {"model._orig_mod." + k: v.clone() for k, v in algo.state_dict().items()},
+        "hyper_parameters": {
+            "config_tree": {"model": {"robomimic_model": config}},
+            "norm_stats_state": {"norm_mode": "quantile", "embodiments": list(ids), "reduce_all_but_last": True,
+                                 "norm_stats": dict(zip(ids, (neutral, human)))},
+            "data_schematic": {"keys": ["front_img_1"]},
+        },
+        "epoch": 3,
+        "global_step": 133665,
+        "pytorch-lightning_version": "2.4.0",
+        "optimizer_states": [{"state": {0: {"exp_avg": torch.randn(4000)}}, "param_groups": [{"lr": 1e-4}]}],
+        "lr_schedulers": [{"last_epoch": 3}],
+        "loops": {"fit_loop": {"epoch_progress": 3}},
+        "callbacks": {"ModelCheckpoint": {"best": 0.1}},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(ckpt, path)
+    return path
+
+
+def snapshot(*dirs: Path) -> dict:
+    """Every file under dirs with (size, mtime_ns, inode, sha256): equal snapshots = nothing written."""
+    out = {}
+    for d in dirs:
+        for p in sorted(d.rglob("*")):
+            if p.is_file():
+                st = p.stat()
+                out[str(p)] = (st.st_size, st.st_mtime_ns, st.st_ino, hashlib.sha256(p.read_bytes()).hexdigest())
+    return out
+
+
+@pytest.fixture
+def fold():
+    return build_algorithm("fold", seed=1)
+
+
+def test_golden_legacy_migration(fold, tmp_path):
+    source = legacy_checkpoint(fold, tmp_path / "src" / "fold_epoch3.ckpt")
+    source_config = load_checkpoint(source)["hyper_parameters"]["config_tree"]["model"]["robomimic_model"]
+    prepared = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=tmp_path / "cache")
+    assert not prepared.reused and prepared.rebuild_reason is None
+    assert prepared.artifact_path.parent == tmp_path / "cache"
+    assert prepared.artifact_path.name == f"fold_epoch3.rollout-fold-v1-{prepared.fingerprint[:16]}.ckpt"
+
+    art = torch.load(prepared.artifact_path, weights_only=True)
+    assert sorted(art) == ["epoch", "global_step", "hyper_parameters", "pytorch-lightning_version", "state_dict"]
+    assert (art["epoch"], art["global_step"]) == (3, 133665)
+    assert sorted(art["hyper_parameters"]) == ["format_version", "model_config", "norm_stats_state"]
+    assert art["hyper_parameters"]["format_version"] == FORMAT_VERSION
+    assert art["hyper_parameters"]["model_config"] == {**source_config, "_target_": FoldAlgorithm.target()}
+    expected_sd = fold.state_dict()
+    assert sorted(art["state_dict"]) == sorted("model." + k for k in expected_sd)
+    for k, v in expected_sd.items():
+        torch.testing.assert_close(art["state_dict"]["model." + k], v, rtol=0, atol=0)
+    norm = art["hyper_parameters"]["norm_stats_state"]
+    assert norm["embodiments"] == [3, 6] and sorted(norm["norm_stats"]) == [3, 6]
+    assert norm["norm_stats"][3][STATE_KEY] == HUMAN_STATE.to_dict()  # 18 -> 3 kept its own stats
+    assert norm["norm_stats"][6] == neutral_norm_stats().to_state()["norm_stats"][6]  # 8 -> 6
+
+    marker = json.loads(prepared.marker_path.read_text())
+    assert marker["migration"]["applied"] == [
+        "strip_orig_mod(%d keys)" % len(expected_sd),
+        "relocate_config",
+        f"retarget(egomimic.pipeline.algo.PipelineAlgo -> {FoldAlgorithm.target()})",
+        "remap_embodiment_ids(8->6, 18->3)",
+        "drop_training_state",
+    ]
+    assert marker["migration"]["embodiment_remap"] == {"8": 6, "18": 3}
+    assert marker["migration"]["dropped_keys"] == [
+        "callbacks", "loops", "lr_schedulers", "optimizer_states", "hyper_parameters.config_tree",
+        "hyper_parameters.data_schematic",
+    ]
+    assert marker["migration"]["source_model_config_sha256"] == sha256_of(source_config)
+    assert marker["fingerprint"] == prepared.fingerprint and marker["compat_version"] == "fold-v1"
+    assert marker["artifact_size"] == prepared.artifact_path.stat().st_size
+    assert marker["source"]["path"] == str(source.resolve())
+    assert prepared.artifact_path.stat().st_size < source.stat().st_size  # optimizer state gone
+
+    # The migrated model runs and is the same network as the one that was saved.
+    policy = make_policy(str(source), cache_dir=tmp_path / "cache", seed=2)
+    assert policy.spec.family == "fold" and policy.spec.extra["cache"] == "reused"
+    assert policy.spec.fingerprint == prepared.fingerprint
+    obs = make_observation()
+    direct = fold.eval().create_rollout_policy(neutral_norm_stats(), fingerprint="x", seed=2).infer(obs)
+    np.testing.assert_allclose(policy.infer(obs).left_pose, direct.left_pose, atol=1e-6)
+
+
+def test_second_start_writes_nothing_and_source_is_untouched(fold, tmp_path):
+    source = legacy_checkpoint(fold, tmp_path / "src" / "a.ckpt")
+    cache = tmp_path / "cache"
+    before_source = snapshot(source.parent)
+    first = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache)
+    assert snapshot(source.parent) == before_source  # first start: nothing next to the source
+    cache_after_first = snapshot(cache)
+    assert set(Path(p).name for p in cache_after_first) == {
+        first.artifact_path.name, first.marker_path.name, first.artifact_path.name + ".lock"}
+    time.sleep(0.02)  # a rewrite would now get a different mtime
+    second = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache)
+    assert second.reused and second.artifact_path == first.artifact_path
+    assert snapshot(cache) == cache_after_first
+    assert snapshot(source.parent) == before_source
+    policy = make_policy(str(source), cache_dir=cache)  # the full start path also reuses
+    assert policy.spec.extra["cache"] == "reused" and snapshot(cache) == cache_after_first
+
+
+CHILD = textwrap.dedent(
+    """
+    import json, os, sys, time
+    from pathlib import Path
+    import egomimic_policy.families.base as base
+    from egomimic_policy.families import FoldAlgorithm
+    source, cache, go, log = map(Path, sys.argv[1:5])
+    real = base.migrate_checkpoint
+    def slow(ckpt, **kw):
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()}\\n")
+        time.sleep(1.0)  # hold the lock long enough for the others to queue on it
+        return real(ckpt, **kw)
+    base.migrate_checkpoint = slow
+    (Path(str(go) + f".ready.{os.getpid()}")).touch()
+    while not go.exists():
+        time.sleep(0.005)
+    p = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache)
+    print(json.dumps({"reused": p.reused, "artifact": str(p.artifact_path)}))
+    """
+)
+
+
+def test_concurrent_starts_in_separate_processes_do_the_work_once(fold, tmp_path):
+    source = legacy_checkpoint(fold, tmp_path / "src" / "a.ckpt")
+    cache, go, log = tmp_path / "cache", tmp_path / "go", tmp_path / "builds.log"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(source), str(cache), str(go), str(log)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(3)]
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("go.ready.*"))) < 3:
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+        time.sleep(0.01)
+    go.touch()
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert sorted(r["reused"] for r in results) == [False, True, True]
+    assert len(set(r["artifact"] for r in results)) == 1
+    assert len(log.read_text().split()) == 1  # the migration ran in exactly one process
+    assert FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache).reused
+    assert not list(cache.glob(".*.partial"))
+
+
+@pytest.mark.parametrize("damage", ["garbage marker", "truncated artifact", "foreign marker", "flipped byte", "no marker"])
+def test_corrupt_or_mismatched_entry_is_rebuilt(fold, tmp_path, damage):
+    source = legacy_checkpoint(fold, tmp_path / "src" / "a.ckpt")
+    cache = tmp_path / "cache"
+    first = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache)
+    good = first.artifact_path.read_bytes()
+    if damage == "garbage marker":
+        first.marker_path.write_text("{not json")
+    elif damage == "truncated artifact":
+        first.artifact_path.write_bytes(good[: len(good) // 2])
+    elif damage == "foreign marker":
+        first.marker_path.write_text(json.dumps({**first.marker, "fingerprint": "0" * 64}))
+    elif damage == "flipped byte":
+        first.artifact_path.write_bytes(good[:100] + bytes([good[100] ^ 0xFF]) + good[101:])
+    else:
+        first.marker_path.unlink()
+    again = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache)
+    assert not again.reused and again.rebuild_reason, again
+    assert again.artifact_path.read_bytes() == good
+    assert FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache).reused
+
+
+def test_changed_source_gets_a_new_entry(fold, tmp_path):
+    source = legacy_checkpoint(fold, tmp_path / "src" / "a.ckpt")
+    cache = tmp_path / "cache"
+    first = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache)
+    st = source.stat()
+    os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    second = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache)
+    assert second.fingerprint != first.fingerprint and not second.reused
+
+
+READ_ONLY_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    from egomimic_policy.families import make_policy
+    from tests.unit.egomimic_policy.conftest import make_observation
+    policy = make_policy(sys.argv[1], cache_dir=sys.argv[2])
+    chunk = policy.infer(make_observation())
+    print(json.dumps({"rows": len(chunk), "cache": policy.spec.extra["cache"]}))
+    """
+)
+
+
+def read_only_prefix() -> list[str]:
+    """Command prefix under which file modes bind this process: root ignores them unless it
+    drops CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH (setpriv, util-linux)."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: a read-only mode cannot be enforced")
+    return ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]
+
+
+def test_read_only_source_works(fold, tmp_path):
+    source = save_checkpoint(tmp_path / "src" / "ro.ckpt", fold, neutral_norm_stats(), epoch=0, global_step=1)
+    cache = tmp_path / "cache"
+    os.chmod(source, 0o444)
+    os.chmod(source.parent, 0o555)
+    try:
+        before = snapshot(source.parent)
+        prefix = read_only_prefix()
+        probe = subprocess.run([*prefix, sys.executable, "-c", f"open({str(source.parent / 'x')!r}, 'w')"],
+                               capture_output=True, text=True)
+        assert probe.returncode != 0 and "Permission denied" in probe.stderr  # the source dir really is read-only
+        done = subprocess.run([*prefix, sys.executable, "-c", READ_ONLY_CHILD, str(source), str(cache)],
+                              capture_output=True, text=True, timeout=180, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout.strip().splitlines()[-1]) == {"rows": 100, "cache": "built"}
+        assert snapshot(source.parent) == before
+        assert len(list(cache.glob("*.ckpt"))) == 1
+    finally:
+        os.chmod(source.parent, 0o755)
+
+
+def test_pin_and_refusals_write_nothing(fold, tmp_path):
+    cache = tmp_path / "cache"
+    source = legacy_checkpoint(fold, tmp_path / "src" / "a.ckpt")
+    config = load_checkpoint(source)["hyper_parameters"]["config_tree"]["model"]["robomimic_model"]
+    with pytest.raises(CheckpointError, match="fingerprint mismatch"):
+        FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache, pin_config_sha256="ab" * 32)
+    assert not list(cache.glob("*.ckpt"))
+    pinned = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache, pin_config_sha256=sha256_of(config))
+    assert pinned.marker["pin_config_sha256"] == sha256_of(config)
+
+    cases = {
+        "unknown_id": (legacy_checkpoint(fold, tmp_path / "bad" / "ids.ckpt", ids=(5, 18)), "legacy embodiment id 5"),
+        "hpt": (legacy_checkpoint(fold, tmp_path / "bad" / "hpt.ckpt", target="egomimic.algo.hpt.HPT"), "HPT is not ported"),
+    }
+    wrong_family = legacy_checkpoint(fold, tmp_path / "bad" / "pi.ckpt", target="egomimic.algo.pi.PI")
+    for path, message in cases.values():
+        with pytest.raises(CheckpointError, match=message):
+            make_policy(str(path), cache_dir=tmp_path / "cache2")
+    with pytest.raises(CheckpointError, match="not a 'egomimic_policy.families.fold.FoldAlgorithm'"):
+        FoldAlgorithm.prepare_rollout_checkpoint(wrong_family, cache_dir=tmp_path / "cache2")
+    with pytest.raises(Exception, match="PIConfig has no field|does not support"):
+        PIAlgorithm.prepare_rollout_checkpoint(wrong_family, cache_dir=tmp_path / "cache2")
+    missing = fold.state_dict()
+    missing.pop("head.proj.weight")
+    torch.save({"state_dict": {"model." + k: v for k, v in missing.items()},
+                "hyper_parameters": {"model_config": fold.model_config(), "format_version": 1,
+                                     "norm_stats_state": neutral_norm_stats().to_state()},
+                "epoch": 0, "global_step": 0}, tmp_path / "bad" / "missing.ckpt")
+    with pytest.raises(CheckpointError, match=r"missing \['head.proj.weight'\]"):
+        make_policy(str(tmp_path / "bad" / "missing.ckpt"), cache_dir=tmp_path / "cache2")
+    (tmp_path / "bad" / "junk.ckpt").write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="cannot read checkpoint"):
+        make_policy(str(tmp_path / "bad" / "junk.ckpt"), cache_dir=tmp_path / "cache2")
+    assert not list((tmp_path / "cache2").glob("*.ckpt"))
+
+
+def test_current_format_checkpoint_keeps_current_ids(tmp_path):
+    algo = build_algorithm("pi", seed=0)
+    stats = neutral_norm_stats().to_state()["norm_stats"][6]
+    norm = NormStats.from_state({"norm_mode": "quantile", "norm_stats": {6: stats, 3: stats}})
+    path = save_checkpoint(tmp_path / "pi.ckpt", algo, norm, epoch=1, global_step=2)
+    prepared = PIAlgorithm.prepare_rollout_checkpoint(path, cache_dir=tmp_path / "cache")
+    assert prepared.marker["migration"]["applied"] == []  # nothing to migrate, nothing claimed
+    art = load_checkpoint(prepared.artifact_path)
+    assert sorted(art["hyper_parameters"]["norm_stats_state"]["norm_stats"]) == [3, 6]
+    policy = make_policy(str(path), cache_dir=tmp_path / "cache", overrides={"flow_steps": 4})
+    assert policy.algorithm.config.flow_steps == 4 and policy.spec.fingerprint != prepared.fingerprint
+    with pytest.raises(Exception, match="cannot change on trained weights"):
+        make_policy(str(path), cache_dir=tmp_path / "cache", overrides={"d_model": 128})
