@@ -17,7 +17,7 @@ MSG_SOURCES := $(wildcard ros2_ws/src/egomimic_msgs/msg/*.msg) ros2_ws/src/egomi
                ros2_ws/src/egomimic_msgs/package.xml ros2_ws/src/egomimic_msgs/pyproject.toml
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test test-unit test-integration bench clean-venv shm-clean
+.PHONY: help setup run test test-unit test-integration test-properties test-faults bench clean-venv shm-clean
 
 help: ## list the targets
 	@echo "EVA control service"
@@ -26,6 +26,8 @@ help: ## list the targets
 	@echo "  make setup        create .venv with the pinned ROS 2 Kilted wheels, torch (CPU), build egomimic_msgs"
 	@echo "  make test-unit    library tests only (fast, no DDS)"
 	@echo "  make test-integration  real node processes over DDS"
+	@echo "  make test-faults  the safety gate fault battery on the simulated graph (FAULT_TRIALS=3; also in make test)"
+	@echo "  make test-properties  gate property tests at 10,000 examples per property (~5 min)"
 	@echo "  make bench        benchmarks under bench/ (not part of make test)"
 	@echo "  make shm-clean    remove Fast DDS shared memory left by killed processes"
 	@echo "  make clean-venv   delete .venv"
@@ -58,12 +60,19 @@ test-unit: $(STAMP)
 test-integration: $(STAMP)
 	$(PY) -m pytest tests -m integration $(PYTEST_ARGS)
 
+test-properties: $(STAMP) ## gate property tests at the full 10,000 examples per property
+	EGOMIMIC_PROPERTY_EXAMPLES=10000 $(PY) -m pytest tests/unit/egomimic_safety/test_gate_properties.py $(PYTEST_ARGS)
+
+test-faults: $(STAMP) ## the safety gate fault battery against the simulated graph (FAULT_TRIALS=3)
+	EGOMIMIC_FAULT_TRIALS=$${FAULT_TRIALS:-3} $(PY) -m pytest tests/faults $(PYTEST_ARGS)
+
 bench: $(STAMP) ## benchmarks print ratios and absolute figures and write JSON under out/bench
 	$(PY) bench/image_transport.py --domain-base 93 --out out/bench/image_transport.json
 	$(PY) bench/camera_ingestion.py --out out/bench/camera_ingestion.json
 	$(PY) bench/kinematics_frames.py --out out/bench/kinematics_frames.json
 	$(PY) bench/driver_jitter.py --domain 92 --out out/bench/driver_jitter.json
 	$(PY) bench/policy_latency.py --out out/bench/policy_latency.json
+	$(PY) bench/gate_decision.py --out out/bench/gate_decision.json
 
 shm-clean:
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/fastdds shm clean

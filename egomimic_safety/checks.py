@@ -1,7 +1,14 @@
-"""Pure per-arm checks of a proposed hardware-frame command. Each returns a Verdict.
+"""Pure per-arm checks of a proposed hardware-frame command, in the order they run.
 
-The order is cheapest-and-most-fundamental first (structure, frame, freshness, Cartesian
-steps, then IK and joint space), so the first failing check names the real problem.
+Order: cheapest and most fundamental first (structure, frame, fresh state), then Cartesian
+(workspace, jump vs the measured pose, rate vs the previous accepted command), then IK and
+joint space (limits, step), then the gripper, so the first failing check names the real
+problem. A check either passes the (possibly clamped) target on or refuses with a reason code.
+
+Rotation distances are geodesic and sign-free: 2 acos(|<q1, q2>|), so q and -q are the same
+rotation (0 rad) while a true half turn is pi. After any joint-space clamp the pose actually
+commanded (FK of the clamped joints) is checked again against every Cartesian limit, so a clamp
+can never move a command outside a limit another check enforces.
 """
 
 from __future__ import annotations
@@ -9,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.spatial.transform import Rotation
 
 from egomimic_hw.description import JOINTS_PER_ARM, X5_LIMITS, Arm
 from egomimic_hw.kinematics import ArmKinematics
-from egomimic_hw.rotations import geodesic_angle, quat_to_mat
-from egomimic_safety.config import GateConfig
+from egomimic_safety.config import CLAMP, REJECT, GateConfig
 from egomimic_safety.reasons import Reason
 
 
@@ -32,72 +39,208 @@ class ArmMeasurement:
     joints_rad: np.ndarray
     gripper_norm: float
     ee_pose_hw: np.ndarray
+    """FK of joints_rad: the pose and the joints are from the same instant."""
     stamp_s: float
 
 
 @dataclass(frozen=True)
-class Verdict:
+class ArmVerdict:
     ok: bool
     reason: Reason | None = None
     detail: str = ""
+    pose_hw: np.ndarray | None = None
+    """The accepted Cartesian target (after clamps, unit quaternion)."""
     joints_rad: np.ndarray | None = None
     gripper_norm: float = 0.0
-    clamped: bool = False
+    clamps: tuple[Reason, ...] = ()
+    """Reason codes of the clamps applied (the command was forwarded, altered)."""
 
 
-def _fail(reason: Reason, arm: Arm, detail: str) -> Verdict:
-    return Verdict(False, reason, f"{arm.value}: {detail}")
+class _Refusal(Exception):
+    """Internal control flow of check_arm only: never leaves this module."""
+
+    def __init__(self, reason: Reason, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def quat_angle(a: np.ndarray, b: np.ndarray) -> float:
+    """Geodesic angle (rad) between two unit quaternions, sign-free (q ~ -q)."""
+    return float(2.0 * np.arccos(min(1.0, abs(float(np.dot(a, b))))))
+
+
+def check_structure(arm: Arm, cmd: ArmCommand, config: GateConfig) -> np.ndarray:
+    """Shape, finiteness, unit quaternion, frame id; returns the pose with its quaternion
+    normalized (within tolerance it is a rotation; the residual is float noise)."""
+    try:
+        pose = np.asarray(cmd.pose, dtype=float)
+        gripper = float(cmd.gripper_norm)
+    except (TypeError, ValueError) as exc:
+        raise _Refusal(Reason.SHAPE, f"pose/gripper are not numbers: {exc}") from None
+    if pose.shape != (7,):
+        raise _Refusal(Reason.SHAPE, f"pose has shape {pose.shape}, expected (7,)")
+    if not np.all(np.isfinite(pose)) or not np.isfinite(gripper):
+        raise _Refusal(Reason.NONFINITE, f"non-finite value in pose {pose.tolist()} / gripper {gripper}")
+    qnorm = float(np.linalg.norm(pose[3:]))
+    if abs(qnorm - 1.0) > config.quat_norm_tolerance:
+        raise _Refusal(Reason.BAD_QUATERNION, f"quaternion norm {qnorm:.6f} is not 1 (tolerance {config.quat_norm_tolerance})")
+    if cmd.frame_id != arm.hw_frame:
+        raise _Refusal(Reason.FRAME, f"frame_id {cmd.frame_id!r}, the gate accepts {arm.hw_frame!r} only")
+    pose = pose.copy()
+    pose[3:] /= qnorm
+    return pose
+
+
+def check_state_fresh(meas: ArmMeasurement | None, now_s: float, config: GateConfig) -> ArmMeasurement:
+    if meas is None:
+        raise _Refusal(Reason.STALE_STATE, "no measured state received")
+    age = now_s - meas.stamp_s
+    if age > config.max_state_age_s:
+        raise _Refusal(Reason.STALE_STATE, f"measured state is {age * 1e3:.0f} ms old (limit {config.max_state_age_s * 1e3:.0f} ms)")
+    return meas
+
+
+def check_workspace(arm: Arm, pose: np.ndarray, config: GateConfig, action: str, clamps: list) -> np.ndarray:
+    lo, hi = (np.asarray(v, dtype=float) for v in config.workspace(arm.value))
+    p = pose[:3]
+    if np.all(p >= lo) and np.all(p <= hi):
+        return pose
+    if action != CLAMP:
+        raise _Refusal(Reason.WORKSPACE, f"position {np.round(p, 3).tolist()} outside the box {lo.tolist()}..{hi.tolist()} m")
+    clamps.append(Reason.WORKSPACE)
+    out = pose.copy()
+    out[:3] = np.clip(p, lo, hi)
+    return out
+
+
+def check_command_step(pose: np.ndarray, prev: np.ndarray | None, config: GateConfig, action: str, clamps: list) -> np.ndarray:
+    """Per-step rate vs the previous accepted command: the declared EE speeds at the control rate."""
+    if prev is None:
+        return pose
+    out = pose
+    limit_m = config.max_command_step_m
+    step_m = float(np.linalg.norm(pose[:3] - prev[:3]))
+    if step_m > limit_m:
+        if action != CLAMP:
+            raise _Refusal(Reason.TRANSLATION_RATE, f"{step_m * 1e3:.1f} mm from the previous command (limit {limit_m * 1e3:.1f} mm/step)")
+        clamps.append(Reason.TRANSLATION_RATE)
+        out = out.copy()
+        out[:3] = prev[:3] + (pose[:3] - prev[:3]) * (limit_m / step_m)
+    limit_rad = config.max_command_step_rad
+    rot_rad = quat_angle(pose[3:], prev[3:])
+    if rot_rad > limit_rad:
+        if action != CLAMP:
+            raise _Refusal(Reason.ROTATION_RATE, f"{rot_rad:.3f} rad from the previous command (limit {limit_rad:.3f} rad/step)")
+        clamps.append(Reason.ROTATION_RATE)
+        out = out.copy()
+        out[3:] = rotate_toward(prev[3:], pose[3:], limit_rad)
+    return out
+
+
+def rotate_toward(quat_from: np.ndarray, quat_to: np.ndarray, max_angle_rad: float) -> np.ndarray:
+    """The rotation at most `max_angle_rad` from `quat_from` on the shortest path to `quat_to`."""
+    r_from = Rotation.from_quat(np.roll(quat_from, -1))  # scipy is xyzw
+    rel = r_from.inv() * Rotation.from_quat(np.roll(quat_to, -1))
+    rotvec = rel.as_rotvec()
+    angle = float(np.linalg.norm(rotvec))
+    if angle > max_angle_rad:
+        rotvec *= max_angle_rad / angle
+    out = np.roll((r_from * Rotation.from_rotvec(rotvec)).as_quat(), 1)
+    return out / np.linalg.norm(out)
+
+
+def check_vs_measured(pose: np.ndarray, meas: ArmMeasurement, config: GateConfig) -> None:
+    """Upstream parity: the target may not be far from where the arm is (never clamped)."""
+    step_m = float(np.linalg.norm(pose[:3] - meas.ee_pose_hw[:3]))
+    if step_m > config.max_translation_step_m:
+        raise _Refusal(Reason.TRANSLATION_JUMP, f"{step_m:.3f} m from the measured pose (limit {config.max_translation_step_m} m)")
+    rot_rad = quat_angle(pose[3:], meas.ee_pose_hw[3:] / np.linalg.norm(meas.ee_pose_hw[3:]))
+    if rot_rad > config.max_rotation_step_rad:
+        raise _Refusal(Reason.ROTATION_JUMP, f"{rot_rad:.3f} rad from the measured orientation (limit {config.max_rotation_step_rad} rad)")
+
+
+def joint_bounds(config: GateConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The joint range the gate allows: the SDK's limits shrunk by the margin."""
+    return X5_LIMITS.pos_min + config.joint_limit_margin_rad, X5_LIMITS.pos_max - config.joint_limit_margin_rad
+
+
+def check_joints(q: np.ndarray, meas: ArmMeasurement, config: GateConfig, clamps: list) -> np.ndarray:
+    lo, hi = joint_bounds(config)
+    if np.any(q < lo) or np.any(q > hi):
+        if config.joint_limit_action != CLAMP:
+            j = int(np.argmax(np.maximum(lo - q, q - hi)))
+            raise _Refusal(Reason.JOINT_LIMIT, f"joint{j + 1} target {q[j]:.3f} rad outside [{lo[j]:.3f}, {hi[j]:.3f}]")
+        clamps.append(Reason.JOINT_LIMIT)
+        q = np.clip(q, lo, hi)
+    allowed = X5_LIMITS.vel_max * config.joint_step_window_s
+    step = q - meas.joints_rad
+    if np.any(np.abs(step) > allowed):
+        if config.joint_step_action != CLAMP:
+            j = int(np.argmax(np.abs(step) / allowed))
+            raise _Refusal(Reason.JOINT_STEP, f"joint{j + 1} step {abs(step[j]):.3f} rad > {allowed[j]:.3f} rad")
+        clamps.append(Reason.JOINT_STEP)
+        q = meas.joints_rad + np.clip(q - meas.joints_rad, -allowed, allowed)
+        q = np.clip(q, lo, hi)
+    return q
+
+
+def check_gripper(gripper_norm: float, config: GateConfig, clamps: list) -> float:
+    g = float(gripper_norm)
+    if 0.0 <= g <= 1.0:
+        return g
+    if config.gripper_action != CLAMP:
+        raise _Refusal(Reason.GRIPPER_RANGE, f"gripper {g} outside [0, 1]")
+    clamps.append(Reason.GRIPPER_RANGE)
+    return float(np.clip(g, 0.0, 1.0))
 
 
 def check_arm(
     arm: Arm,
     cmd: ArmCommand,
     meas: ArmMeasurement | None,
+    prev_pose: np.ndarray | None,
     now_s: float,
     config: GateConfig,
     kinematics: ArmKinematics,
-) -> Verdict:
-    """Validate one arm's command against its measured state; IK on success."""
-    pose = np.asarray(cmd.pose, dtype=float)
-    if pose.shape != (7,):
-        return _fail(Reason.SHAPE, arm, f"pose has shape {pose.shape}, expected (7,)")
-    if not np.all(np.isfinite(pose)) or not np.isfinite(cmd.gripper_norm):
-        return _fail(Reason.NONFINITE, arm, f"non-finite value in pose {pose.tolist()} / gripper {cmd.gripper_norm}")
-    qnorm = float(np.linalg.norm(pose[3:]))
-    if abs(qnorm - 1.0) > config.quat_norm_tolerance:
-        return _fail(Reason.BAD_QUATERNION, arm, f"quaternion norm {qnorm:.6f} is not 1")
-    if cmd.frame_id != arm.hw_frame:
-        return _fail(Reason.FRAME, arm, f"frame_id {cmd.frame_id!r}, the gate accepts {arm.hw_frame!r} only")
-    if meas is None:
-        return _fail(Reason.STALE_STATE, arm, "no measured state received")
-    age = now_s - meas.stamp_s
-    if age > config.max_state_age_s:
-        return _fail(Reason.STALE_STATE, arm, f"measured state is {age * 1e3:.0f} ms old (limit {config.max_state_age_s * 1e3:.0f} ms)")
-    step_m = float(np.linalg.norm(pose[:3] - meas.ee_pose_hw[:3]))
-    if step_m > config.max_translation_step_m:
-        return _fail(Reason.TRANSLATION_JUMP, arm, f"{step_m:.3f} m from the measured pose (limit {config.max_translation_step_m} m)")
-    rot_rad = float(geodesic_angle(quat_to_mat(meas.ee_pose_hw[3:]), quat_to_mat(pose[3:])))
-    if rot_rad > config.max_rotation_step_rad:
-        return _fail(Reason.ROTATION_JUMP, arm, f"{rot_rad:.3f} rad from the measured orientation (limit {config.max_rotation_step_rad} rad)")
-    ik = kinematics.inverse(pose, meas.joints_rad)
-    if not ik.ok:
-        if "joint limits" in ik.detail:
-            return _fail(Reason.JOINT_LIMIT, arm, f"IK solution outside the joint limits: {np.round(ik.joints_rad, 3).tolist()}")
-        return _fail(Reason.IK_FAILED, arm, ik.detail)
-    q = ik.joints_rad
-    step = np.abs(q - meas.joints_rad)
-    allowed = X5_LIMITS.vel_max * config.joint_step_window_s
-    if np.any(step > allowed):
-        j = int(np.argmax(step / allowed))
-        return _fail(Reason.JOINT_STEP, arm, f"joint{j + 1} step {step[j]:.3f} rad > {allowed[j]:.3f} rad")
-    gripper = float(np.clip(cmd.gripper_norm, 0.0, 1.0))
-    return Verdict(True, joints_rad=q[:JOINTS_PER_ARM], gripper_norm=gripper, clamped=gripper != cmd.gripper_norm)
+) -> ArmVerdict:
+    """Validate one arm's command; on success the joints to send (IK seeded with the measured
+    joints). `prev_pose` is the previous accepted target of this arm (None right after arming)."""
+    clamps: list[Reason] = []
+    try:
+        pose = check_structure(arm, cmd, config)
+        meas = check_state_fresh(meas, now_s, config)
+        pose = check_workspace(arm, pose, config, config.workspace_action, clamps)
+        check_vs_measured(pose, meas, config)
+        n_before = len(clamps)
+        pose = check_command_step(pose, prev_pose, config, config.command_step_action, clamps)
+        if len(clamps) > n_before:
+            check_vs_measured(pose, meas, config)
+        ik = kinematics.inverse(pose, meas.joints_rad)
+        if not ik.ok and not (ik.detail == "solution outside the joint limits" and config.joint_limit_action == CLAMP):
+            if "joint limits" in ik.detail:
+                raise _Refusal(Reason.JOINT_LIMIT, f"IK solution outside the joint limits: {np.round(ik.joints_rad, 3).tolist()}")
+            raise _Refusal(Reason.IK_FAILED, ik.detail)
+        n_before = len(clamps)
+        q = check_joints(np.asarray(ik.joints_rad, dtype=float)[:JOINTS_PER_ARM], meas, config, clamps)
+        if len(clamps) > n_before:
+            # A joint-space clamp moved the target: what is commanded now is FK(q); it must
+            # still satisfy every Cartesian limit, checked strictly (no second clamp).
+            pose = kinematics.forward(q)
+            check_workspace(arm, pose, config, REJECT, clamps)
+            check_command_step(pose, prev_pose, config, REJECT, clamps)
+            check_vs_measured(pose, meas, config)
+        gripper = check_gripper(cmd.gripper_norm, config, clamps)
+    except _Refusal as refusal:
+        return ArmVerdict(False, refusal.reason, f"{arm.value}: {refusal.detail}")
+    return ArmVerdict(True, pose_hw=pose, joints_rad=q, gripper_norm=gripper, clamps=tuple(clamps))
 
 
 def start_pose_distance(cmd: ArmCommand, meas: ArmMeasurement) -> tuple[float, float]:
     """(translation m, rotation rad) between a command and the measured pose."""
     pose = np.asarray(cmd.pose, dtype=float)
+    q = pose[3:] / np.linalg.norm(pose[3:])
     return (
         float(np.linalg.norm(pose[:3] - meas.ee_pose_hw[:3])),
-        float(geodesic_angle(quat_to_mat(meas.ee_pose_hw[3:]), quat_to_mat(pose[3:]))),
+        quat_angle(q, meas.ee_pose_hw[3:] / np.linalg.norm(meas.ee_pose_hw[3:])),
     )

@@ -1,30 +1,95 @@
-"""Gate configuration: every limit with its unit and its source. Defaults are the safe ones."""
+"""Gate configuration: every limit with its unit and its source. Defaults are the safe ones.
+
+Clamp or reject: the checks that can be clamped (workspace, per-step rate vs the previous
+command, joint limits, joint step, gripper range) each take a `CLAMP` / `REJECT` action.
+Everything defaults to REJECT except the gripper range, which the issue defines as clamped and
+counted. A clamp never hides a broken input: non-finite values, bad quaternions, wrong frames,
+stale data, IK failures and jumps against the measured pose always reject.
+
+Two clocks (ros2_control's `update(time, period)` idea, made explicit): message stamps are
+compared with `now_s` (the ROS clock that stamps them); silence (no message received) is
+measured on `mono_s`, a monotonic clock, so a wall-clock step can never hide a dead producer
+(rclpy #1490, ros2 #1080 in ../shared/research/safety.md).
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from egomimic_hw.description import CAMERAS, CONTROL_RATE_HZ, DEFAULT_PREVIEW_S, X5_LIMITS
 from egomimic_hw.errors import ConfigError
+
+REJECT = "reject"
+CLAMP = "clamp"
+ACTIONS = (REJECT, CLAMP)
 
 
 @dataclass(frozen=True)
 class GateConfig:
+    # -- time -------------------------------------------------------------------------------
+    control_rate_hz: float = CONTROL_RATE_HZ
+    """The policy / gate rate (30 Hz upstream); per-step limits are speeds divided by it."""
     max_command_age_s: float = 0.1
-    """A proposed command older than this (stamp vs now) is stale: 3 control periods."""
-    command_timeout_s: float = 0.11
-    """ARMED with no command for this long -> HOLD (STALE_COMMAND), detected by the watchdog."""
+    """A proposed command whose stamp is older than this is stale (MoveIt Servo's 0.1 s)."""
+    max_command_future_s: float = 0.05
+    """A command stamped further than this in the future is refused (a producer clock jump)."""
+    command_timeout_s: float = 0.09
+    """ARMED with no command received for this long (monotonic) -> HOLD (STALE_COMMAND): 2.7
+    control periods, so with the 100 Hz watchdog a dead producer is held within 100 ms of its
+    last command and within the issue's 110 ms of its death (MoveIt Servo uses 0.1 s)."""
     arming_timeout_s: float = 10.0
     """ARMING waits this long for the first proposed command (the operator arms, then starts
     the policy), then gives up with STALE_COMMAND and returns to DISARMED."""
-    max_state_age_s: float = 0.1
-    """Measured joint state older than this is stale (the driver publishes at 100 Hz)."""
+    max_command_rate_hz: float = 2.0 * CONTROL_RATE_HZ
+    """More command stamps than this rate within `command_rate_window_s` is a flood
+    (COMMAND_RATE): a producer replaying or looping. 2x the control rate tolerates timer jitter."""
+    command_rate_window_s: float = 0.1
+    max_state_age_s: float = 0.08
+    """Measured joint state older than this (stamp, or silence on the monotonic clock) is stale:
+    8 missed driver periods at 100 Hz; + the 10 ms watchdog stays inside the issue's 110 ms."""
+    # -- cameras ----------------------------------------------------------------------------
+    required_cameras: tuple[str, ...] = CAMERAS
+    """Cameras whose health must be OK to arm and to stay armed (the graph passes the cameras
+    in use; commands from outside, e.g. tests with policy:=none, may require none)."""
+    max_camera_age_s: float = 0.1
+    """A camera whose newest frame, or newest health report (monotonic), is older than this is
+    STALE_CAMERA: 3 frames at 30 Hz (../shared/research/safety.md F5)."""
+    max_observation_age_s: float = 1.5
+    """A command answering an observation older than this is STALE_CAMERA. Chunked policies
+    execute rows for up to 1 s after the query (query_frequency 30 at 30 Hz) plus inference
+    time (98-535 ms on a 4090, EVA.md). observation_stamp == 0 marks a command that answers no
+    observation (teleop, tests): that check is skipped, the camera health checks still apply."""
+    # -- Cartesian --------------------------------------------------------------------------
+    quat_norm_tolerance: float = 1e-3
     max_translation_step_m: float = 0.08
     """Command vs measured EE translation (upstream parity)."""
     max_rotation_step_rad: float = 0.5
     """Command vs measured EE geodesic rotation (upstream parity)."""
-    quat_norm_tolerance: float = 1e-3
-    joint_step_window_s: float = 0.2
-    """Joint step limit = joint_vel_max x this window (the SDK preview time, upstream parity)."""
+    max_ee_speed_m_s: float = X5_LIMITS.ee_speed_max_m_s
+    """Per-step translation limit vs the previous accepted command = this / control_rate_hz
+    (the X5's declared 0.6 m/s -> 20 mm per 33 ms step)."""
+    max_ee_angular_speed_rad_s: float = X5_LIMITS.ee_angular_speed_max_rad_s
+    """Per-step rotation limit = this / control_rate_hz (1.8 rad/s -> 60 mrad per step)."""
+    command_step_action: str = REJECT
+    workspace_left_min_m: tuple[float, float, float] = (-0.1, -0.6, -0.2)
+    workspace_left_max_m: tuple[float, float, float] = (0.7, 0.6, 0.7)
+    workspace_right_min_m: tuple[float, float, float] = (-0.1, -0.6, -0.2)
+    workspace_right_max_m: tuple[float, float, float] = (0.7, 0.6, 0.7)
+    """Per-arm box (hardware frame, metres) the commanded EE position must stay in. The defaults
+    are a generous envelope inside the X5's ~0.76 m reach; deployments narrow it in YAML."""
+    workspace_action: str = REJECT
+    # -- joints -----------------------------------------------------------------------------
+    joint_limit_margin_rad: float = 0.01
+    """Joint targets must stay this far inside the SDK's joint limits (which it clips silently)."""
+    joint_limit_action: str = REJECT
+    joint_step_window_s: float = DEFAULT_PREVIEW_S
+    """Joint step vs the measured joints <= joint_vel_max x this window (the SDK preview time,
+    upstream parity: 5 rad/s x 0.2 s = 1 rad)."""
+    joint_step_action: str = REJECT
+    gripper_action: str = CLAMP
+    """Finite gripper values outside [0, 1] are clamped and counted (GRIPPER_RANGE)."""
+    # -- arming -----------------------------------------------------------------------------
     start_translation_tolerance_m: float = 0.03
     start_rotation_tolerance_rad: float = 0.2
     shadow_commands: int = 3
@@ -32,5 +97,47 @@ class GateConfig:
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
-            if not (isinstance(value, (int, float)) and value >= 0):
-                raise ConfigError(f"gate parameter {name} must be a number >= 0, got {value!r}")
+            if name.endswith("_action"):
+                if value not in ACTIONS:
+                    raise ConfigError(f"gate parameter {name} must be one of {list(ACTIONS)}, got {value!r}")
+            elif name == "required_cameras":
+                unknown = [c for c in value if c not in CAMERAS]
+                if unknown or len(set(value)) != len(value):
+                    raise ConfigError(f"required_cameras {list(value)}: unknown or repeated; choices: {list(CAMERAS)}")
+            elif name.startswith("workspace_"):
+                if len(value) != 3 or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in value):
+                    raise ConfigError(f"gate parameter {name} must be 3 finite numbers [x, y, z] m, got {value!r}")
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"gate parameter {name} must be a finite number >= 0, got {value!r}")
+        for arm in ("left", "right"):
+            lo, hi = getattr(self, f"workspace_{arm}_min_m"), getattr(self, f"workspace_{arm}_max_m")
+            if not all(a < b for a, b in zip(lo, hi)):
+                raise ConfigError(f"workspace_{arm}: min {list(lo)} must be below max {list(hi)} on every axis")
+        for name in ("control_rate_hz", "max_command_rate_hz", "command_rate_window_s", "max_command_age_s",
+                     "command_timeout_s", "max_state_age_s", "max_camera_age_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"gate parameter {name} must be > 0, got {getattr(self, name)}")
+        if self.max_command_rate_hz < self.control_rate_hz:
+            raise ConfigError(f"max_command_rate_hz {self.max_command_rate_hz} is below the control rate {self.control_rate_hz}")
+
+    @property
+    def period_s(self) -> float:
+        return 1.0 / self.control_rate_hz
+
+    @property
+    def max_command_step_m(self) -> float:
+        """Per-step translation limit vs the previous accepted command."""
+        return self.max_ee_speed_m_s / self.control_rate_hz
+
+    @property
+    def max_command_step_rad(self) -> float:
+        """Per-step rotation limit vs the previous accepted command."""
+        return self.max_ee_angular_speed_rad_s / self.control_rate_hz
+
+    @property
+    def max_commands_per_window(self) -> int:
+        """Command stamps allowed in any `command_rate_window_s` window."""
+        return max(1, math.ceil(self.max_command_rate_hz * self.command_rate_window_s - 1e-9))
+
+    def workspace(self, arm_value: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        return getattr(self, f"workspace_{arm_value}_min_m"), getattr(self, f"workspace_{arm_value}_max_m")

@@ -5,19 +5,25 @@ Contract (INTERFACES.md, issue 5):
 - in ARMED any rejection is a fault: HOLD, latched; only `reset()` leaves HOLD/ESTOP, and only
   to DISARMED: nothing ever resumes by itself;
 - HOLD and ESTOP actively command the joints measured when the fault happened (the arms have
-  no brakes; motors stay on) and never anything else;
+  no brakes; motors stay on) and never anything else: sent at once, then re-sent once per
+  control period by the watchdog;
 - DISARMED sends nothing: the driver's own watchdog holds the measured position;
-- ARMING requires fresh state for both arms, then validates `shadow_commands` commands without
-  forwarding them, the first of which must start near the measured pose (START_TOO_FAR);
-- the watchdog `tick(now_s)` catches silence (no command, no state) when no message arrives;
+- ARMING requires fresh state for both arms and healthy required cameras, then validates
+  `shadow_commands` commands without forwarding them, the first of which must start near the
+  measured pose (START_TOO_FAR). A rejection while ARMING returns to DISARMED (nothing was
+  forwarded, so there is nothing to hold);
+- the watchdog `tick()` catches silence (no command, no state, no camera health) when no
+  message arrives;
 - an exception inside the gate is a HOLD (INTERNAL_ERROR), never an escaped exception.
-All times are explicit seconds on one clock (the ROS clock that stamps the messages).
+
+Time: every call takes `now_s` (the ROS clock that stamps the messages: ages of stamps) and
+`mono_s` (a monotonic clock: how long since something was received). See config.py.
 """
 
 from __future__ import annotations
 
 import enum
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,6 +51,17 @@ class Proposal:
 
     stamp_s: float
     arms: dict[Arm, ArmCommand]
+    observation_stamp_s: float = 0.0
+    """Stamp of the observation the command answers; 0 = not from a model (no check)."""
+
+
+@dataclass(frozen=True)
+class CameraReport:
+    """One camera's health (egomimic_msgs/CameraHealth, reduced to what the gate needs)."""
+
+    ok: bool
+    detail: str
+    last_frame_stamp_s: float
 
 
 JointCommands = dict[Arm, np.ndarray]
@@ -61,60 +78,101 @@ class SafetyGate:
         self.forwarded = 0
         self.rejected = 0
         self.clamped = 0
+        self.transitions = 0
         self.reason_counts: Counter[str] = Counter()
         self._meas: dict[Arm, ArmMeasurement] = {}
+        self._meas_rx_mono: dict[Arm, float] = {}
+        self._cams: dict[str, CameraReport] = {}
+        self._cam_rx_mono: dict[str, float] = {}
         self._hold: JointCommands | None = None
-        self._last_command_s: float | None = None
+        self._hold_due_mono: float | None = None
+        self._last_command_mono: float | None = None
+        self._prev_pose: dict[Arm, np.ndarray] = {}
+        self._prev_stamp_s: float | None = None
+        self._recent_stamps: deque[float] = deque(maxlen=config.max_commands_per_window + 1)
         self._shadows_left = 0
-        self.transitions = 0
         self._start_checked = False
 
     # -- inputs -------------------------------------------------------------------------------
-    def update_measurement(self, arm: Arm, meas: ArmMeasurement) -> None:
+    def update_measurement(self, arm: Arm, meas: ArmMeasurement, mono_s: float) -> None:
         self._meas[arm] = meas
+        self._meas_rx_mono[arm] = mono_s
 
-    def propose(self, proposal: Proposal, now_s: float) -> JointCommands | None:
-        """Decide on one proposed command; returns what to send to the drivers, or None."""
+    def update_camera(self, camera: str, report: CameraReport, mono_s: float) -> JointCommands | None:
+        """A health report; a required camera that is not OK faults at once while armed."""
         try:
-            return self._propose(proposal, now_s)
+            self._cams[camera] = report
+            self._cam_rx_mono[camera] = mono_s
+            if camera in self.config.required_cameras and not report.ok and self.state in (GateState.ARMING, GateState.ARMED):
+                if self.state == GateState.ARMED or self._start_checked:
+                    return self._fault(Reason.STALE_CAMERA, f"camera {camera}: {report.detail or 'not OK'}", mono_s)
+            return None
         except Exception as exc:  # noqa: BLE001 - the gate must hold, not crash
-            self._fault(Reason.INTERNAL_ERROR, f"exception in gate: {type(exc).__name__}: {exc}")
-            return self._hold
+            return self._fault(Reason.INTERNAL_ERROR, f"exception in gate (camera): {type(exc).__name__}: {exc}", mono_s)
 
-    def tick(self, now_s: float) -> JointCommands | None:
-        """Watchdog at the control rate: detect silence; in HOLD/ESTOP re-send the hold target."""
+    def propose(self, proposal: Proposal, now_s: float, mono_s: float) -> JointCommands | None:
+        """Decide on one proposed command; returns what to send to the drivers now, or None."""
+        try:
+            return self._propose(proposal, now_s, mono_s)
+        except Exception as exc:  # noqa: BLE001 - the gate must hold, not crash
+            return self._fault(Reason.INTERNAL_ERROR, f"exception in gate: {type(exc).__name__}: {exc}", mono_s)
+
+    def tick(self, now_s: float, mono_s: float) -> JointCommands | None:
+        """Watchdog (run faster than the control rate): detect silence; in HOLD/ESTOP re-send
+        the hold target once per control period."""
         try:
             if self.state in (GateState.ARMED, GateState.ARMING):
                 waiting_first = self.state == GateState.ARMING and not self._start_checked
-                timeout_s = self.config.arming_timeout_s if waiting_first else self.config.command_timeout_s
-                silent = self._last_command_s is None or now_s - self._last_command_s > timeout_s
-                stale = [a for a in ARMS if a not in self._meas or now_s - self._meas[a].stamp_s > self.config.max_state_age_s]
-                if stale and not waiting_first:
-                    # While ARMING waits for its first command nothing can be forwarded, so a
-                    # state hiccup (e.g. CPU load while the policy starts) is not a fault yet;
-                    # every command is still checked against fresh state before it counts.
-                    self._fault(Reason.STALE_STATE, f"no fresh state from {', '.join(a.value for a in stale)}")
-                elif silent and self._last_command_s is not None:
-                    self._fault(Reason.STALE_COMMAND, f"no command for {(now_s - self._last_command_s) * 1e3:.0f} ms")
-            return self._hold if self.state in (GateState.HOLD, GateState.ESTOP) else None
+                if waiting_first:
+                    # Nothing can be forwarded before the first command, so a state or camera
+                    # hiccup (CPU load while the policy starts) is not a fault yet; the first
+                    # command is checked against fresh state and cameras before it counts.
+                    if mono_s - self._last_command_mono > self.config.arming_timeout_s:
+                        return self._fault(Reason.STALE_COMMAND, f"no command within {self.config.arming_timeout_s:.1f} s of arming", mono_s)
+                    return None
+                stale = self._stale_arms(now_s, mono_s)
+                if stale:
+                    return self._fault(Reason.STALE_STATE, f"no fresh state from {', '.join(stale)}", mono_s)
+                camera = self._camera_problem(now_s, mono_s)
+                if camera:
+                    return self._fault(Reason.STALE_CAMERA, camera, mono_s)
+                silent_s = mono_s - self._last_command_mono
+                if silent_s > self.config.command_timeout_s:
+                    return self._fault(Reason.STALE_COMMAND, f"no command for {silent_s * 1e3:.0f} ms", mono_s)
+                return None
+            if self.state in (GateState.HOLD, GateState.ESTOP) and self._hold is not None:
+                due = self._hold_due_mono
+                if due is None or mono_s >= due:
+                    # Keep the period's phase (no drift to the watchdog's quantum) unless late by
+                    # more than a period, then restart from now.
+                    base = due if due is not None and mono_s - due < self.config.period_s else mono_s
+                    self._hold_due_mono = base + self.config.period_s
+                    return self._hold
+            return None
         except Exception as exc:  # noqa: BLE001
-            self._fault(Reason.INTERNAL_ERROR, f"exception in gate watchdog: {type(exc).__name__}: {exc}")
-            return self._hold
+            return self._fault(Reason.INTERNAL_ERROR, f"exception in gate watchdog: {type(exc).__name__}: {exc}", mono_s)
 
     # -- operator services --------------------------------------------------------------------
-    def request_arm(self, now_s: float) -> tuple[bool, str]:
+    def request_arm(self, now_s: float, mono_s: float) -> tuple[bool, str]:
         if self.state == GateState.ARMED:
             return True, "already armed"
         if self.state != GateState.DISARMED:
             return False, f"cannot arm from {self.state.name}: call safety/reset first"
-        stale = [a.value for a in ARMS if a not in self._meas or now_s - self._meas[a].stamp_s > self.config.max_state_age_s]
+        stale = self._stale_arms(now_s, mono_s)
         if stale:
             self._count(Reason.STALE_STATE)
             return False, f"cannot arm: no fresh state from {', '.join(stale)}"
+        camera = self._camera_problem(now_s, mono_s)
+        if camera:
+            self._count(Reason.STALE_CAMERA)
+            return False, f"cannot arm: {camera}"
         self._set(GateState.ARMING, None, f"arming: validating {self.config.shadow_commands} shadow command(s)")
         self._shadows_left = self.config.shadow_commands
-        self._last_command_s = now_s  # the command watchdog starts now
+        self._last_command_mono = mono_s  # the command watchdog starts now
         self._start_checked = False
+        self._prev_pose = {}
+        self._prev_stamp_s = None
+        self._recent_stamps.clear()
         return True, self.detail
 
     def disarm(self) -> tuple[bool, str]:
@@ -124,6 +182,7 @@ class SafetyGate:
         return True, self.detail
 
     def estop(self) -> tuple[bool, str]:
+        """Latched stop from any state; the hold target goes out at the next tick()."""
         self._capture_hold()
         self._count(Reason.ESTOP)
         self._set(GateState.ESTOP, Reason.ESTOP, "emergency stop latched: holding measured joints; safety/reset to leave")
@@ -133,38 +192,75 @@ class SafetyGate:
         if self.state not in (GateState.HOLD, GateState.ESTOP):
             return False, f"nothing to reset in {self.state.name}"
         self._hold = None
+        self._hold_due_mono = None
         self._set(GateState.DISARMED, None, "reset: disarmed; arm again with a fresh start pose")
         return True, self.detail
 
+    def internal_error(self, detail: str, mono_s: float) -> JointCommands | None:
+        """An exception outside the gate's own methods (the adapter): HOLD like any fault."""
+        try:
+            return self._fault(Reason.INTERNAL_ERROR, detail, mono_s)
+        except Exception:  # noqa: BLE001 - last resort: latch without a hold target
+            self.state = GateState.HOLD
+            return None
+
+    @property
+    def hold_target(self) -> JointCommands | None:
+        return self._hold
+
     # -- internals ----------------------------------------------------------------------------
-    def _propose(self, proposal: Proposal, now_s: float) -> JointCommands | None:
+    def _propose(self, proposal: Proposal, now_s: float, mono_s: float) -> JointCommands | None:
         if self.state not in (GateState.ARMING, GateState.ARMED):
-            return self._hold
-        self._last_command_s = now_s
-        age = now_s - proposal.stamp_s
-        if age > self.config.max_command_age_s or age < -self.config.max_command_age_s:
-            return self._reject(Reason.STALE_COMMAND, f"command stamp is {age * 1e3:.0f} ms from now")
+            return None  # HOLD/ESTOP re-send their target from tick(); DISARMED sends nothing
+        self._last_command_mono = mono_s
+        cfg = self.config
+        stamp = float(proposal.stamp_s)
+        self._recent_stamps.append(stamp)
+        in_window = sum(1 for s in self._recent_stamps if stamp - cfg.command_rate_window_s < s <= stamp)
+        if in_window > cfg.max_commands_per_window:
+            return self._reject(Reason.COMMAND_RATE, f"{in_window} commands stamped within {cfg.command_rate_window_s * 1e3:.0f} ms "
+                                f"(limit {cfg.max_commands_per_window}: {cfg.max_command_rate_hz:.0f} Hz)", mono_s)
+        age = now_s - stamp
+        if not np.isfinite(age) or age > cfg.max_command_age_s or -age > cfg.max_command_future_s:
+            return self._reject(Reason.STALE_COMMAND, f"command stamp is {age * 1e3:.0f} ms old "
+                                f"(limits {cfg.max_command_age_s * 1e3:.0f} ms old, {cfg.max_command_future_s * 1e3:.0f} ms ahead)", mono_s)
+        if self._prev_stamp_s is not None and stamp <= self._prev_stamp_s:
+            return self._reject(Reason.STALE_COMMAND, f"command stamp {stamp:.6f} not after the last accepted {self._prev_stamp_s:.6f}", mono_s)
+        camera = self._camera_problem(now_s, mono_s)
+        if camera:
+            return self._reject(Reason.STALE_CAMERA, camera, mono_s)
+        obs = float(proposal.observation_stamp_s)
+        if obs != 0.0:
+            obs_age = now_s - obs
+            if not np.isfinite(obs_age) or obs_age > cfg.max_observation_age_s or -obs_age > cfg.max_command_future_s:
+                return self._reject(Reason.STALE_CAMERA, f"the command answers an observation {obs_age * 1e3:.0f} ms old "
+                                    f"(limit {cfg.max_observation_age_s * 1e3:.0f} ms)", mono_s)
         out: JointCommands = {}
-        clamped = False
+        poses: dict[Arm, np.ndarray] = {}
+        clamps: set[Reason] = set()
         for arm in ARMS:
             cmd = proposal.arms.get(arm)
             if cmd is None:
-                return self._reject(Reason.SHAPE, f"{arm.value}: missing from the bimanual command")
-            verdict = check_arm(arm, cmd, self._meas.get(arm), now_s, self.config, self._kin[arm])
+                return self._reject(Reason.SHAPE, f"{arm.value}: missing from the bimanual command", mono_s)
+            verdict = check_arm(arm, cmd, self._meas.get(arm), self._prev_pose.get(arm), now_s, cfg, self._kin[arm])
             if not verdict.ok:
-                return self._reject(verdict.reason, verdict.detail)
+                return self._reject(verdict.reason, verdict.detail, mono_s)
             if self.state == GateState.ARMING and not self._start_checked:
                 dist_m, dist_rad = start_pose_distance(cmd, self._meas[arm])
-                if dist_m > self.config.start_translation_tolerance_m or dist_rad > self.config.start_rotation_tolerance_rad:
-                    return self._reject(
-                        Reason.START_TOO_FAR,
-                        f"{arm.value}: first command is {dist_m:.3f} m / {dist_rad:.3f} rad from the measured pose",
-                    )
-            clamped |= verdict.clamped
+                if dist_m > cfg.start_translation_tolerance_m or dist_rad > cfg.start_rotation_tolerance_rad:
+                    return self._reject(Reason.START_TOO_FAR, f"{arm.value}: first command is {dist_m:.3f} m / {dist_rad:.3f} rad "
+                                        f"from the measured pose (limits {cfg.start_translation_tolerance_m} m / "
+                                        f"{cfg.start_rotation_tolerance_rad} rad)", mono_s)
+            clamps.update(verdict.clamps)
+            poses[arm] = verdict.pose_hw
             out[arm] = np.append(verdict.joints_rad, verdict.gripper_norm)
-        if clamped:
+        # Both arms passed: only now does either become the reference for the next step.
+        self._prev_pose = poses
+        self._prev_stamp_s = stamp
+        if clamps:
             self.clamped += 1
-            self._count(Reason.GRIPPER_RANGE)
+            for reason in sorted(clamps):
+                self._count(reason)
         if self.state == GateState.ARMING:
             self._start_checked = True
             self._shadows_left -= 1
@@ -174,31 +270,54 @@ class SafetyGate:
         self.forwarded += 1
         return out
 
-    def _reject(self, reason: Reason, detail: str) -> JointCommands | None:
-        self.rejected += 1
-        if self.state == GateState.ARMING:
-            self._count(reason)
-            self._set(GateState.DISARMED, reason, f"arming failed: {detail}")
-            return None
-        self._fault(reason, detail)
-        return self._hold
+    def _stale_arms(self, now_s: float, mono_s: float) -> list[str]:
+        limit = self.config.max_state_age_s
+        return [
+            a.value for a in ARMS
+            if a not in self._meas or now_s - self._meas[a].stamp_s > limit or mono_s - self._meas_rx_mono[a] > limit
+        ]
 
-    def _fault(self, reason: Reason, detail: str) -> None:
+    def _camera_problem(self, now_s: float, mono_s: float) -> str:
+        """'' when every required camera is healthy, else why not (first problem)."""
+        limit = self.config.max_camera_age_s
+        for cam in self.config.required_cameras:
+            report = self._cams.get(cam)
+            if report is None:
+                return f"camera {cam}: no health report received"
+            if not report.ok:
+                return f"camera {cam}: {report.detail or 'not OK'}"
+            silent_s = mono_s - self._cam_rx_mono[cam]
+            if silent_s > limit:
+                return f"camera {cam}: no health report for {silent_s * 1e3:.0f} ms (limit {limit * 1e3:.0f} ms)"
+            frame_age_s = now_s - report.last_frame_stamp_s
+            if frame_age_s > limit:
+                return f"camera {cam}: newest frame is {frame_age_s * 1e3:.0f} ms old (limit {limit * 1e3:.0f} ms)"
+        return ""
+
+    def _reject(self, reason: Reason, detail: str, mono_s: float) -> JointCommands | None:
+        self.rejected += 1
+        return self._fault(reason, detail, mono_s)
+
+    def _fault(self, reason: Reason, detail: str, mono_s: float) -> JointCommands | None:
+        """Count the reason; ARMED latches HOLD and returns the hold target to send at once;
+        ARMING returns to DISARMED; HOLD/ESTOP keep their first (latched) reason."""
         self._count(reason)
-        if self.state == GateState.ESTOP:
-            return
-        if self.state == GateState.HOLD:
-            return  # the first fault stays the latched reason
+        if self.state in (GateState.ESTOP, GateState.HOLD):
+            return None
         if self.state in (GateState.DISARMED, GateState.ARMING):
-            self._set(GateState.DISARMED, reason, detail)
-            return
+            prefix = "arming failed: " if self.state == GateState.ARMING else ""
+            self._set(GateState.DISARMED, reason, prefix + detail)
+            return None
         self._capture_hold()
         self._set(GateState.HOLD, reason, f"HOLD: {detail}")
+        self._hold_due_mono = mono_s + self.config.period_s if self._hold is not None else None
+        return self._hold
 
     def _capture_hold(self) -> None:
         if self._hold is None:
             hold = {a: np.append(m.joints_rad, m.gripper_norm) for a, m in self._meas.items()}
             self._hold = hold or None
+            self._hold_due_mono = None
 
     def _count(self, reason: Reason) -> None:
         self.reason_counts[reason.value] += 1

@@ -5,11 +5,10 @@ import pytest
 
 from egomimic_hw.description import ARMS, Arm
 from egomimic_hw.kinematics import ArmKinematics
-from egomimic_safety.checks import ArmCommand, ArmMeasurement
-from egomimic_safety.config import GateConfig
-from egomimic_safety.gate import GateState, Proposal, SafetyGate
+from egomimic_safety.config import CLAMP, GateConfig
+from egomimic_safety.gate import CameraReport, GateState, SafetyGate
 
-Q = np.array([0.0, 1.0, 1.0, -0.3, 0.0, 0.0])
+from .helpers import NO_CAMERAS, Q, armed_gate, cameras_ok, measure, proposal
 
 
 @pytest.fixture(scope="module")
@@ -18,39 +17,14 @@ def kin():
     return {arm: k for arm in ARMS}
 
 
-def measured(kin, now):
-    return {arm: ArmMeasurement(Q.copy(), 0.5, kin[arm].forward(Q), now) for arm in ARMS}
-
-
-def proposal(kin, now, *, dx=0.0, frame=None, quat_scale=1.0, gripper=0.5):
-    arms = {}
-    for arm in ARMS:
-        pose = kin[arm].forward(Q)
-        pose[0] += dx
-        pose[3:] *= quat_scale
-        arms[arm] = ArmCommand(frame or arm.hw_frame, pose, gripper)
-    return Proposal(now, arms)
-
-
-def armed_gate(kin, config=GateConfig(shadow_commands=1)):
-    gate = SafetyGate(config, kin)
-    for arm, m in measured(kin, 0.0).items():
-        gate.update_measurement(arm, m)
-    ok, msg = gate.request_arm(0.0)
-    assert ok, msg
-    assert gate.propose(proposal(kin, 0.01), 0.01) is None  # shadow: validated, not forwarded
-    assert gate.state == GateState.ARMED
-    return gate
-
-
 def test_forwards_only_when_armed(kin):
-    gate = SafetyGate(GateConfig(), kin)
-    for arm, m in measured(kin, 0.0).items():
-        gate.update_measurement(arm, m)
-    assert gate.propose(proposal(kin, 0.0), 0.0) is None
+    gate = SafetyGate(NO_CAMERAS, kin)
+    measure(gate, kin, 0.0)
+    assert gate.propose(proposal(kin, 0.0), 0.0, 0.0) is None
     gate = armed_gate(kin)
-    out = gate.propose(proposal(kin, 0.02, dx=0.005), 0.02)
+    out = gate.propose(proposal(kin, 0.05, dx=0.005), 0.05, 0.05)
     assert set(out) == set(ARMS) and gate.forwarded == 1
+    assert np.allclose(kin[Arm.LEFT].forward(out[Arm.LEFT][:6])[:3], kin[Arm.LEFT].forward(Q)[:3] + [0.005, 0, 0], atol=1e-3)
 
 
 @pytest.mark.parametrize(
@@ -59,81 +33,228 @@ def test_forwards_only_when_armed(kin):
         (dict(dx=float("nan")), "NONFINITE"),
         (dict(frame="left_base_dataset"), "FRAME"),
         (dict(quat_scale=1.5), "BAD_QUATERNION"),
+        (dict(quat_scale=0.0), "BAD_QUATERNION"),
         (dict(dx=0.2), "TRANSLATION_JUMP"),
+        (dict(dx=0.05), "TRANSLATION_RATE"),
         (dict(gripper=float("inf")), "NONFINITE"),
     ],
 )
 def test_fault_latches_hold_with_reason(kin, kwargs, reason):
     gate = armed_gate(kin)
-    out = gate.propose(proposal(kin, 0.02, **kwargs), 0.02)
-    assert gate.state == GateState.HOLD and gate.reason.value == reason
-    # HOLD commands the joints measured at the fault, nothing else
+    out = gate.propose(proposal(kin, 0.05, **kwargs), 0.05, 0.05)
+    assert gate.state == GateState.HOLD and gate.reason.value == reason, gate.detail
+    # HOLD commands the joints measured at the fault, nothing else, at once
     for arm in ARMS:
-        assert np.allclose(out[arm][:6], Q)
-    # no automatic resume: a good command afterwards is not forwarded
-    assert gate.propose(proposal(kin, 0.05), 0.05) is not None and gate.state == GateState.HOLD
-    assert gate.forwarded == 0
+        assert np.allclose(out[arm][:6], Q) and out[arm][6] == 0.5
+    # no automatic resume: good commands afterwards are not forwarded
+    for i in range(5):
+        t = 0.06 + 0.033 * i
+        measure(gate, kin, t)
+        assert gate.propose(proposal(kin, t), t, t) is None
+    assert gate.state == GateState.HOLD and gate.forwarded == 0
+
+
+def test_hold_is_resent_once_per_control_period(kin):
+    gate = armed_gate(kin)
+    assert gate.propose(proposal(kin, 0.05, dx=float("nan")), 0.05, 0.05) is not None
+    sent = [t for t in np.arange(0.06, 0.5, 0.01) if gate.tick(t, t) is not None]
+    assert 12 <= len(sent) <= 14  # ~30 Hz over 0.44 s
+    out = gate.tick(1.0, 1.0)
+    assert all(np.allclose(out[a][:6], Q) for a in ARMS)
 
 
 def test_minus_q_is_the_same_rotation(kin):
     gate = armed_gate(kin)
-    assert gate.propose(proposal(kin, 0.02, quat_scale=-1.0), 0.02) is not None
+    out = gate.propose(proposal(kin, 0.05, quat_scale=-1.0), 0.05, 0.05)
+    assert out is not None and gate.state == GateState.ARMED
+    assert np.allclose(out[Arm.LEFT][:6], Q, atol=1e-2)
+
+
+def test_a_true_half_turn_is_refused(kin):
+    gate = armed_gate(kin)
+    p = proposal(kin, 0.05)
+    for arm in ARMS:
+        w, x, y, z = p.arms[arm].pose[3:]
+        p.arms[arm].pose[3:] = [-z, y, -x, w]  # q * (0, 0, 0, 1): 180 deg about the EE z axis
+    gate.propose(p, 0.05, 0.05)
+    assert gate.state == GateState.HOLD and gate.reason.value == "ROTATION_JUMP"
+
+
+def test_rate_limit_is_against_the_previous_accepted_command(kin):
+    gate = armed_gate(kin)
+    t = 0.05
+    for i in range(1, 6):  # 15 mm per step: under 20 mm/step, and the measured pose follows
+        t += 0.033
+        q_meas = kin[Arm.LEFT].inverse(proposal(kin, t, dx=0.015 * (i - 1)).arms[Arm.LEFT].pose, Q).joints_rad
+        measure(gate, kin, t, q=q_meas)
+        assert gate.propose(proposal(kin, t, dx=0.015 * i), t, t) is not None, gate.detail
+    t += 0.033
+    gate.propose(proposal(kin, t, dx=0.015 * 5 + 0.025), t, t)  # 25 mm step: too fast
+    assert gate.state == GateState.HOLD and gate.reason.value == "TRANSLATION_RATE"
+
+
+def test_rate_clamp_moves_at_most_one_step(kin):
+    gate = armed_gate(kin, GateConfig(shadow_commands=1, required_cameras=(), command_step_action=CLAMP))
+    out = gate.propose(proposal(kin, 0.05, dx=0.05), 0.05, 0.05)
+    assert gate.state == GateState.ARMED and gate.clamped == 1 and gate.reason_counts["TRANSLATION_RATE"] == 1
+    moved = kin[Arm.LEFT].forward(out[Arm.LEFT][:6])[0] - kin[Arm.LEFT].forward(Q)[0]
+    assert 0.019 < moved < 0.021
+
+
+def test_workspace_box_rejects_or_clamps(kin):
+    x = kin[Arm.LEFT].forward(Q)[0]
+    box = dict(workspace_left_max_m=(x + 0.005, 0.6, 0.7), workspace_right_max_m=(x + 0.005, 0.6, 0.7))
+    gate = armed_gate(kin, GateConfig(shadow_commands=1, required_cameras=(), **box))
+    gate.propose(proposal(kin, 0.05, dx=0.01), 0.05, 0.05)
+    assert gate.reason.value == "WORKSPACE"
+    gate = armed_gate(kin, GateConfig(shadow_commands=1, required_cameras=(), workspace_action=CLAMP, **box))
+    out = gate.propose(proposal(kin, 0.05, dx=0.01), 0.05, 0.05)
+    assert out is not None and kin[Arm.LEFT].forward(out[Arm.LEFT][:6])[0] <= x + 0.005 + 1e-3
+
+
+def test_joint_limit_target_is_refused(kin):
+    q_near = Q.copy()
+    q_near[5] = 1.97  # wrist roll 30 mrad inside its 2.0 rad limit
+    gate = SafetyGate(NO_CAMERAS, kin)
+    measure(gate, kin, 0.0, q=q_near)
+    gate.request_arm(0.0, 0.0)
+    gate.propose(proposal(kin, 0.01, q=q_near), 0.01, 0.01)
     assert gate.state == GateState.ARMED
+    q_over = q_near.copy()
+    q_over[5] = 2.02
+    gate.propose(proposal(kin, 0.04, q=q_over), 0.04, 0.04)
+    assert gate.state == GateState.HOLD and gate.reason.value == "JOINT_LIMIT", gate.detail
+
+
+def test_unreachable_pose_is_ik_failed(kin):
+    q_far = np.array([0.0, 2.4701, 2.7068, -0.5280, 0.0, 0.0])  # stretched out: EE at x = 0.68 m
+    box = dict(workspace_left_max_m=(0.9, 0.9, 0.9), workspace_right_max_m=(0.9, 0.9, 0.9))
+    gate = SafetyGate(GateConfig(shadow_commands=1, required_cameras=(), **box), kin)
+    measure(gate, kin, 0.0, q=q_far)
+    gate.request_arm(0.0, 0.0)
+    gate.propose(proposal(kin, 0.01, q=q_far), 0.01, 0.01)
+    assert gate.state == GateState.ARMED
+    gate.propose(proposal(kin, 0.04, q=q_far, dx=0.015), 0.04, 0.04)  # 15 mm further: beyond the reach
+    assert gate.state == GateState.HOLD and gate.reason.value == "IK_FAILED", gate.detail
 
 
 def test_gripper_out_of_range_is_clamped_and_counted(kin):
     gate = armed_gate(kin)
-    out = gate.propose(proposal(kin, 0.02, gripper=1.7), 0.02)
+    out = gate.propose(proposal(kin, 0.05, gripper=1.7), 0.05, 0.05)
     assert out[Arm.LEFT][6] == 1.0 and gate.clamped == 1 and gate.state == GateState.ARMED
+    assert gate.reason_counts["GRIPPER_RANGE"] == 1
 
 
 def test_stale_command_and_state_detected_by_watchdog(kin):
     gate = armed_gate(kin)
-    gate.propose(proposal(kin, 0.02), 0.02)
-    gate.tick(0.05)
-    assert gate.state == GateState.ARMED
-    gate.tick(0.2)  # no state for 200 ms, no command for 180 ms
-    assert gate.state == GateState.HOLD
+    measure(gate, kin, 0.05)
+    gate.propose(proposal(kin, 0.05), 0.05, 0.05)
+    gate.tick(0.12, 0.12)
+    assert gate.state == GateState.ARMED  # 70 ms of silence
+    measure(gate, kin, 0.16)
+    gate.tick(0.15, 0.15)  # no command for 100 ms
+    assert gate.state == GateState.HOLD and gate.reason.value == "STALE_COMMAND"
+    gate = armed_gate(kin)
+    gate.tick(0.09, 0.09)  # state 90 ms old
+    assert gate.state == GateState.HOLD and gate.reason.value == "STALE_STATE"
+
+
+def test_silence_is_measured_on_the_monotonic_clock(kin):
+    """A wall clock stepping back 5 s must not hide a dead producer (and stamps still age)."""
+    gate = armed_gate(kin)
+    gate.propose(proposal(kin, 0.05), 0.05, 0.05)
+    measure(gate, kin, -4.85, mono=0.15)  # the ROS clock jumped back 5 s; the driver stamps with it
+    gate.tick(-4.85, 0.15)  # monotonic: 100 ms since the last command
+    assert gate.state == GateState.HOLD and gate.reason.value == "STALE_COMMAND"
+
+
+@pytest.mark.parametrize("jump_s", [-5.0, -0.15, 0.08, 5.0])
+def test_command_stamp_jump_is_stale(kin, jump_s):
+    gate = armed_gate(kin)
+    gate.propose(proposal(kin, 0.05 + jump_s), 0.05, 0.05)
+    assert gate.state == GateState.HOLD and gate.reason.value == "STALE_COMMAND"
+
+
+def test_replayed_stamp_is_stale(kin):
+    gate = armed_gate(kin)
+    gate.propose(proposal(kin, 0.05), 0.05, 0.05)
+    gate.propose(proposal(kin, 0.05), 0.06, 0.06)
+    assert gate.state == GateState.HOLD and gate.reason.value == "STALE_COMMAND"
+
+
+def test_flood_is_a_fault(kin):
+    gate = armed_gate(kin)
+    t = 0.05
+    while gate.state == GateState.ARMED and t < 0.2:
+        gate.propose(proposal(kin, t), t, t)
+        t += 0.001
+    assert gate.state == GateState.HOLD and gate.reason.value == "COMMAND_RATE"
+    assert gate.forwarded <= gate.config.max_commands_per_window
+
+
+def test_camera_health_gates_arming_and_holds(kin):
+    cfg = GateConfig(shadow_commands=1)
+    gate = SafetyGate(cfg, kin)
+    measure(gate, kin, 0.0)
+    ok, msg = gate.request_arm(0.0, 0.0)
+    assert not ok and "front_1" in msg and gate.reason_counts["STALE_CAMERA"] == 1
+    gate = armed_gate(kin, cfg)
+    out = gate.update_camera("left_wrist", CameraReport(False, "FROZEN: content unchanged 120 ms", 0.02), 0.02)
+    assert gate.state == GateState.HOLD and gate.reason.value == "STALE_CAMERA" and out is not None
+    gate = armed_gate(kin, cfg)
+    measure(gate, kin, 0.05)
+    cameras_ok(gate, 0.05, ["front_1", "left_wrist"])  # right_wrist went silent at t=0
+    gate.propose(proposal(kin, 0.05), 0.05, 0.05)
+    gate.tick(0.11, 0.11)
+    assert gate.state == GateState.HOLD and "right_wrist" in gate.detail
+
+
+def test_observation_age_policy(kin):
+    gate = armed_gate(kin)
+    assert gate.propose(proposal(kin, 0.05, obs=0.0), 0.05, 0.05) is not None  # not from a model
+    assert gate.propose(proposal(kin, 0.08, obs=0.0), 0.08, 0.08) is not None
+    gate.propose(proposal(kin, 2.0, obs=0.1), 2.0, 0.11)
+    assert gate.state == GateState.HOLD and gate.reason.value == "STALE_CAMERA"
 
 
 def test_reset_goes_to_disarmed_never_armed(kin):
     gate = armed_gate(kin)
     gate.estop()
-    assert gate.state == GateState.ESTOP
+    assert gate.state == GateState.ESTOP and np.allclose(gate.tick(0.02, 0.02)[Arm.RIGHT][:6], Q)
     assert not gate.disarm()[0]
+    assert not gate.request_arm(0.02, 0.02)[0]
     assert gate.reset()[0] and gate.state == GateState.DISARMED
+    assert gate.tick(0.05, 0.05) is None  # DISARMED sends nothing
 
 
 def test_arming_refuses_far_start_pose(kin):
-    gate = SafetyGate(GateConfig(shadow_commands=1), kin)
-    for arm, m in measured(kin, 0.0).items():
-        gate.update_measurement(arm, m)
-    gate.request_arm(0.0)
-    gate.propose(proposal(kin, 0.01, dx=0.05), 0.01)
+    gate = SafetyGate(NO_CAMERAS, kin)
+    measure(gate, kin, 0.0)
+    gate.request_arm(0.0, 0.0)
+    gate.propose(proposal(kin, 0.01, dx=0.05), 0.01, 0.01)
     assert gate.state == GateState.DISARMED and gate.reason.value == "START_TOO_FAR"
 
 
 def test_arming_needs_fresh_state(kin):
-    gate = SafetyGate(GateConfig(), kin)
-    ok, msg = gate.request_arm(0.0)
+    gate = SafetyGate(NO_CAMERAS, kin)
+    ok, msg = gate.request_arm(0.0, 0.0)
     assert not ok and "no fresh state" in msg
 
 
 def test_exception_inside_gate_holds(kin):
     gate = armed_gate(kin)
-    bad = Proposal(0.02, {arm: ArmCommand(arm.hw_frame, "not a pose", 0.5) for arm in ARMS})
-    gate.propose(bad, 0.02)
-    assert gate.state == GateState.HOLD and gate.reason.value == "INTERNAL_ERROR"
+    gate._kin = None  # the next IK raises: the gate must hold, not crash
+    out = gate.propose(proposal(kin, 0.05), 0.05, 0.05)
+    assert gate.state == GateState.HOLD and gate.reason.value == "INTERNAL_ERROR" and out is not None
 
 
 def test_arming_waits_for_the_first_command_through_a_state_hiccup(kin):
-    gate = SafetyGate(GateConfig(shadow_commands=1), kin)
-    for arm, m in measured(kin, 0.0).items():
-        gate.update_measurement(arm, m)
-    assert gate.request_arm(0.0)[0]
-    gate.tick(0.5)  # state 500 ms old, no command yet: still waiting, nothing forwarded
+    gate = SafetyGate(NO_CAMERAS, kin)
+    measure(gate, kin, 0.0)
+    assert gate.request_arm(0.0, 0.0)[0]
+    gate.tick(0.5, 0.5)  # state 500 ms old, no command yet: still waiting, nothing forwarded
     assert gate.state == GateState.ARMING
-    assert gate.propose(proposal(kin, 0.6), 0.6) is None  # but a command on stale state fails
+    assert gate.propose(proposal(kin, 0.6), 0.6, 0.6) is None  # but a command on stale state fails
     assert gate.state == GateState.DISARMED and gate.reason.value == "STALE_STATE"
-    gate.tick(20.0)
+    gate.tick(20.0, 20.0)
     assert gate.state == GateState.DISARMED

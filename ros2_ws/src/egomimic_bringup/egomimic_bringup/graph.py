@@ -152,7 +152,8 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
             ))
     # The gate starts after the cameras and drivers, so arming (which needs fresh state and
     # camera health) can succeed at once; before the policy, so ARMING sees its first command.
-    nodes.append(NodeSpec("safety_gate", f"{NODE_PACKAGE}.gate_node", ns, {}, files, arm_after=True,
+    nodes.append(NodeSpec("safety_gate", f"{NODE_PACKAGE}.gate_node", ns, {"required_cameras": list(cameras)},
+                          files, arm_after=True,
                           description="safety gate (only publisher of joint commands)"))
     if args["policy"] != "none":
         nodes.append(NodeSpec("policy", f"{NODE_PACKAGE}.policy_node", ns,

@@ -1,45 +1,63 @@
 """Safety gate node: the only publisher of `<arm>/joint_command`.
 
-  sub  command/proposed (BimanualCommand, hardware frame), <arm>/joint_states
+  sub  command/proposed (BimanualCommand, hardware frame), <arm>/joint_states,
+       cameras/<cam>/health (CameraHealth) for each camera in `required_cameras`
   pub  <arm>/joint_command (only while ARMED; the hold target in HOLD/ESTOP)
-  pub  safety/status (GateStatus, latched; on every change and at 2 Hz), /diagnostics
+  pub  safety/status (GateStatus, latched; on every change and at 2 Hz), /diagnostics (1 Hz)
   srv  safety/arm, safety/disarm, safety/estop, safety/reset (std_srvs/Trigger)
-The logic is egomimic_safety.gate.SafetyGate; this node only converts messages, keeps time
-(one clock: the ROS clock that stamps the messages) and runs the watchdog timer so silence is
-detected even when no message arrives. The measured EE pose is computed here by FK from the
-measured joints, so the gate never compares against a pose from another instant.
+The logic is egomimic_safety.gate.SafetyGate; this node only converts messages, reads the two
+clocks (the ROS clock for stamp ages, time.monotonic() for silence: a wall-clock step cannot
+hide a dead producer) and runs the watchdog timer so silence is detected even when no message
+arrives. The watchdog runs at 100 Hz so a 100 ms timeout is seen within 10 ms (the HOLD target
+is still re-sent only once per control period). The measured EE pose is computed here by FK
+from the measured joints, so the gate never compares against a pose from another instant.
+Any exception in a callback becomes a HOLD (INTERNAL_ERROR), never a dead gate.
+
+Parameters: every GateConfig field (egomimic_safety/config.py: units, defaults and sources),
+plus `required_cameras` (string array; an empty list requires none) and `watchdog_rate_hz`.
 """
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.msg import ParameterDescriptor, ParameterType
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 
-from egomimic_hw.description import ARMS, JOINTS_PER_ARM, Arm
+from egomimic_hw.description import ARMS, CAMERAS, JOINTS_PER_ARM, Arm
+from egomimic_hw.errors import ConfigError
 from egomimic_hw.kinematics import ArmKinematics
-from egomimic_msgs.msg import BimanualCommand, GateStatus
+from egomimic_msgs.msg import BimanualCommand, CameraHealth, GateStatus
 from egomimic_nodes import diagnostics, qos
 from egomimic_nodes.msg_convert import pose_to_array, stamp_to_s
 from egomimic_nodes.params import declare_config
 from egomimic_nodes.spin import run_node
 from egomimic_safety.checks import ArmCommand, ArmMeasurement
 from egomimic_safety.config import GateConfig
-from egomimic_safety.gate import GateState, Proposal, SafetyGate
+from egomimic_safety.gate import CameraReport, GateState, Proposal, SafetyGate
 
 
 class GateNode(Node):
     def __init__(self):
         super().__init__("safety_gate")
-        config = declare_config(self, GateConfig)
-        rate_hz = float(self.declare_parameter("watchdog_rate_hz", 30.0).value)
+        cameras = self.declare_parameter("required_cameras", list(CAMERAS), ParameterDescriptor(
+            type=ParameterType.PARAMETER_STRING_ARRAY,
+            description="cameras whose health must be OK to arm and stay armed ([] = none)")).value
+        config = declare_config(self, GateConfig, required_cameras=tuple(cameras or ()))
+        rate_hz = float(self.declare_parameter("watchdog_rate_hz", 100.0).value)
+        if not 10.0 <= rate_hz <= 1000.0:
+            raise ConfigError(f"watchdog_rate_hz must be in [10, 1000], got {rate_hz}")
         self._kin = {arm: ArmKinematics() for arm in ARMS}  # one solver per arm, shared with the gate
         self.gate = SafetyGate(config, self._kin)
         self._pub_cmd = {arm: self.create_publisher(JointState, f"{arm.value}/joint_command", qos.COMMAND) for arm in ARMS}
         for arm in ARMS:
             self.create_subscription(JointState, f"{arm.value}/joint_states", self._joint_cb(arm), qos.SENSOR)
+        for cam in config.required_cameras:
+            self.create_subscription(CameraHealth, f"cameras/{cam}/health", self._health_cb(cam), qos.SENSOR)
         self.create_subscription(BimanualCommand, "command/proposed", self._on_proposed, qos.COMMAND)
         self._pub_status = self.create_publisher(GateStatus, "safety/status", qos.LATCHED)
         self._pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
@@ -50,10 +68,20 @@ class GateNode(Node):
         self.create_timer(0.5, self._publish_status)
         self.create_timer(1.0, self._publish_diagnostics)
         self._publish_status()
-        self.get_logger().info("safety gate up: DISARMED")
+        self.get_logger().info(
+            f"safety gate up: DISARMED; cameras required: {list(config.required_cameras) or 'none'}; "
+            f"watchdog {rate_hz:.0f} Hz")
 
     def _now_s(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
+
+    def _guarded(self, what: str, fn) -> None:
+        """Run one callback's work; an exception is a HOLD, and the status goes out at once."""
+        try:
+            self._send(fn())
+        except Exception as exc:  # noqa: BLE001 - the gate must hold, not crash
+            self._send(self.gate.internal_error(f"{what}: {type(exc).__name__}: {exc}", time.monotonic()))
+        self._status_if_changed()
 
     def _joint_cb(self, arm: Arm):
         names = arm.joint_names
@@ -69,11 +97,18 @@ class GateNode(Node):
                 gripper_norm=float(positions[JOINTS_PER_ARM]),
                 ee_pose_hw=self._kin[arm].forward(joints),
                 stamp_s=stamp_to_s(msg.header.stamp),
-            ))
-        return cb
+            ), time.monotonic())
+        return lambda msg: self._guarded(f"{arm.value}/joint_states", lambda: cb(msg))
+
+    def _health_cb(self, camera: str):
+        def cb(msg: CameraHealth):
+            report = CameraReport(ok=msg.state == CameraHealth.OK, detail=msg.detail,
+                                  last_frame_stamp_s=stamp_to_s(msg.last_frame_stamp))
+            return self.gate.update_camera(camera, report, time.monotonic())
+        return lambda msg: self._guarded(f"cameras/{camera}/health", lambda: cb(msg))
 
     def _on_proposed(self, msg: BimanualCommand) -> None:
-        try:
+        def decide():
             proposal = Proposal(
                 stamp_s=stamp_to_s(msg.header.stamp),
                 arms={
@@ -84,16 +119,13 @@ class GateNode(Node):
                     )
                     for arm in ARMS
                 },
+                observation_stamp_s=stamp_to_s(msg.observation_stamp),
             )
-        except Exception as exc:  # noqa: BLE001
-            self.get_logger().error(f"unreadable command: {exc}")
-            return
-        self._send(self.gate.propose(proposal, self._now_s()))
-        self._status_if_changed()
+            return self.gate.propose(proposal, self._now_s(), time.monotonic())
+        self._guarded("command/proposed", decide)
 
     def _on_watchdog(self) -> None:
-        self._send(self.gate.tick(self._now_s()))
-        self._status_if_changed()
+        self._guarded("watchdog", lambda: self.gate.tick(self._now_s(), time.monotonic()))
 
     def _send(self, commands) -> None:
         if not commands:
@@ -108,13 +140,18 @@ class GateNode(Node):
             self._pub_cmd[arm].publish(msg)
 
     def _srv_arm(self):
-        return self.gate.request_arm(self._now_s())
+        return self.gate.request_arm(self._now_s(), time.monotonic())
 
     def _service(self, name, fn):
         def cb(request, response):
-            ok, message = fn()
+            try:
+                ok, message = fn()
+            except Exception as exc:  # noqa: BLE001
+                self.gate.internal_error(f"safety/{name}: {type(exc).__name__}: {exc}", time.monotonic())
+                ok, message = False, f"internal error: {exc}"
             response.success, response.message = bool(ok), message
             self.get_logger().info(f"safety/{name}: {'ok' if ok else 'refused'}: {message}")
+            self._on_watchdog()  # ESTOP's hold goes out now, not at the next tick
             self._publish_status()
             return response
         return cb

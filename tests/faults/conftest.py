@@ -1,0 +1,69 @@
+"""Fault battery results: collected per trial, summarized per fault at the end of the session
+(printed and written to out/faults/summary.json)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    fault: str
+    state: str
+    reason: str
+    time_to_state_s: float
+    """Gate's status stamp minus the fault instant (NaN when the expected outcome is no change)."""
+    time_to_state_recv_s: float
+    """Same, to when the test process received the status (adds DDS and test-side latency)."""
+    commands: int
+    out_of_limits: int
+    examples: list = field(default_factory=list)
+    note: str = ""
+
+    def with_note(self, note: str) -> "TrialResult":
+        return replace(self, note=note)
+
+
+RESULTS: list[TrialResult] = []
+
+
+def summarize(results: list[TrialResult]) -> list[dict]:
+    rows = {}
+    for r in results:
+        row = rows.setdefault(r.fault, {"fault": r.fault, "trials": 0, "worst_ms": float("nan"), "worst_recv_ms": float("nan"),
+                                        "commands": 0, "out_of_limits": 0, "end_states": set(), "reasons": set(), "notes": []})
+        row["trials"] += 1
+        for key, value in (("worst_ms", r.time_to_state_s), ("worst_recv_ms", r.time_to_state_recv_s)):
+            if not math.isnan(value):
+                row[key] = value * 1e3 if math.isnan(row[key]) else max(row[key], value * 1e3)
+        row["commands"] += r.commands
+        row["out_of_limits"] += r.out_of_limits
+        row["end_states"].add(r.state)
+        if r.reason:
+            row["reasons"].add(r.reason)
+        if r.note:
+            row["notes"].append(r.note)
+    return [dict(v, end_states=sorted(v["end_states"]), reasons=sorted(v["reasons"])) for v in rows.values()]
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not RESULTS:
+        return
+    rows = summarize(RESULTS)
+    tr = terminalreporter
+    tr.section("safety gate fault battery")
+    tr.write_line(f"{'fault':<20}{'trials':>7}{'worst ms':>10}{'recv ms':>9}{'cmds':>7}{'out of limits':>15}  end state / reason")
+    for r in rows:
+        worst = "-" if math.isnan(r["worst_ms"]) else f"{r['worst_ms']:.1f}"
+        recv = "-" if math.isnan(r["worst_recv_ms"]) else f"{r['worst_recv_ms']:.1f}"
+        tr.write_line(f"{r['fault']:<20}{r['trials']:>7}{worst:>10}{recv:>9}{r['commands']:>7}{r['out_of_limits']:>15}  "
+                      f"{','.join(r['end_states'])} / {','.join(r['reasons'])}" + (f"  ({r['notes'][-1]})" if r["notes"] else ""))
+    out = REPO_ROOT / "out" / "faults" / "summary.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"faults": rows, "trials": [asdict(r) for r in RESULTS]}, indent=1, default=str))
+    tr.write_line(f"written to {out}")

@@ -1,0 +1,342 @@
+"""The fault battery's rig: one real simulated graph (egomimic-launch, policy:=none) driven and
+observed from the test process over DDS.
+
+The test process plays the policy: it publishes `command/proposed` (hardware frame) at 30 Hz,
+anchored at the measured pose, and injects one fault per trial. It records every
+`safety/status` (the gate's decision time is its header stamp, on the same machine clock as the
+test's time.time()) and every `<arm>/joint_command` the drivers received, each audited by the
+independent oracle against the arm's measured joints at receipt.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import psutil
+import yaml
+
+from egomimic_hw.description import ARMS, CAMERAS, Arm
+from egomimic_hw.kinematics import ArmKinematics
+from egomimic_safety.config import GateConfig
+from egomimic_safety.oracle import audit_command
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SIM_YAML = REPO_ROOT / "ros2_ws/src/egomimic_bringup/config/eva_sim.yaml"
+PERIOD_S = 1.0 / 30.0
+STATES = {0: "DISARMED", 1: "ARMING", 2: "ARMED", 3: "HOLD", 4: "ESTOP"}
+
+
+def gate_config_of_graph(required_cameras) -> GateConfig:
+    """The GateConfig the graph's gate runs with: defaults + the sim YAML + our overrides."""
+    params = yaml.safe_load(SIM_YAML.read_text()).get("/**/safety_gate", {}).get("ros__parameters", {})
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
+    return GateConfig(**fields, required_cameras=tuple(required_cameras))
+
+
+@dataclass
+class Status:
+    recv_s: float
+    stamp_s: float
+    state: str
+    reason: str
+    detail: str
+
+
+@dataclass
+class CommandRecord:
+    recv_s: float
+    arm: Arm
+    values: np.ndarray
+    violations: list[str] = field(default_factory=list)
+
+
+class Rig:
+    def __init__(self, tmp: Path, required_cameras):
+        import rclpy
+        from rclpy.executors import SingleThreadedExecutor
+
+        self.cameras = tuple(required_cameras)
+        self.config = gate_config_of_graph(self.cameras)
+        params = tmp / "gate_faults.yaml"
+        params.write_text(yaml.safe_dump({"/**/safety_gate": {"ros__parameters": {"required_cameras": list(self.cameras)}}}))
+        cmd = [sys.executable, "-m", "egomimic_launch.cli", "eva_bimanual.launch.py", "policy:=none",
+               "auto_arm:=false", f"params_file:={params}", "--quiet", "--run-dir", str(tmp / "run")]
+        self.log = open(tmp / "launch.log", "w")
+        self.launcher = subprocess.Popen(cmd, cwd=REPO_ROOT, env=dict(os.environ), stdout=self.log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        self.kin = {arm: ArmKinematics() for arm in ARMS}
+        self.lock = threading.Lock()
+        self.statuses: list[Status] = []
+        self.commands: list[CommandRecord] = []
+        self.joints: dict[Arm, np.ndarray] = {}
+        self.joints_recv: dict[Arm, float] = {}
+        self.joint_history: dict[Arm, list[np.ndarray]] = {arm: [] for arm in ARMS}
+        self.health: dict[str, list] = {c: [] for c in CAMERAS}
+        self.stopped_pids: set[int] = set()
+        self._prev_cmd: dict[Arm, tuple[float, np.ndarray]] = {}
+        self._stream_pose: dict[Arm, np.ndarray] | None = None
+        self._stream_thread: threading.Thread | None = None
+        self._streaming = threading.Event()
+        self._mutate = None
+        self.last_publish_s = 0.0
+
+        self.ctx = rclpy.Context()
+        rclpy.init(context=self.ctx, args=["--ros-args", "--disable-external-lib-logs"])
+        self.node = rclpy.create_node(f"fault_rig_{os.getpid()}", context=self.ctx)
+        self.executor = SingleThreadedExecutor(context=self.ctx)
+        self.executor.add_node(self.node)
+        self._setup_ros()
+        self._spin = threading.Thread(target=self._spin_forever, daemon=True)
+        self._spin.start()
+
+    # -- ROS plumbing ---------------------------------------------------------------------------
+    def _spin_forever(self):
+        try:
+            self.executor.spin()
+        except Exception:  # noqa: BLE001 - shutdown race
+            pass
+
+    def _setup_ros(self):
+        from egomimic_msgs.msg import BimanualCommand, CameraHealth, GateStatus
+        from rcl_interfaces.srv import SetParameters
+        from sensor_msgs.msg import JointState
+        from std_srvs.srv import Trigger
+
+        from egomimic_nodes import qos
+
+        n = self.node
+        n.create_subscription(GateStatus, "/eva/safety/status", self._on_status, qos.LATCHED)
+        for arm in ARMS:
+            n.create_subscription(JointState, f"/eva/{arm.value}/joint_states", self._joint_cb(arm), qos.SENSOR)
+            n.create_subscription(JointState, f"/eva/{arm.value}/joint_command", self._command_cb(arm), qos.COMMAND)
+        for cam in CAMERAS:
+            n.create_subscription(CameraHealth, f"/eva/cameras/{cam}/health", self._health_cb(cam), qos.SENSOR)
+        self.pub = n.create_publisher(BimanualCommand, "/eva/command/proposed", qos.COMMAND)
+        self.srv = {name: n.create_client(Trigger, f"/eva/safety/{name}") for name in ("arm", "disarm", "estop", "reset")}
+        self.param_client = n.create_client(SetParameters, "/eva/cameras/set_parameters")
+        self._Trigger, self._BimanualCommand = Trigger, BimanualCommand
+
+    def _on_status(self, msg):
+        s = Status(time.time(), msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, STATES[msg.state], msg.reason, msg.detail)
+        with self.lock:
+            self.statuses.append(s)
+
+    def _joint_cb(self, arm):
+        def cb(msg):
+            with self.lock:
+                self.joints[arm] = np.asarray(msg.position[:6], dtype=float)
+                self.joints_recv[arm] = time.time()
+                self.joint_history[arm].append(self.joints[arm])
+                del self.joint_history[arm][:-300]
+        return cb
+
+    def _health_cb(self, cam):
+        def cb(msg):
+            with self.lock:
+                self.health[cam].append((time.time(), msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, msg.state))
+                del self.health[cam][:-200]
+        return cb
+
+    def _command_cb(self, arm):
+        def cb(msg):
+            now = time.time()
+            values = np.asarray(msg.position, dtype=float)
+            with self.lock:
+                measured = self.joints.get(arm)
+                prev = self._prev_cmd.get(arm)
+                # A hold target is a measured configuration (exactly): the arm is already
+                # there, so the per-step rate limit vs the last target does not apply to it.
+                is_hold = any(np.array_equal(values[:6], q) for q in self.joint_history[arm])
+            previous = prev[1] if prev is not None and now - prev[0] < 0.1 and not is_hold else None
+            if measured is None:
+                violations = ["no measured state yet"]
+            else:
+                violations = audit_command(arm, values, measured, self.config, self.kin[arm], previous)
+            with self.lock:
+                self._prev_cmd[arm] = (now, values)
+                self.commands.append(CommandRecord(now, arm, values, violations))
+        return cb
+
+    # -- services ------------------------------------------------------------------------------
+    def call(self, name: str, timeout_s: float = 3.0) -> tuple[bool, str]:
+        client = self.srv[name]
+        if not client.wait_for_service(timeout_sec=timeout_s):
+            return False, "no service"
+        done = threading.Event()
+        future = client.call_async(self._Trigger.Request())
+        future.add_done_callback(lambda _f: done.set())
+        if not done.wait(timeout_s):
+            return False, "timeout"
+        r = future.result()
+        return bool(r.success), r.message
+
+    def set_camera_fault(self, value: str) -> bool:
+        from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+        from rcl_interfaces.srv import SetParameters
+
+        if not self.param_client.wait_for_service(timeout_sec=3.0):
+            return False
+        req = SetParameters.Request()
+        req.parameters = [Parameter(name="inject_fault", value=ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=value))]
+        done = threading.Event()
+        future = self.param_client.call_async(req)
+        future.add_done_callback(lambda _f: done.set())
+        return done.wait(3.0) and all(r.successful for r in future.result().results)
+
+    # -- observation ---------------------------------------------------------------------------
+    def state(self) -> str:
+        with self.lock:
+            return self.statuses[-1].state if self.statuses else ""
+
+    def wait_state(self, states, after_s: float, timeout_s: float) -> Status | None:
+        """The first status with a state in `states` stamped at or after `after_s`."""
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            with self.lock:
+                for s in self.statuses:
+                    if s.state in states and s.stamp_s >= after_s:
+                        return s
+            time.sleep(0.005)
+        return None
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            if self.launcher.poll() is not None:
+                return False
+            with self.lock:
+                fresh = all(a in self.joints_recv and time.time() - self.joints_recv[a] < 0.2 for a in ARMS)
+            if fresh and self.statuses and self.srv["arm"].service_is_ready():
+                return True
+            time.sleep(0.1)
+        return False
+
+    def commands_since(self, t: float) -> list[CommandRecord]:
+        with self.lock:
+            return [c for c in self.commands if c.recv_s >= t]
+
+    def measured_pose(self, arm: Arm) -> np.ndarray:
+        with self.lock:
+            q = self.joints[arm].copy()
+        return self.kin[arm].forward(q)
+
+    def measured_joints(self, arm: Arm) -> np.ndarray:
+        with self.lock:
+            return self.joints[arm].copy()
+
+    # -- commanding ------------------------------------------------------------------------------
+    def make_command(self, poses: dict[Arm, np.ndarray], stamp_s: float | None = None, grippers=(0.5, 0.5)):
+        from egomimic_nodes.msg_convert import array_to_pose
+
+        msg = self._BimanualCommand()
+        t = time.time() if stamp_s is None else stamp_s
+        ns = int(round(t * 1e9))
+        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(ns, 1_000_000_000)
+        for arm, g in zip(ARMS, grippers):
+            ps = getattr(msg, arm.value)
+            ps.header.stamp = msg.header.stamp
+            ps.header.frame_id = arm.hw_frame
+            array_to_pose(poses[arm], ps.pose)
+            setattr(msg, f"{arm.value}_gripper", float(g))
+        return msg
+
+    def start_stream(self, poses: dict[Arm, np.ndarray]) -> None:
+        """Publish `poses` (updatable via set_stream_pose) at 30 Hz until stop_stream()."""
+        self.stop_stream()
+        self._stream_pose = {a: p.copy() for a, p in poses.items()}
+        self._streaming.set()
+        self._stream_thread = threading.Thread(target=self._stream_loop, daemon=True)
+        self._stream_thread.start()
+
+    def set_stream_pose(self, poses: dict[Arm, np.ndarray]) -> None:
+        with self.lock:
+            self._stream_pose = {a: p.copy() for a, p in poses.items()}
+
+    def inject_once(self, mutate) -> float:
+        """The next streamed command is `mutate(msg)`; returns its publication time."""
+        done = threading.Event()
+        box = {}
+
+        def wrapped(msg):
+            mutate(msg)
+            box["t"] = time.time()
+            done.set()
+            return msg
+        with self.lock:
+            self._mutate = wrapped
+        done.wait(1.0)
+        return box.get("t", float("nan"))
+
+    def _stream_loop(self) -> None:
+        next_t = time.monotonic()
+        while self._streaming.is_set():
+            with self.lock:
+                poses, mutate, self._mutate = self._stream_pose, self._mutate, None
+            msg = self.make_command(poses)
+            if mutate is not None:
+                msg = mutate(msg)
+            self.pub.publish(msg)
+            self.last_publish_s = time.time()
+            next_t += PERIOD_S
+            delay = next_t - time.monotonic()
+            if delay < -PERIOD_S:
+                next_t = time.monotonic()  # fell behind (load): keep the period, do not burst
+            time.sleep(max(0.0, delay))
+
+    def stop_stream(self) -> float:
+        """Stop publishing; returns the instant the producer stopped."""
+        self._streaming.clear()
+        t = time.time()
+        if self._stream_thread is not None:
+            self._stream_thread.join(1.0)
+            self._stream_thread = None
+        return t
+
+    # -- processes -------------------------------------------------------------------------------
+    def node_pid(self, name: str) -> int:
+        for child in psutil.Process(self.launcher.pid).children(recursive=True):
+            try:
+                if f"__node:={name}" in child.cmdline():
+                    return child.pid
+            except psutil.Error:
+                continue
+        raise LookupError(f"node {name} not found under the launcher")
+
+    def freeze(self, pid: int) -> None:
+        os.kill(pid, signal.SIGSTOP)
+        self.stopped_pids.add(pid)
+
+    def thaw(self, pid: int) -> None:
+        os.kill(pid, signal.SIGCONT)
+        self.stopped_pids.discard(pid)
+
+    def close(self) -> None:
+        self.stop_stream()
+        for pid in list(self.stopped_pids):
+            try:
+                self.thaw(pid)
+            except ProcessLookupError:
+                pass
+        if self.launcher.poll() is None:
+            self.launcher.send_signal(signal.SIGINT)
+            try:
+                self.launcher.wait(40)
+            except subprocess.TimeoutExpired:
+                for child in psutil.Process(self.launcher.pid).children(recursive=True):
+                    child.kill()
+                self.launcher.kill()
+                self.launcher.wait()
+        self.log.close()
+        self.executor.shutdown(timeout_sec=1.0)
+        self.node.destroy_node()
+        import rclpy
+
+        rclpy.try_shutdown(context=self.ctx)
