@@ -73,6 +73,8 @@ bench: $(STAMP) ## benchmarks print ratios and absolute figures and write JSON u
 	$(PY) bench/driver_jitter.py --domain 92 --out out/bench/driver_jitter.json
 	$(PY) bench/policy_latency.py --out out/bench/policy_latency.json
 	$(PY) bench/gate_decision.py --out out/bench/gate_decision.json
+	$(PY) bench/async_chunking.py --out out/bench/async_chunking.json
+	$(PY) bench/remote_overhead.py --out out/bench/remote_overhead.json
 
 shm-clean:
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/fastdds shm clean

@@ -6,17 +6,29 @@ dataset-frame y-z plane around the pose it was anchored at, with a small wrist o
 about the dataset z axis and a slowly cycling gripper. The amplitude ramps in smoothly over
 `ramp_s` so the first commands equal the measured pose (the gate's start-pose check).
 Speeds at the defaults: 0.04 m x 2 pi / 6 s = 0.042 m/s, far below the X5's 0.6 m/s.
+
+`ScriptedChunkPolicy` serves the same motion as a ChunkPolicy (chunks of absolute targets),
+so the scripted run goes through the rollout executor exactly like a model does: it anchors
+at the first observation after a reset and row i of every chunk is the motion at that
+observation's stamp + i * period. Chunks of one run are samples of one function of time, so
+consecutive chunks agree where they overlap: a known-correct reference for the executor.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import json
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from egomimic_hw.description import ARMS, Arm
 from egomimic_hw.errors import ConfigError
 from egomimic_hw.rotations import mat_to_quat, quat_to_mat
+from egomimic_policy.interface import Chunk, Observation, PolicySpec
+
+SCRIPTED_ACTION_LAYOUT = "eva_bimanual_abs_pose_ds"
+"""Absolute dataset-frame poses and normalized grippers per arm: the Chunk layout itself."""
 
 
 @dataclass(frozen=True)
@@ -72,3 +84,49 @@ class ScriptedMotion:
             gripper = (1.0 - ramp) * self._anchor_gripper[arm] + ramp * target_gripper
             out[arm] = (pose, float(gripper))
         return out
+
+
+class ScriptedChunkPolicy:
+    """The scripted motion as a ChunkPolicy: needs no cameras, answers in microseconds."""
+
+    def __init__(self, config: ScriptedMotionConfig = ScriptedMotionConfig(), *, chunk_length: int = 30,
+                 rate_hz: float = 30.0, embodiment: str = "eva_bimanual"):
+        if chunk_length < 1:
+            raise ConfigError(f"chunk_length must be >= 1 row, got {chunk_length}")
+        if not rate_hz > 0:
+            raise ConfigError(f"rate_hz must be > 0, got {rate_hz}")
+        self.config = config
+        self.period_s = 1.0 / rate_hz
+        setup = {"config": asdict(config), "chunk_length": chunk_length, "rate_hz": rate_hz}
+        fingerprint = hashlib.sha256(json.dumps(setup, sort_keys=True).encode()).hexdigest()[:16]
+        self.spec = PolicySpec(
+            family="scripted", fingerprint=f"scripted-{fingerprint}", embodiment=embodiment,
+            action_layout=SCRIPTED_ACTION_LAYOUT, chunk_length=chunk_length, rate_hz=rate_hz, cameras=(),
+        )
+        self._motion: ScriptedMotion | None = None
+        self._anchor_ns = 0
+
+    def reset(self) -> None:
+        """Re-anchor at the next observation (the motion restarts from the measured pose)."""
+        self._motion = None
+
+    def infer(self, observation: Observation) -> Chunk:
+        if self._motion is None:
+            self._motion = ScriptedMotion(
+                self.config,
+                {Arm.LEFT: observation.left_pose, Arm.RIGHT: observation.right_pose},
+                {Arm.LEFT: observation.left_gripper, Arm.RIGHT: observation.right_gripper},
+            )
+            self._anchor_ns = observation.stamp_ns
+        n = self.spec.chunk_length
+        poses = {arm: np.empty((n, 7)) for arm in ARMS}
+        grippers = {arm: np.empty(n) for arm in ARMS}
+        t0_s = (observation.stamp_ns - self._anchor_ns) * 1e-9
+        for i in range(n):
+            for arm, (pose, gripper) in self._motion.sample(t0_s + i * self.period_s).items():
+                poses[arm][i], grippers[arm][i] = pose, gripper
+        return Chunk(
+            observation_stamp_ns=observation.stamp_ns, period_s=self.period_s,
+            left_pose=poses[Arm.LEFT], right_pose=poses[Arm.RIGHT],
+            left_gripper=grippers[Arm.LEFT], right_gripper=grippers[Arm.RIGHT],
+        )

@@ -1,112 +1,264 @@
-"""Policy node (foundation: the scripted policy). Publishes `policy/action` (dataset frame)
-at `rate_hz` = 30 Hz.
+"""Policy node: runs a ChunkPolicy through the asynchronous rollout executor at `rate_hz`.
 
-`policy:=scripted` runs egomimic_policy.scripted.ScriptedMotion: not a model, a known smooth
-bimanual path anchored at the measured dataset-frame poses (`<arm>/ee_pose_dataset`) and the
-measured grippers (`<arm>/joint_states`). Stale inputs are never used silently: until both arms
-have been seen, and whenever an input is older than `max_input_age_s`, nothing is published
-(the gate then sees a stale command and holds). `policy/reset` re-anchors at the current pose.
+  sub  <arm>/ee_pose_dataset (PoseStamped), <arm>/joint_states (JointState),
+       cameras/<cam>/image_raw (rgb8; only the cameras the policy's spec names)
+  pub  policy/action (BimanualCommand, dataset frame, every tick while there is a target),
+       policy/chunk (ActionChunk, every chunk the model produced), /diagnostics (1 Hz)
+  srv  policy/reset (clear the action queue and the policy's observation window)
+
+`policy` (INTERFACES.md): scripted | fold | pi | moe | <checkpoint path> | tcp://host:port,
+built by egomimic_policy.loading; `inject_latency_ms` delays every query (rehearse a slow
+model). The tick only evaluates the executor's queue; the model runs in the executor's worker
+(egomimic_policy/rollout), so a slow model or a dead server never delays the tick: the queue
+drains, the last target is held for at most `executor.max_dry_s` (counted, reported), then
+nothing is published and the safety gate sees a stale command and holds the arms.
+
+Observations come from egomimic_hw.sync.ObservationSynchronizer: a query is made only when
+every input is fresh (`max_input_age_s` for arm state, `max_image_age_s` for cameras) and the
+inputs agree in time (`sync_tolerance_s`); otherwise it is skipped and the reason reported.
+With `policy:=scripted` the executor runs the scripted motion (no model, no cameras): anchored
+at the measured poses and grippers, as before this node went through the executor.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
-from sensor_msgs.msg import JointState
+from sensor_msgs.msg import Image, JointState
 from std_srvs.srv import Trigger
 
 from egomimic_hw.description import ARMS, JOINTS_PER_ARM, Arm
-from egomimic_msgs.msg import BimanualCommand
-from egomimic_nodes import qos
-from egomimic_nodes.msg_convert import array_to_pose, pose_to_array, stamp_to_ns
+from egomimic_hw.sync import ObservationSynchronizer
+from egomimic_msgs.msg import ActionChunk, BimanualCommand
+from egomimic_nodes import diagnostics, qos
+from egomimic_nodes.msg_convert import array_to_pose, image_to_array, ns_to_stamp, pose_to_array, stamp_to_ns
 from egomimic_nodes.params import declare_config
 from egomimic_nodes.spin import run_node
-from egomimic_policy.scripted import ScriptedMotion, ScriptedMotionConfig
+from egomimic_policy.interface import Observation
+from egomimic_policy.loading import load_policy
+from egomimic_policy.remote.client import RemoteConfig
+from egomimic_policy.rollout import AsyncChunkExecutor, ExecutorConfig, ObservationUnavailable, TickStatus
+from egomimic_policy.scripted import ScriptedChunkPolicy, ScriptedMotionConfig
+
+SYNC_HISTORY = 8
+"""Messages kept per input, so 100 Hz arm state can be matched to a 30 Hz frame's capture time."""
+
+
+def _pose_stream(arm: Arm) -> str:
+    return f"{arm.value}/ee_pose_dataset"
+
+
+def _joint_stream(arm: Arm) -> str:
+    return f"{arm.value}/joint_states"
+
+
+def _image_stream(camera: str) -> str:
+    return f"cameras/{camera}/image_raw"
 
 
 class PolicyNode(Node):
     def __init__(self):
         super().__init__("policy")
-        self.policy = self.declare_parameter("policy", "scripted").value
-        if self.policy != "scripted":
-            raise ValueError(f"policy {self.policy!r} is not available yet; choices: ['scripted']")
-        rate_hz = float(self.declare_parameter("rate_hz", 30.0).value)
-        self.max_input_age_s = float(self.declare_parameter("max_input_age_s", 0.2).value)
-        self.motion_config = declare_config(self, ScriptedMotionConfig, prefix="scripted.")
-        self._pose: dict[Arm, tuple[int, np.ndarray]] = {}
-        self._gripper: dict[Arm, tuple[int, float]] = {}
+        param = lambda name, default, help_: self.declare_parameter(  # noqa: E731
+            name, default, _descriptor(help_)).value
+        policy_name = str(param("policy", "scripted", "scripted | fold | pi | moe | <checkpoint> | tcp://host:port"))
+        rate_hz = float(param("rate_hz", 30.0, "control tick rate (Hz)"))
+        inject_ms = float(param("inject_latency_ms", 0.0, "extra latency (ms) added to every policy query"))
+        max_input_age_s = float(param("max_input_age_s", 0.2, "arm state older than this (s) is stale"))
+        max_image_age_s = float(param("max_image_age_s", 0.15, "a camera frame older than this (s) is stale"))
+        tolerance_s = float(param("sync_tolerance_s", 0.05, "inputs of one observation must agree within (s)"))
+        cache_dir = str(param("cache_dir", "", "checkpoint cache directory ('' = the families' default)")) or None
+        seed = int(param("seed", 0, "seed of untrained rehearsal weights (fold/pi/moe)"))
+        device = str(param("device", "cpu", "torch device of local model families"))
+        chunk_length = int(param("scripted.chunk_length", 30, "rows per scripted chunk"))
+        self.executor_config = declare_config(self, ExecutorConfig, prefix="executor.", rate_hz=rate_hz)
+        motion = declare_config(self, ScriptedMotionConfig, prefix="scripted.")
+        remote = declare_config(self, RemoteConfig, prefix="remote.", address=RemoteConfig.address, rate_hz=rate_hz)
+
+        self.policy = load_policy(
+            policy_name, inject_latency_ms=inject_ms, cache_dir=cache_dir, seed=seed, device=device, remote=remote,
+            scripted=ScriptedChunkPolicy(motion, chunk_length=chunk_length, rate_hz=rate_hz))
+        spec = self.policy.spec
+        if abs(spec.rate_hz - rate_hz) > 1e-6:
+            raise ValueError(f"policy {spec.family} produces rows at {spec.rate_hz} Hz, the control rate is {rate_hz} Hz")
+        self.cameras = tuple(spec.cameras)
+        self._image_hw = tuple(spec.image_size)
+        ages = {s: max_input_age_s for arm in ARMS for s in (_pose_stream(arm), _joint_stream(arm))}
+        ages.update({_image_stream(cam): max_image_age_s for cam in self.cameras})
+        self.sync = ObservationSynchronizer(ages, tolerance_s, history_depth=SYNC_HISTORY)
+        self._bad_images = 0
+
         for arm in ARMS:
-            self.create_subscription(PoseStamped, f"{arm.value}/ee_pose_dataset", self._pose_cb(arm), qos.SENSOR)
-            self.create_subscription(JointState, f"{arm.value}/joint_states", self._joint_cb(arm), qos.SENSOR)
-        self._pub = self.create_publisher(BimanualCommand, "policy/action", qos.COMMAND)
+            self.create_subscription(PoseStamped, _pose_stream(arm), self._pose_cb(arm), qos.SENSOR)
+            self.create_subscription(JointState, _joint_stream(arm), self._joint_cb(arm), qos.SENSOR)
+        for cam in self.cameras:  # only what the policy needs: scripted subscribes to none
+            self.create_subscription(Image, _image_stream(cam), self._image_cb(cam), qos.SENSOR)
+        self._pub_action = self.create_publisher(BimanualCommand, "policy/action", qos.COMMAND)
+        self._pub_chunk = self.create_publisher(ActionChunk, "policy/chunk", qos.COMMAND)
+        self._pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_service(Trigger, "policy/reset", self._on_reset)
-        self._motion: ScriptedMotion | None = None
-        self._t_anchor_ns = 0
-        self._tick = 0
-        self._withheld = 0
+
+        # Not `self.executor`: rclpy.Node uses that name for the executor spinning the node.
+        self.rollout = AsyncChunkExecutor(self.policy, self.executor_config, self._observe, self._now_ns)
+        self._status = TickStatus.WAITING
         self.create_timer(1.0 / rate_hz, self._on_tick)
-        self.get_logger().info(f"scripted policy (not a model) at {rate_hz} Hz")
+        self.create_timer(1.0, self._publish_diagnostics)
+        c = self.executor_config
+        self.get_logger().info(
+            f"policy {spec.family} ({spec.fingerprint}, {spec.chunk_length} rows, cameras {list(self.cameras)}) "
+            f"at {rate_hz} Hz; cadence {c.cadence}, blend {c.blend}, max_dry_s {c.max_dry_s}, "
+            f"inject_latency_ms {inject_ms:g}")
 
-    def _pose_cb(self, arm):
+    def _now_ns(self) -> int:
+        return self.get_clock().now().nanoseconds
+
+    # --------------------------------------------------------------- inputs
+    def _pose_cb(self, arm: Arm):
+        stream = _pose_stream(arm)
+
         def cb(msg: PoseStamped) -> None:
-            self._pose[arm] = (stamp_to_ns(msg.header.stamp), pose_to_array(msg.pose))
+            if msg.header.frame_id != arm.dataset_frame:
+                self.get_logger().error(f"{stream} in frame {msg.header.frame_id!r}, expected {arm.dataset_frame!r}: "
+                                        "ignored", throttle_duration_sec=2.0)
+                return
+            self.sync.update(stream, stamp_to_ns(msg.header.stamp), pose_to_array(msg.pose))
         return cb
 
-    def _joint_cb(self, arm):
+    def _joint_cb(self, arm: Arm):
+        stream = _joint_stream(arm)
+
         def cb(msg: JointState) -> None:
-            if len(msg.position) > JOINTS_PER_ARM:
-                self._gripper[arm] = (stamp_to_ns(msg.header.stamp), float(msg.position[JOINTS_PER_ARM]))
+            if len(msg.position) <= JOINTS_PER_ARM:
+                self.get_logger().error(f"{stream} without a gripper value: ignored", throttle_duration_sec=2.0)
+                return
+            self.sync.update(stream, stamp_to_ns(msg.header.stamp), np.array(msg.position[:JOINTS_PER_ARM + 1], float))
         return cb
 
-    def _inputs_fresh(self, now_ns: int) -> tuple[bool, str]:
-        limit_ns = int(self.max_input_age_s * 1e9)
-        for arm in ARMS:
-            for name, table in (("ee_pose_dataset", self._pose), ("joint_states", self._gripper)):
-                if arm not in table:
-                    return False, f"waiting for {arm.value}/{name}"
-                if now_ns - table[arm][0] > limit_ns:
-                    return False, f"{arm.value}/{name} is {(now_ns - table[arm][0]) / 1e6:.0f} ms old"
-        return True, ""
+    def _image_cb(self, camera: str):
+        stream = _image_stream(camera)
 
-    def _on_reset(self, request, response):
-        self._motion = None
-        response.success, response.message = True, "re-anchoring at the next fresh observation"
-        return response
+        def cb(msg: Image) -> None:
+            try:
+                rgb = image_to_array(msg)  # a view of the message buffer: no per-pixel work
+            except ValueError as exc:
+                rgb, why = None, str(exc)
+            else:
+                why = f"{msg.height}x{msg.width}, the policy expects {self._image_hw[0]}x{self._image_hw[1]}"
+            if rgb is None or rgb.shape[:2] != self._image_hw:
+                self._bad_images += 1
+                self.get_logger().error(f"{stream}: {why}: frame ignored", throttle_duration_sec=2.0)
+                return
+            self.sync.update(stream, stamp_to_ns(msg.header.stamp), rgb)
+        return cb
 
+    def _observe(self, now_ns: int) -> Observation:
+        """Called by the executor's worker when a query is due."""
+        result = self.sync.build(now_ns)
+        if not result.ok:
+            raise ObservationUnavailable(result.reason)
+        v = result.values
+        state = {arm: v[_joint_stream(arm)] for arm in ARMS}
+        return Observation(
+            stamp_ns=result.stamp_ns,
+            images={cam: v[_image_stream(cam)] for cam in self.cameras},
+            left_pose=v[_pose_stream(Arm.LEFT)], right_pose=v[_pose_stream(Arm.RIGHT)],
+            left_gripper=float(state[Arm.LEFT][JOINTS_PER_ARM]), right_gripper=float(state[Arm.RIGHT][JOINTS_PER_ARM]),
+            left_joints=state[Arm.LEFT][:JOINTS_PER_ARM], right_joints=state[Arm.RIGHT][:JOINTS_PER_ARM],
+        )
+
+    # ----------------------------------------------------------------- tick
     def _on_tick(self) -> None:
         now = self.get_clock().now()
-        now_ns = now.nanoseconds
-        fresh, why = self._inputs_fresh(now_ns)
-        if not fresh:
-            self._withheld += 1
-            self.get_logger().warning(f"not publishing: {why}", throttle_duration_sec=2.0)
-            return
-        if self._motion is None:
-            self._motion = ScriptedMotion(
-                self.motion_config,
-                {a: self._pose[a][1] for a in ARMS},
-                {a: self._gripper[a][1] for a in ARMS},
-            )
-            self._t_anchor_ns = now_ns
-            self.get_logger().info("anchored the scripted motion at the measured poses")
-        targets = self._motion.sample((now_ns - self._t_anchor_ns) * 1e-9)
+        result = self.rollout.tick(now.nanoseconds)
+        if result.target is not None:
+            self._pub_action.publish(self._action_msg(result.target, now.to_msg()))
+        for accepted in result.new_chunks:  # after the action: 100 rows take a few ms to build
+            self._pub_chunk.publish(self._chunk_msg(accepted))
+        if result.status is not self._status:
+            self._report_transition(result.status)
+            self._status = result.status
+
+    def _report_transition(self, status: TickStatus) -> None:
+        problem = self.rollout.stats(self._now_ns())["last_problem"]
+        log = self.get_logger()
+        if status is TickStatus.RUNNING:
+            log.info("executing chunks")
+        elif status is TickStatus.HOLDING:
+            log.warning(f"queue ran dry: holding the last target for at most {self.executor_config.max_dry_s} s "
+                        f"({problem or 'the next chunk is late'})")
+        elif status is TickStatus.STOPPED:
+            log.error(f"queue dry for more than {self.executor_config.max_dry_s} s: not publishing "
+                      f"(the gate holds the arms); {problem}")
+        else:
+            log.warning(f"waiting for a first chunk: {problem or 'no observation yet'}")
+
+    def _row_msg(self, left, right, lg, rg, chunk_id, row, obs_ns, stamp) -> BimanualCommand:
         msg = BimanualCommand()
-        msg.header.stamp = now.to_msg()
+        msg.header.stamp = stamp
         msg.header.frame_id = "dataset"
-        for arm in ARMS:
-            pose, gripper = targets[arm]
+        for arm, pose, gripper in ((Arm.LEFT, left, lg), (Arm.RIGHT, right, rg)):
             ps: PoseStamped = getattr(msg, arm.value)
-            ps.header.stamp = msg.header.stamp
+            ps.header.stamp = stamp
             ps.header.frame_id = arm.dataset_frame
             array_to_pose(pose, ps.pose)
-            setattr(msg, f"{arm.value}_gripper", gripper)
-        newest_obs_ns = max(self._pose[a][0] for a in ARMS)
-        msg.observation_stamp.sec, msg.observation_stamp.nanosec = divmod(newest_obs_ns, 1_000_000_000)
-        msg.chunk_id = 0
-        msg.row = self._tick
-        self._tick += 1
-        self._pub.publish(msg)
+            setattr(msg, f"{arm.value}_gripper", float(gripper))
+        msg.chunk_id, msg.row = int(chunk_id), int(row)
+        msg.observation_stamp = ns_to_stamp(int(obs_ns))
+        return msg
+
+    def _action_msg(self, t, stamp) -> BimanualCommand:
+        return self._row_msg(t.left_pose, t.right_pose, t.left_gripper, t.right_gripper, t.chunk_id, t.row,
+                             t.observation_stamp_ns, stamp)
+
+    def _chunk_msg(self, accepted) -> ActionChunk:
+        c = accepted.chunk
+        msg = ActionChunk()
+        msg.header.stamp = ns_to_stamp(accepted.received_ns)
+        msg.chunk_id = accepted.chunk_id
+        msg.observation_stamp = ns_to_stamp(int(c.observation_stamp_ns))
+        msg.period = float(c.period_s)
+        period_ns = c.period_s * 1e9
+        msg.rows = [
+            self._row_msg(c.left_pose[i], c.right_pose[i], c.left_gripper[i], c.right_gripper[i], accepted.chunk_id, i,
+                          c.observation_stamp_ns, ns_to_stamp(int(c.observation_stamp_ns + round(i * period_ns))))
+            for i in range(len(c))
+        ]
+        return msg
+
+    # ------------------------------------------------------------- services
+    def _on_reset(self, request, response):
+        self.rollout.reset()
+        response.success, response.message = True, "queue cleared; the policy restarts at the next fresh observation"
+        self.get_logger().info("policy/reset: queue cleared")
+        return response
+
+    def _publish_diagnostics(self) -> None:
+        values = self.rollout.stats(self._now_ns())
+        status_fn = getattr(self.policy, "status", None)
+        if status_fn is not None:
+            values.update(status_fn())
+        values["bad_images"] = self._bad_images
+        level = {TickStatus.RUNNING: diagnostics.OK, TickStatus.STOPPED: diagnostics.ERROR}.get(self._status, diagnostics.WARN)
+        if values.get("remote_state", "connected") != "connected":
+            level = diagnostics.ERROR
+        message = f"{values['status']}: queue {values['queue_rows']} rows, latency p50 {values['latency_p50_ms']} ms"
+        if values["last_problem"] and self._status is not TickStatus.RUNNING:
+            message += f"; {values['last_problem']}"
+        self._pub_diag.publish(diagnostics.array(self, diagnostics.status("policy", self.get_name(), level, message, values)))
+
+    def on_exit(self) -> None:
+        self.rollout.stop(timeout_s=1.0)
+        close = getattr(self.policy, "close", None)
+        if close is not None:
+            close()
+
+
+def _descriptor(help_: str):
+    from rcl_interfaces.msg import ParameterDescriptor
+
+    return ParameterDescriptor(description=help_)
 
 
 def main(args=None) -> int:

@@ -1,0 +1,85 @@
+"""The `policy` launch argument -> a ChunkPolicy. One explicit table, lazy imports.
+
+Values (INTERFACES.md launch arguments): `scripted` (the known motion, no model), `fold` / `pi`
+/ `moe` (that family, seeded untrained weights: rehearsals and benchmarks), a checkpoint path,
+or a policy server address `tcp://host:port`. `none` means "no policy node" and is refused
+here: the graph does not start one. Families and the remote client are imported only when
+asked for, so the scripted run needs neither torch nor a server.
+
+`inject_latency_ms` wraps the result in DelayedPolicy: every query takes that much longer, so
+operators can rehearse a slow model (and the executor's hold/stop behaviour) in simulation.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+from egomimic_hw.errors import ConfigError
+from egomimic_policy.interface import Chunk, ChunkPolicy, Observation
+
+FAMILIES = ("fold", "pi", "moe")
+CHOICES = ("scripted", *FAMILIES, "<checkpoint path>", "tcp://host:port")
+
+
+class DelayedPolicy:
+    """A policy whose every query takes `latency_s` longer (sleeps before inferring)."""
+
+    def __init__(self, policy: ChunkPolicy, latency_s: float):
+        if not (math.isfinite(latency_s) and 0 <= latency_s <= 60):
+            raise ConfigError(f"inject_latency_ms must be in [0, 60000] ms, got {latency_s * 1e3}")
+        self.inner = policy
+        self.latency_s = latency_s
+        self.spec = policy.spec
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def infer(self, observation: Observation) -> Chunk:
+        time.sleep(self.latency_s)
+        return self.inner.infer(observation)
+
+    def status(self) -> dict:
+        """The wrapped policy's status (a remote client's connection state), plus the delay."""
+        inner = getattr(self.inner, "status", None)
+        return {**(inner() if inner is not None else {}), "inject_latency_ms": self.latency_s * 1e3}
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
+
+
+def load_policy(value: str, *, inject_latency_ms: float = 0.0, scripted=None, remote=None,
+                cache_dir: str | None = None, seed: int = 0, device: str = "cpu") -> ChunkPolicy:
+    """Build the policy named by `value`.
+
+    scripted: a `ScriptedChunkPolicy` to use for `scripted` (default: the default motion).
+    remote: a `RemoteConfig` template for `tcp://` values (its address is replaced).
+    """
+    value = value.strip()
+    if value in ("", "none"):
+        raise ConfigError("policy:=none runs no policy node; choose one of " + ", ".join(CHOICES))
+    if value == "scripted":
+        from egomimic_policy.scripted import ScriptedChunkPolicy
+
+        policy = scripted if scripted is not None else ScriptedChunkPolicy()
+    elif value.startswith("tcp://"):
+        from dataclasses import replace
+
+        from egomimic_policy.remote.client import RemoteConfig, RemotePolicy
+
+        policy = RemotePolicy(replace(remote, address=value) if remote is not None else RemoteConfig(address=value))
+    elif value in FAMILIES or Path(value).exists():
+        from egomimic_policy.families import make_policy
+
+        policy = make_policy(value, cache_dir=Path(cache_dir) if cache_dir else None, seed=seed, device=device)
+    elif "://" in value:
+        raise ConfigError(f"policy:={value!r}: only tcp:// server addresses are supported")
+    else:
+        raise ConfigError(f"policy:={value!r} is neither a known policy nor an existing checkpoint; "
+                          f"choices: {', '.join(CHOICES)}")
+    if inject_latency_ms:
+        policy = DelayedPolicy(policy, inject_latency_ms / 1e3)
+    return policy

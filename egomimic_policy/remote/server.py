@@ -1,0 +1,226 @@
+"""egomimic-policy-server: serve any ChunkPolicy over pyzmq (ROUTER) with msgpack.
+
+    egomimic-policy-server --policy fold --bind tcp://127.0.0.1:5555
+
+Why two threads: the socket thread answers `hello` and `ping` at once, even while the model is
+busy (a 300 ms query must not look like a dead server to the client's heartbeat); the model
+thread runs infer/reset one at a time, in arrival order. Results come back to the socket
+thread over an inproc PAIR socket (a zmq socket is used by one thread only).
+
+Binds loopback by default; another interface needs `--allow-remote` (the observation carries
+camera images, and anyone who can connect can drive the model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+import zmq
+
+from egomimic_hw.errors import ConfigError
+from egomimic_policy.interface import ChunkPolicy
+from egomimic_policy.remote import protocol as P
+from egomimic_policy.remote.wire import (PROTOCOL_VERSION, WireError, chunk_to_dict, observation_from_dict, pack,
+                                         spec_to_dict, unpack)
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def is_loopback(address: str) -> bool:
+    host = urlparse(address).hostname or ""
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+@dataclass
+class _Job:
+    identity: bytes
+    request_id: int
+    kind: str
+    received_s: float
+    timeout_s: float = 0.0
+    observation: object = None
+
+
+class PolicyServer:
+    """A ROUTER socket in front of one policy. `serve(stop)` runs until `stop` is set."""
+
+    def __init__(self, policy: ChunkPolicy, bind: str, *, allow_remote: bool = False, max_pending: int = 2,
+                 context: zmq.Context | None = None):
+        if not bind.startswith("tcp://"):
+            raise ConfigError(f"bind {bind!r}: expected tcp://host:port")
+        if not allow_remote and not is_loopback(bind):
+            raise ConfigError(f"bind {bind!r} is not loopback; pass --allow-remote to serve other machines")
+        self.policy = policy
+        self.spec = policy.spec
+        self._ctx = context or zmq.Context.instance()
+        self._router = self._ctx.socket(zmq.ROUTER)
+        self._router.setsockopt(zmq.LINGER, 0)
+        self._router.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        self._router.bind(bind)
+        self.address = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
+        inproc = f"inproc://policy-server-results-{id(self)}"
+        self._results_rx = self._ctx.socket(zmq.PAIR)
+        self._results_rx.bind(inproc)
+        self._results_tx = self._ctx.socket(zmq.PAIR)
+        self._results_tx.connect(inproc)
+        self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._max_pending = max_pending
+        self._busy = threading.Event()
+        self._started_ns = time.time_ns()
+        self.instance = f"{os.getpid()}-{self._started_ns}"
+        """Names this server run in every meta and pong, so a client notices a restart even
+        when zmq reconnected underneath it faster than a heartbeat timeout."""
+        self.served = 0
+        self.expired = 0
+        self.failed = 0
+
+    # --------------------------------------------------------- socket thread
+    def serve(self, stop: threading.Event) -> None:
+        worker = threading.Thread(target=self._model_loop, name="policy-server-model", daemon=True)
+        worker.start()
+        poller = zmq.Poller()
+        poller.register(self._router, zmq.POLLIN)
+        poller.register(self._results_rx, zmq.POLLIN)
+        try:
+            while not stop.is_set():
+                events = dict(poller.poll(100))
+                if self._results_rx in events:
+                    self._router.send_multipart(self._results_rx.recv_multipart())
+                if self._router in events:
+                    frames = self._router.recv_multipart()
+                    if len(frames) == 2:
+                        self._on_request(frames[0], frames[1])
+        finally:
+            self._jobs.put(None)
+            worker.join(2.0)
+            for sock in (self._router, self._results_rx, self._results_tx):
+                sock.close(0)
+
+    def _reply(self, identity: bytes, message: dict) -> None:
+        self._router.send_multipart([identity, pack(message)])
+
+    def _on_request(self, identity: bytes, payload: bytes) -> None:
+        try:
+            msg = unpack(payload)
+            kind, request_id = msg["type"], int(msg["id"])
+        except (WireError, KeyError, TypeError, ValueError) as exc:
+            self._reply(identity, {"type": P.ERROR, "id": -1, "code": P.BAD_REQUEST, "detail": str(exc)})
+            return
+        if kind == P.PING:
+            self._reply(identity, {"type": P.PONG, "id": request_id, "busy": self._busy.is_set(),
+                                   "instance": self.instance})
+        elif kind == P.HELLO:
+            if msg.get("v") != PROTOCOL_VERSION:
+                self._reply(identity, {"type": P.ERROR, "id": request_id, "code": P.BAD_REQUEST,
+                                       "detail": f"protocol version {msg.get('v')} != server {PROTOCOL_VERSION}"})
+                return
+            self._reply(identity, {"type": P.META, "id": request_id, "v": PROTOCOL_VERSION,
+                                   "spec": spec_to_dict(self.spec),
+                                   "server": {"pid": os.getpid(), "instance": self.instance}})
+        elif kind in (P.INFER, P.RESET):
+            if self._jobs.qsize() >= self._max_pending:
+                self._reply(identity, {"type": P.ERROR, "id": request_id, "code": P.BUSY,
+                                       "detail": f"{self._jobs.qsize()} requests already queued"})
+                return
+            job = _Job(identity, request_id, kind, time.monotonic())
+            if kind == P.INFER:
+                try:
+                    job.observation = observation_from_dict(msg["observation"])
+                    job.timeout_s = float(msg["timeout_ms"]) / 1e3
+                except (WireError, KeyError, TypeError, ValueError) as exc:
+                    self._reply(identity, {"type": P.ERROR, "id": request_id, "code": P.BAD_REQUEST, "detail": str(exc)})
+                    return
+            self._jobs.put(job)
+        else:
+            self._reply(identity, {"type": P.ERROR, "id": request_id, "code": P.BAD_REQUEST,
+                                   "detail": f"unknown message type {kind!r}"})
+
+    # ---------------------------------------------------------- model thread
+    def _model_loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            self._busy.set()
+            try:
+                reply = self._run(job)
+            finally:
+                self._busy.clear()
+            self._results_tx.send_multipart([job.identity, pack(reply)])
+
+    def _run(self, job: _Job) -> dict:
+        if job.kind == P.RESET:
+            try:
+                self.policy.reset()
+            except Exception as exc:  # noqa: BLE001 - reported to the client
+                return {"type": P.ERROR, "id": job.request_id, "code": P.INFER_FAILED, "detail": f"reset: {exc!r}"}
+            return {"type": P.OK, "id": job.request_id}
+        queued_s = time.monotonic() - job.received_s
+        if queued_s > job.timeout_s:
+            self.expired += 1
+            return {"type": P.ERROR, "id": job.request_id, "code": P.EXPIRED,
+                    "detail": f"waited {queued_s * 1e3:.0f} ms > timeout {job.timeout_s * 1e3:.0f} ms"}
+        start = time.monotonic()
+        try:
+            chunk = self.policy.infer(job.observation)
+        except Exception as exc:  # noqa: BLE001 - reported to the client, the server keeps serving
+            self.failed += 1
+            return {"type": P.ERROR, "id": job.request_id, "code": P.INFER_FAILED, "detail": f"{type(exc).__name__}: {exc}"}
+        self.served += 1
+        return {"type": P.CHUNK, "id": job.request_id, "chunk": chunk_to_dict(chunk),
+                "infer_ms": (time.monotonic() - start) * 1e3, "queue_ms": queued_s * 1e3}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="egomimic-policy-server",
+        description="Serve a policy to EVA policy nodes (policy:=tcp://host:port) over pyzmq + msgpack.",
+        epilog="Example: egomimic-policy-server --policy fold --bind tcp://127.0.0.1:5555",
+    )
+    p.add_argument("--policy", required=True,
+                   help="scripted | fold | pi | moe | <checkpoint path> (as the policy launch argument)")
+    p.add_argument("--bind", default="tcp://127.0.0.1:5555", help="address to listen on (default: %(default)s)")
+    p.add_argument("--allow-remote", action="store_true", help="allow binding a non-loopback address")
+    p.add_argument("--inject-latency-ms", type=float, default=0.0, help="extra latency per query (rehearse a slow model)")
+    p.add_argument("--cache-dir", default=None, help="checkpoint cache directory (families)")
+    p.add_argument("--seed", type=int, default=0, help="seed for untrained rehearsal weights (default: %(default)s)")
+    p.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from egomimic_policy.loading import load_policy
+
+    if args.policy.startswith("tcp://"):
+        print("egomimic-policy-server: --policy must be a local policy, not another server", file=sys.stderr)
+        return 2
+    try:
+        policy = load_policy(args.policy, inject_latency_ms=args.inject_latency_ms, cache_dir=args.cache_dir,
+                             seed=args.seed, device=args.device)
+        server = PolicyServer(policy, args.bind, allow_remote=args.allow_remote)
+    except (ConfigError, zmq.ZMQError) as exc:
+        print(f"egomimic-policy-server: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    s = server.spec
+    print(f"egomimic-policy-server: serving {s.family} (fingerprint {s.fingerprint}, {s.embodiment}, "
+          f"{s.action_layout}, {s.chunk_length} rows at {s.rate_hz} Hz) on {server.address}", flush=True)
+    server.serve(stop)
+    print(f"egomimic-policy-server: stopped after {server.served} chunks ({server.expired} expired, "
+          f"{server.failed} failed)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,357 @@
+"""The executor's core: a queue of time-stamped targets, when to query, how to merge a chunk.
+
+Pure and clock-free (times are arguments, STYLE.md "Core and adapter"), so every decision is a
+deterministic unit test; `executor.AsyncChunkExecutor` adds the worker thread around it.
+
+Per tick (`tick(now_ns)`), one of four statuses:
+- RUNNING: the queue covers `now`; the target is the queue evaluated at `now`.
+- HOLDING: the queue ran dry (its last row is in the past): the last row is repeated, for at
+  most `max_dry_s`, and every such tick is counted. Holding makes a dead policy look alive
+  (EVA.md, upstream safety gates), so it is bounded and reported, never silent.
+- STOPPED: dry for longer than `max_dry_s`: no target. The node then publishes nothing and the
+  safety gate sees a stale command and holds the arms itself.
+- WAITING: no chunk yet (start, or after `reset`): no target.
+
+When to query (`cadence`), never while a query is in flight:
+- every_n: every `query_every_n_ticks` ticks (upstream's `query_frequency`; 30 = 1 Hz).
+- low_water: when the queue covers less than the measured query latency (max of the recent
+  queries) plus `low_water_s`: the next chunk arrives before the queue runs out.
+- always: back to back (the freshest chunks; costs the most compute).
+
+Merging: a chunk that arrives is merged by the next tick, at that tick's `now` (at most one
+merge per tick: if two answers arrive between ticks, the one for the newer observation wins and
+the other is counted as superseded; two crossfades started at one instant would compound into a
+steeper one). Row i is for `observation_stamp + i * period`; rows whose time has passed are
+counted as dropped (one is kept only to interpolate up to `now`). Only the first `commit_rows`
+rows of a chunk are used (0 = all). The queue keeps its rows before the new chunk's first row;
+from there on the new chunk replaces it, blended (`blend`):
+- none: switch at once (a jump at the seam when the chunks disagree).
+- ensemble: temporal ensembling as upstream, `commit[j] = w * prev[n + j] + (1 - w) * new[j]`
+  with w = `ensemble_weight`, where the old queue still has rows.
+- crossfade: the weight of the old queue falls linearly from 1 at `now` to 0 over
+  `crossfade_rows` periods (an old queue that ends earlier is held at its last row, which is
+  what the executor would command anyway), so the command is continuous across every seam.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from egomimic_hw.errors import ConfigError, PoseError
+from egomimic_policy.interface import Chunk
+from egomimic_policy.rollout import trajectory as tj
+from egomimic_policy.rollout.trajectory import Target, Trajectory
+
+NS_PER_S = 1_000_000_000
+
+
+class Cadence(str, enum.Enum):
+    EVERY_N = "every_n"
+    LOW_WATER = "low_water"
+    ALWAYS = "always"
+
+
+class Blend(str, enum.Enum):
+    NONE = "none"
+    ENSEMBLE = "ensemble"
+    CROSSFADE = "crossfade"
+
+
+class TickStatus(str, enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    HOLDING = "holding"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    rate_hz: float = field(default=30.0, metadata={"help": "control tick rate (Hz); EVA runs at 30 Hz"})
+    cadence: str = field(default="low_water", metadata={"help": "when to query: every_n | low_water | always"})
+    query_every_n_ticks: int = field(default=30, metadata={"help": "cadence every_n: ticks between queries (upstream 30)"})
+    low_water_s: float = field(default=0.1, metadata={"help": "cadence low_water: margin (s) beyond the measured query latency"})
+    commit_rows: int = field(default=0, metadata={"help": "rows of each chunk to use (0 = all)"})
+    blend: str = field(default="crossfade", metadata={"help": "chunk seams: none | ensemble | crossfade"})
+    ensemble_weight: float = field(default=0.5, metadata={"help": "blend ensemble: weight of the previous chunk in [0, 1]"})
+    crossfade_rows: int = field(default=8, metadata={"help": "blend crossfade: periods over which the old chunk fades out"})
+    max_dry_s: float = field(default=0.5, metadata={"help": "hold the last target at most this long (s) when the queue runs dry, then stop publishing"})
+    retry_backoff_s: float = field(default=0.1, metadata={"help": "wait (s) after a failed query before the next"})
+    latency_window: int = field(default=100, metadata={"help": "queries kept for latency statistics"})
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.rate_hz) and 0 < self.rate_hz <= 1000):
+            raise ConfigError(f"rate_hz must be in (0, 1000] Hz, got {self.rate_hz}")
+        choices = [c.value for c in Cadence]
+        if self.cadence not in choices:
+            raise ConfigError(f"cadence {self.cadence!r} is not one of {choices}")
+        blends = [b.value for b in Blend]
+        if self.blend not in blends:
+            raise ConfigError(f"blend {self.blend!r} is not one of {blends}")
+        if self.query_every_n_ticks < 1:
+            raise ConfigError(f"query_every_n_ticks must be >= 1, got {self.query_every_n_ticks}")
+        if not (math.isfinite(self.low_water_s) and self.low_water_s >= 0):
+            raise ConfigError(f"low_water_s must be >= 0 s, got {self.low_water_s}")
+        if self.commit_rows < 0:
+            raise ConfigError(f"commit_rows must be >= 0 (0 = all rows), got {self.commit_rows}")
+        if not 0.0 <= self.ensemble_weight <= 1.0:
+            raise ConfigError(f"ensemble_weight must be in [0, 1], got {self.ensemble_weight}")
+        if self.crossfade_rows < 1:
+            raise ConfigError(f"crossfade_rows must be >= 1, got {self.crossfade_rows}")
+        if not (math.isfinite(self.max_dry_s) and self.max_dry_s >= 0):
+            raise ConfigError(f"max_dry_s must be >= 0 s, got {self.max_dry_s}")
+        if not (math.isfinite(self.retry_backoff_s) and self.retry_backoff_s >= 0):
+            raise ConfigError(f"retry_backoff_s must be >= 0 s, got {self.retry_backoff_s}")
+        if self.latency_window < 1:
+            raise ConfigError(f"latency_window must be >= 1, got {self.latency_window}")
+
+    @property
+    def period_ns(self) -> int:
+        return int(round(NS_PER_S / self.rate_hz))
+
+
+@dataclass(frozen=True)
+class QueryToken:
+    """Handed out when a query starts; a chunk is merged only if the generation still matches
+    (a `reset` in between makes the answer to the old observation worthless)."""
+
+    generation: int
+    started_ns: int
+
+
+@dataclass(frozen=True)
+class AcceptedChunk:
+    """A chunk the model produced, as published on policy/chunk. late_rows: rows whose time had
+    passed when it was merged (-1: superseded by a newer answer before any tick merged it)."""
+
+    chunk_id: int
+    chunk: Chunk
+    received_ns: int
+    late_rows: int
+
+
+@dataclass(frozen=True)
+class TickResult:
+    status: TickStatus
+    target: Target | None
+    want_query: bool
+    new_chunks: tuple[AcceptedChunk, ...] = ()
+
+
+@dataclass
+class Counters:
+    ticks: int = 0
+    published: int = 0
+    dry_ticks: int = 0
+    """Ticks that repeated the last target because the queue ran dry."""
+    stopped_ticks: int = 0
+    """Ticks with no target because the queue was dry for longer than max_dry_s."""
+    dry_episodes: int = 0
+    queries: int = 0
+    query_errors: int = 0
+    stale_observations: int = 0
+    """Queries not made because the observation was stale or incomplete."""
+    chunks: int = 0
+    rejected_chunks: int = 0
+    too_late_chunks: int = 0
+    """Chunks whose every row was already in the past when they arrived."""
+    superseded_chunks: int = 0
+    """Chunks replaced by a newer answer before a tick merged them."""
+    discarded_after_reset: int = 0
+    rows_dropped_late: int = 0
+    """Chunk rows whose time had passed when the chunk arrived (the measured latency, in rows)."""
+
+
+def _percentile_ms(values, q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=float), q) / 1e6) if values else float("nan")
+
+
+class ChunkScheduler:
+    """Queue, cadence, alignment, blending and dry handling. Not thread-safe: the executor
+    serializes calls with its lock."""
+
+    def __init__(self, config: ExecutorConfig):
+        self.config = config
+        self._period_ns = config.period_ns
+        self._queue = Trajectory.empty()
+        self._generation = 0
+        self._in_flight = False
+        self._due_tick = 0
+        self._last_query_tick = -config.query_every_n_ticks  # the first tick is due
+        self._retry_after_ns: int | None = None
+        self._next_chunk_id = 1
+        self._latencies_ns: deque[int] = deque(maxlen=config.latency_window)
+        self._ages_ns: deque[int] = deque(maxlen=config.latency_window)
+        self._new_chunks: list[AcceptedChunk] = []
+        self._pending: tuple[int, Chunk, Trajectory, int] | None = None
+        """(chunk id, chunk, its rows, received_ns): arrived, to be merged by the next tick."""
+        self._status = TickStatus.WAITING
+        self.counters = Counters()
+        self.last_problem = ""
+        """The most recent reason a query was not made, failed or was refused ("" if none)."""
+
+    # ----------------------------------------------------------------- tick
+    def tick(self, now_ns: int) -> TickResult:
+        c = self.counters
+        c.ticks += 1
+        if self._pending is not None:
+            self._merge(now_ns)
+        q = self._queue
+        if len(q) >= 2:
+            k = int(np.searchsorted(q.t_ns, now_ns, side="right")) - 1
+            if k > 0:
+                q = self._queue = q.take(slice(k, None))
+        target = None
+        if len(q) == 0:
+            status = TickStatus.WAITING
+        elif now_ns <= q.t_ns[-1]:
+            if now_ns < q.t_ns[0] - self._period_ns:
+                status = TickStatus.WAITING  # the queue starts in the future: an observation from ahead of now
+            else:
+                status, target = TickStatus.RUNNING, tj.target_at(q, now_ns)
+        elif now_ns - q.t_ns[-1] <= self.config.max_dry_s * NS_PER_S:
+            status, target = TickStatus.HOLDING, tj.target_at(q, int(q.t_ns[-1]))
+            c.dry_ticks += 1
+        else:
+            status = TickStatus.STOPPED
+            c.stopped_ticks += 1
+        if status in (TickStatus.HOLDING, TickStatus.STOPPED) and self._status is TickStatus.RUNNING:
+            c.dry_episodes += 1
+        self._status = status
+        if target is not None:
+            c.published += 1
+        want = self.query_due(now_ns)
+        if want:
+            self._due_tick = c.ticks
+        new, self._new_chunks = tuple(self._new_chunks), []
+        return TickResult(status, target, want, new)
+
+    def query_due(self, now_ns: int) -> bool:
+        """Whether the cadence asks for a query at `now_ns` (never while one is in flight)."""
+        if self._in_flight:
+            return False
+        if self._retry_after_ns is not None and now_ns < self._retry_after_ns:
+            return False
+        cadence = self.config.cadence
+        if cadence == Cadence.ALWAYS:
+            return True
+        if cadence == Cadence.EVERY_N:
+            return self.counters.ticks - self._last_query_tick >= self.config.query_every_n_ticks
+        if len(self._queue) == 0:
+            return True
+        remaining_ns = int(self._queue.t_ns[-1]) - now_ns
+        latency_ns = max(list(self._latencies_ns)[-10:], default=0)
+        return remaining_ns <= latency_ns + self.config.low_water_s * NS_PER_S
+
+    # -------------------------------------------------------------- queries
+    def query_started(self, now_ns: int) -> QueryToken:
+        self._in_flight = True
+        self._last_query_tick = self._due_tick  # every_n counts from the tick that asked
+        self.counters.queries += 1
+        return QueryToken(self._generation, now_ns)
+
+    def query_skipped(self, reason: str) -> None:
+        """No query: the observation is stale or incomplete (never queried with old inputs)."""
+        self.counters.stale_observations += 1
+        self.last_problem = reason
+
+    def query_failed(self, token: QueryToken, reason: str, now_ns: int) -> None:
+        self._in_flight = False
+        self.counters.query_errors += 1
+        self.last_problem = reason
+        self._retry_after_ns = now_ns + int(self.config.retry_backoff_s * NS_PER_S)
+
+    def accept(self, token: QueryToken, chunk: Chunk, now_ns: int) -> int | None:
+        """Take the chunk answering the query `token`, arrived at `now_ns`; the next tick merges
+        it. Returns its chunk id, or None when it is refused or answers a pre-reset query."""
+        self._in_flight = False
+        c = self.counters
+        if token.generation != self._generation:
+            c.discarded_after_reset += 1
+            return None
+        self._latencies_ns.append(now_ns - token.started_ns)
+        try:
+            rows = tj.from_chunk(chunk, self._next_chunk_id, self.config.commit_rows)
+        except PoseError as exc:
+            c.rejected_chunks += 1
+            self.last_problem = f"chunk refused: {exc}"
+            self._retry_after_ns = now_ns + int(self.config.retry_backoff_s * NS_PER_S)
+            return None
+        chunk_id = self._next_chunk_id
+        self._next_chunk_id += 1
+        c.chunks += 1
+        self._ages_ns.append(now_ns - int(chunk.observation_stamp_ns))
+        if self._pending is not None:
+            old_id, old_chunk, _, old_received = self._pending
+            c.superseded_chunks += 1
+            self._new_chunks.append(AcceptedChunk(old_id, old_chunk, old_received, -1))
+        self._pending = (chunk_id, chunk, rows, now_ns)
+        return chunk_id
+
+    def _merge(self, now_ns: int) -> None:
+        chunk_id, chunk, new, received_ns = self._pending
+        self._pending = None
+        c = self.counters
+        late = int(np.count_nonzero(new.t_ns < now_ns))
+        c.rows_dropped_late += late
+        self._new_chunks.append(AcceptedChunk(chunk_id, chunk, received_ns, late))
+        if new.t_ns[-1] < now_ns:
+            c.too_late_chunks += 1
+            self.last_problem = f"chunk {chunk_id} arrived after its last row ({(now_ns - new.t_ns[-1]) / 1e6:.0f} ms late)"
+            return
+        new = new.take(slice(max(late - 1, 0), None))  # keep one past row to interpolate up to now
+        old = self._queue
+        if len(old):
+            prefix = old.take(old.t_ns < new.t_ns[0])
+            new = tj.blend_into(new, old, self._weights_old(new, old, now_ns))
+            self._queue = tj.concat(prefix, new)
+        else:
+            self._queue = new
+
+    def _weights_old(self, new: Trajectory, old: Trajectory, now_ns: int) -> np.ndarray:
+        blend = self.config.blend
+        if blend == Blend.NONE:
+            return np.zeros(len(new))
+        if blend == Blend.ENSEMBLE:
+            return np.where(new.t_ns <= old.t_ns[-1], self.config.ensemble_weight, 0.0)
+        start = max(now_ns, int(new.t_ns[0]))
+        length = self.config.crossfade_rows * self._period_ns
+        return np.clip((start + length - new.t_ns) / length, 0.0, 1.0)
+
+    # ---------------------------------------------------------------- state
+    def reset(self) -> None:
+        """Clear the queue; an answer still in flight is discarded when it arrives."""
+        self._generation += 1
+        self._queue = Trajectory.empty()
+        if self._pending is not None:
+            self.counters.discarded_after_reset += 1
+            self._pending = None
+        self._last_query_tick = self.counters.ticks - self.config.query_every_n_ticks
+        self._retry_after_ns = None
+        self._status = TickStatus.WAITING
+
+    @property
+    def in_flight(self) -> bool:
+        return self._in_flight
+
+    def queue_remaining_s(self, now_ns: int) -> float:
+        return max(int(self._queue.t_ns[-1]) - now_ns, 0) / NS_PER_S if len(self._queue) else 0.0
+
+    def stats(self, now_ns: int) -> dict:
+        """A flat snapshot for diagnostics and benchmarks."""
+        out = dict(vars(self.counters))
+        out.update(
+            status=self._status.value,
+            queue_rows=int(np.count_nonzero(self._queue.t_ns >= now_ns)),
+            queue_s=round(self.queue_remaining_s(now_ns), 4),
+            in_flight=self._in_flight,
+            latency_p50_ms=round(_percentile_ms(self._latencies_ns, 50), 2),
+            latency_max_ms=round(max(self._latencies_ns, default=0) / 1e6, 2),
+            observation_age_p50_ms=round(_percentile_ms(self._ages_ns, 50), 2),
+            last_problem=self.last_problem,
+        )
+        return out

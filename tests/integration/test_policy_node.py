@@ -1,0 +1,202 @@
+"""The policy node as a real process over DDS: asynchronous chunk execution with a slow model,
+draining and stopping when inputs or the remote server go away, reconnecting to a restarted
+server. Arm state comes from this test (the node's only inputs with policy:=scripted)."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import PoseStamped
+from sensor_msgs.msg import JointState
+from std_srvs.srv import Trigger
+
+from egomimic_hw.frames import pose_hw_from_ds
+from egomimic_msgs.msg import ActionChunk, BimanualCommand
+from egomimic_nodes import diagnostics, qos
+from egomimic_nodes.msg_convert import array_to_pose, stamp_to_ns
+
+from .conftest import REPO_ROOT, wait_for
+
+pytestmark = pytest.mark.integration
+
+POSES = {"left": np.array([0.30, 0.05, 0.25, 1.0, 0.0, 0.0, 0.0]),
+         "right": np.array([0.30, -0.05, 0.25, 0.0, 1.0, 0.0, 0.0])}
+PERIOD_NS = 1e9 / 30
+
+
+class ArmStatePublisher:
+    """Publishes both arms' dataset-frame poses and joint states at 100 Hz while `on` (and the
+    hardware-frame poses the synthetic cameras render from)."""
+
+    def __init__(self, node):
+        self.node = node
+        self.on = True
+        self.pubs = {arm: (node.create_publisher(PoseStamped, f"/eva/{arm}/ee_pose_dataset", qos.SENSOR),
+                           node.create_publisher(JointState, f"/eva/{arm}/joint_states", qos.SENSOR)) for arm in POSES}
+        self.pubs_hw = {arm: node.create_publisher(PoseStamped, f"/eva/{arm}/ee_pose", qos.SENSOR) for arm in POSES}
+        node.create_timer(0.01, self._publish)
+
+    def _publish(self):
+        if not self.on:
+            return
+        stamp = self.node.get_clock().now().to_msg()
+        for arm, (pub_pose, pub_joints) in self.pubs.items():
+            pose = PoseStamped()
+            pose.header.stamp, pose.header.frame_id = stamp, f"{arm}_base_dataset"
+            array_to_pose(POSES[arm], pose.pose)
+            pub_pose.publish(pose)
+            hw = PoseStamped()
+            hw.header.stamp, hw.header.frame_id = stamp, f"{arm}_base"
+            array_to_pose(pose_hw_from_ds(POSES[arm]), hw.pose)
+            self.pubs_hw[arm].publish(hw)
+            js = JointState()
+            js.header.stamp = stamp
+            js.name = [f"{arm}_joint{i}" for i in range(1, 7)] + [f"{arm}_gripper"]
+            js.position = [0.0, 0.5, 0.5, 0.0, 0.0, 0.0, 0.5]
+            pub_joints.publish(js)
+
+
+class Recorder:
+    def __init__(self, node):
+        self.actions: list[BimanualCommand] = []
+        self.chunks: list[ActionChunk] = []
+        self.diags: list[dict] = []
+        node.create_subscription(BimanualCommand, "/eva/policy/action", self.actions.append, qos.COMMAND)
+        node.create_subscription(ActionChunk, "/eva/policy/chunk", self.chunks.append, qos.COMMAND)
+        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
+
+    def _on_diag(self, msg):
+        for st in msg.status:
+            if st.name == "policy":
+                self.diags.append({"level": st.level, "message": st.message, **{kv.key: kv.value for kv in st.values}})
+
+
+def stamps_s(actions):
+    return np.array([stamp_to_ns(a.header.stamp) for a in actions]) / 1e9
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_slow_model_keeps_the_tick_and_inputs_lost_stop_publishing(node_process, ros_node):
+    node_process("egomimic_nodes.policy_node", "-r", "__ns:=/eva", "-p", "policy:=scripted",
+                 "-p", "inject_latency_ms:=150.0", "-p", "executor.max_dry_s:=0.5")
+    inputs = ArmStatePublisher(ros_node)
+    rec = Recorder(ros_node)
+    assert wait_for(lambda: len(rec.actions) > 10, 60), "no policy/action from the policy node"
+    n0 = len(rec.actions)
+    time.sleep(4.0)
+    window = rec.actions[n0:]
+    t = stamps_s(window)
+    rate_hz = (len(t) - 1) / (t[-1] - t[0])
+    # Every query takes >= 150 ms: a loop that waited for the model would leave gaps >= 183 ms
+    # at every query (and run at a fraction of 30 Hz). Stamps are the node's tick times.
+    assert np.max(np.diff(t)) < 0.15, f"the tick waited: worst gap {np.max(np.diff(t)) * 1e3:.0f} ms"
+    assert 27.0 < rate_hz < 33.0, f"policy/action at {rate_hz:.1f} Hz"
+    assert len({a.chunk_id for a in window}) >= 3, "chunks were not replaced while executing"
+    for a in window:
+        assert a.left.header.frame_id == "left_base_dataset" and a.right.header.frame_id == "right_base_dataset"
+        # Time alignment: the row executed at tick t is the one meant for t.
+        lag_rows = (stamp_to_ns(a.header.stamp) - stamp_to_ns(a.observation_stamp)) / PERIOD_NS
+        assert a.row <= lag_rows < a.row + 1.0 + 1e-6
+    by_id = {c.chunk_id: c for c in rec.chunks}
+    executed = [a for a in window if a.chunk_id in by_id]
+    assert executed, "policy/chunk did not carry the chunks being executed"
+    for a in executed:
+        c = by_id[a.chunk_id]
+        assert c.observation_stamp == a.observation_stamp and len(c.rows) == 30
+        assert a.row >= 4  # rows 0..4 (150 ms at 30 Hz) had passed when the chunk arrived
+        assert abs(c.rows[a.row].left.pose.position.z - a.left.pose.position.z) < 2e-3
+    d = rec.diags[-1]
+    assert float(d["latency_p50_ms"]) >= 150.0 and int(d["rows_dropped_late"]) > 0 and d["status"] == "running"
+
+    client = ros_node.create_client(Trigger, "/eva/policy/reset")
+    assert client.wait_for_service(10)
+    reply = client.call_async(Trigger.Request())
+    assert wait_for(lambda: reply.done(), 10) and reply.result().success
+    before = max(a.chunk_id for a in rec.actions)
+    assert wait_for(lambda: max(a.chunk_id for a in rec.actions) > before, 10)
+
+    inputs.on = False  # arm state stops: no new queries; the queue drains, holds, then stops
+    stopped_at = time.time()
+    time.sleep(3.0)
+    last = stamps_s(rec.actions[-1:])[0]
+    # The queue covers at most one chunk (1 s) past the last observation, then 0.5 s of hold.
+    assert last - stopped_at < 1.0 + 0.5 + 0.3, f"still published {last - stopped_at:.2f} s after inputs stopped"
+    assert time.time() - last > 1.0, "policy/action did not stop"
+    assert wait_for(lambda: rec.diags[-1]["status"] == "stopped" and int(rec.diags[-1]["dry_ticks"]) > 0, 5)
+    assert "old" in rec.diags[-1]["last_problem"] or "no message" in rec.diags[-1]["last_problem"]
+
+
+def test_killed_remote_server_drains_stops_and_reconnects(node_process, ros_node, tmp_path):
+    address = f"tcp://127.0.0.1:{free_port()}"
+    cmd = [sys.executable, "-m", "egomimic_policy.remote.server", "--policy", "scripted", "--bind", address,
+           "--inject-latency-ms", "50"]
+
+    def start_server():
+        return subprocess.Popen(cmd, cwd=REPO_ROOT, env=dict(os.environ), stdout=open(tmp_path / "server.log", "a"),
+                                stderr=subprocess.STDOUT)
+
+    server = start_server()
+    try:
+        time.sleep(1.0)
+        node_process("egomimic_nodes.policy_node", "-r", "__ns:=/eva", "-p", f"policy:={address}",
+                     "-p", "executor.max_dry_s:=0.5", "-p", "remote.heartbeat_timeout_s:=0.5",
+                     "-p", "remote.connect_timeout_s:=30.0")
+        ArmStatePublisher(ros_node)
+        rec = Recorder(ros_node)
+        assert wait_for(lambda: len(rec.actions) > 30, 60), "no policy/action through the remote server"
+        assert wait_for(lambda: rec.diags and rec.diags[-1].get("remote_state") == "connected", 5)
+        first_pid = rec.diags[-1]["server_pid"]
+
+        server.send_signal(signal.SIGKILL)  # mid-episode
+        server.wait(5)
+        killed_at = time.time()
+        time.sleep(3.0)
+        last = stamps_s(rec.actions[-1:])[0]
+        assert last - killed_at < 1.0 + 0.5 + 0.3, f"still published {last - killed_at:.2f} s after the server died"
+        assert time.time() - last > 1.0, "policy/action did not stop"
+        assert wait_for(lambda: rec.diags[-1]["status"] == "stopped", 5)
+        d = rec.diags[-1]
+        assert d["remote_state"] == "connecting" and d["level"] == diagnostics.ERROR, d
+        assert int(d["reconnects"]) >= 1
+
+        n_before = len(rec.actions)
+        server = start_server()
+        assert wait_for(lambda: len(rec.actions) > n_before + 30, 60), "no policy/action after the server restarted"
+        assert wait_for(lambda: rec.diags[-1].get("remote_state") == "connected"
+                        and rec.diags[-1]["server_pid"] != first_pid, 10)
+    finally:
+        server.kill()
+        server.wait(5)
+
+
+def test_a_model_family_takes_camera_frames_and_a_dead_camera_stops_it(node_process, ros_node):
+    cameras = node_process("egomimic_nodes.camera_node", "-r", "__ns:=/eva", "-r", "__node:=cameras",
+                           "-p", "cameras:=[front_1,left_wrist,right_wrist]", "-p", "backend:=synthetic")
+    node_process("egomimic_nodes.policy_node", "-r", "__ns:=/eva", "-p", "policy:=fold", "-p", "executor.max_dry_s:=0.5")
+    ArmStatePublisher(ros_node)
+    rec = Recorder(ros_node)
+    assert wait_for(lambda: len(rec.actions) > 30, 90), "no policy/action from policy:=fold"
+    subscribers = {i.node_name for i in ros_node.get_subscriptions_info_by_topic("/eva/cameras/front_1/image_raw")}
+    assert "policy" in subscribers
+    assert rec.chunks and all(len(c.rows) == 100 for c in rec.chunks)  # the Fold horizon
+    assert wait_for(lambda: rec.diags and rec.diags[-1]["status"] == "running", 5)
+    assert int(rec.diags[-1]["bad_images"]) == 0
+
+    cameras.send_signal(signal.SIGKILL)  # frames stop: no query may use the last ones
+    killed_at = time.time()
+    time.sleep(5.0)
+    last = stamps_s(rec.actions[-1:])[0]
+    # The queue covers at most one 100-row chunk (3.3 s) past the last observation, then 0.5 s.
+    assert last - killed_at < 3.34 + 0.5 + 0.3 and time.time() - last > 0.5
+    assert wait_for(lambda: "cameras/" in rec.diags[-1]["last_problem"] and rec.diags[-1]["status"] == "stopped", 5)
