@@ -8,8 +8,10 @@ Per tick (`tick(now_ns)`), one of four statuses:
 - HOLDING: the queue ran dry (its last row is in the past): the last row is repeated, for at
   most `max_dry_s`, and every such tick is counted. Holding makes a dead policy look alive
   (EVA.md, upstream safety gates), so it is bounded and reported, never silent.
-- STOPPED: dry for longer than `max_dry_s`: no target. The node then publishes nothing and the
-  safety gate sees a stale command and holds the arms itself.
+- STOPPED: dry for longer than `max_dry_s`, or the newest merged chunk answers an observation
+  older than `max_open_loop_s` (inputs went stale, so no new query was made: the queue would
+  otherwise keep executing a plan made from old inputs): no target. The node then publishes
+  nothing and the safety gate sees a stale command and holds the arms itself.
 - WAITING: no chunk yet (start, or after `reset`): no target.
 
 When to query (`cadence`), never while a query is in flight:
@@ -80,6 +82,7 @@ class ExecutorConfig:
     ensemble_weight: float = field(default=0.5, metadata={"help": "blend ensemble: weight of the previous chunk in [0, 1]"})
     crossfade_rows: int = field(default=8, metadata={"help": "blend crossfade: periods over which the old chunk fades out"})
     max_dry_s: float = field(default=0.5, metadata={"help": "hold the last target at most this long (s) when the queue runs dry, then stop publishing"})
+    max_open_loop_s: float = field(default=1.5, metadata={"help": "stop publishing when the newest chunk answers an observation older than this (s); upstream replans every 1 s"})
     retry_backoff_s: float = field(default=0.1, metadata={"help": "wait (s) after a failed query before the next"})
     latency_window: int = field(default=100, metadata={"help": "queries kept for latency statistics"})
 
@@ -104,6 +107,8 @@ class ExecutorConfig:
             raise ConfigError(f"crossfade_rows must be >= 1, got {self.crossfade_rows}")
         if not (math.isfinite(self.max_dry_s) and self.max_dry_s >= 0):
             raise ConfigError(f"max_dry_s must be >= 0 s, got {self.max_dry_s}")
+        if not (math.isfinite(self.max_open_loop_s) and self.max_open_loop_s > 0):
+            raise ConfigError(f"max_open_loop_s must be > 0 s, got {self.max_open_loop_s}")
         if not (math.isfinite(self.retry_backoff_s) and self.retry_backoff_s >= 0):
             raise ConfigError(f"retry_backoff_s must be >= 0 s, got {self.retry_backoff_s}")
         if self.latency_window < 1:
@@ -149,7 +154,9 @@ class Counters:
     dry_ticks: int = 0
     """Ticks that repeated the last target because the queue ran dry."""
     stopped_ticks: int = 0
-    """Ticks with no target because the queue was dry for longer than max_dry_s."""
+    """Ticks with no target because the queue was dry for longer than max_dry_s (or open loop too long)."""
+    open_loop_ticks: int = 0
+    """Ticks stopped because the newest chunk's observation was older than max_open_loop_s."""
     dry_episodes: int = 0
     queries: int = 0
     query_errors: int = 0
@@ -190,6 +197,8 @@ class ChunkScheduler:
         self._pending: tuple[int, Chunk, Trajectory, int] | None = None
         """(chunk id, chunk, its rows, received_ns): arrived, to be merged by the next tick."""
         self._status = TickStatus.WAITING
+        self._newest_obs_ns: int | None = None
+        """Observation stamp of the newest merged chunk: how old the plan being executed is."""
         self.counters = Counters()
         self.last_problem = ""
         """The most recent reason a query was not made, failed or was refused ("" if none)."""
@@ -206,8 +215,14 @@ class ChunkScheduler:
             if k > 0:
                 q = self._queue = q.take(slice(k, None))
         target = None
+        open_loop_ns = now_ns - self._newest_obs_ns if self._newest_obs_ns is not None else 0
         if len(q) == 0:
             status = TickStatus.WAITING
+        elif open_loop_ns > self.config.max_open_loop_s * NS_PER_S:
+            status = TickStatus.STOPPED
+            c.stopped_ticks += 1
+            c.open_loop_ticks += 1
+            self.last_problem = f"open loop: the newest chunk answers an observation {open_loop_ns / 1e6:.0f} ms old"
         elif now_ns <= q.t_ns[-1]:
             if now_ns < q.t_ns[0] - self._period_ns:
                 status = TickStatus.WAITING  # the queue starts in the future: an observation from ahead of now
@@ -304,6 +319,7 @@ class ChunkScheduler:
             self.last_problem = f"chunk {chunk_id} arrived after its last row ({(now_ns - new.t_ns[-1]) / 1e6:.0f} ms late)"
             return
         new = new.take(slice(max(late - 1, 0), None))  # keep one past row to interpolate up to now
+        self._newest_obs_ns = max(self._newest_obs_ns or 0, int(chunk.observation_stamp_ns))
         old = self._queue
         if len(old):
             prefix = old.take(old.t_ns < new.t_ns[0])
@@ -327,6 +343,7 @@ class ChunkScheduler:
         """Clear the queue; an answer still in flight is discarded when it arrives."""
         self._generation += 1
         self._queue = Trajectory.empty()
+        self._newest_obs_ns = None
         if self._pending is not None:
             self.counters.discarded_after_reset += 1
             self._pending = None

@@ -87,6 +87,20 @@ def test_running_dry_holds_then_stops_and_counts():
     assert s.stats(last_row_ns + 7 * P_NS)["status"] == "stopped"
 
 
+def test_a_plan_from_old_inputs_stops_after_max_open_loop_s():
+    """Inputs went stale (no new query): the queued chunk is not executed open loop forever."""
+    cfg = ExecutorConfig(cadence="every_n", query_every_n_ticks=1000, max_open_loop_s=0.5, max_dry_s=5.0, blend="none")
+    s = ChunkScheduler(cfg)
+    policy = ScriptedChunkPolicy(MOTION, chunk_length=60)  # a 2 s plan
+    run_query(s, policy, T0, T0)
+    assert s.tick(T0 + 15 * P_NS).status is TickStatus.RUNNING  # 0.5 s after the observation
+    late = s.tick(T0 + 16 * P_NS)  # 0.53 s: still inside the plan, but the plan is too old
+    assert late.status is TickStatus.STOPPED and late.target is None
+    assert s.counters.open_loop_ticks == 1 and "open loop" in s.last_problem
+    run_query(s, policy, T0 + 16 * P_NS, T0 + 17 * P_NS)  # a fresh observation resumes the plan
+    assert s.tick(T0 + 17 * P_NS).status is TickStatus.RUNNING
+
+
 def test_commit_rows_limits_what_is_executed():
     s = ChunkScheduler(ExecutorConfig(cadence="every_n", query_every_n_ticks=1000, commit_rows=5, max_dry_s=0.0))
     run_query(s, ScriptedChunkPolicy(MOTION, chunk_length=30), T0, T0)
