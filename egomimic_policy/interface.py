@@ -28,6 +28,11 @@ class Observation:
     answers it is aligned to it: row i is meant for stamp_ns + i * period.
     images: camera name -> uint8 array (H, W, 3) RGB.
     left_pose / right_pose: (7,) dataset-frame EE poses; left_gripper / right_gripper in [0, 1].
+    history: the observations of the preceding control ticks, oldest first, one control period
+    apart (their own `history` empty), at most `PolicySpec.obs_steps - 1` of them. The observer
+    (the policy node) builds one every tick, so a model with a 2-frame window sees frames t-1
+    and t as in training, not the frame of its previous query (which is ~1 s old when it
+    replans every 30 ticks). Shorter at episode start: the model pads by repeating the oldest.
     """
 
     stamp_ns: int
@@ -38,6 +43,7 @@ class Observation:
     right_gripper: float
     left_joints: np.ndarray | None = None
     right_joints: np.ndarray | None = None
+    history: tuple["Observation", ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,9 @@ class PolicySpec:
     rate_hz: float
     cameras: tuple[str, ...] = CAMERAS
     image_size: tuple[int, int] = (480, 640)  # (H, W) the policy expects from ingestion
+    obs_steps: int = 1
+    """Frames in the model's observation window (current included): the observer keeps
+    obs_steps - 1 past ticks in Observation.history."""
     extra: dict[str, str] = field(default_factory=dict)
 
 

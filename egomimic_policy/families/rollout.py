@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
+from collections import OrderedDict
 from typing import Mapping
 
 import numpy as np
@@ -56,7 +56,10 @@ class FamilyRolloutPolicy:
         self.norm_stats = norm_stats
         self._seed = int(seed)
         self._generator = torch.Generator(self._device.type)
-        self._window: deque[tuple[torch.Tensor, np.ndarray]] = deque(maxlen=algorithm.config.n_obs_steps)
+        self._n_obs = int(algorithm.config.n_obs_steps)
+        self._features: OrderedDict[int, torch.Tensor] = OrderedDict()
+        """Image features by observation stamp: with cadence `always` the previous query's
+        current frame is this query's previous frame, encoded once."""
         self.last_timing_ms: dict[str, float] = {}
         self._lock = threading.Lock()
         cfg = algorithm.config
@@ -67,17 +70,27 @@ class FamilyRolloutPolicy:
             action_layout=ACTION_LAYOUT,
             chunk_length=cfg.chunk_length,
             rate_hz=CONTROL_RATE_HZ,
+            obs_steps=self._n_obs,
             extra={"target": algorithm.target(), "n_obs_steps": str(cfg.n_obs_steps), "seed": str(self._seed),
                    "device": str(self._device), "num_threads": str(num_threads), **dict(extra or {})},
         )
         self.reset()
 
     def reset(self) -> None:
-        """New episode: empty window and the sampler noise restarts from the seed (a replayed
-        episode gets the same chunks)."""
+        """New episode: the sampler noise restarts from the seed (a replayed episode gets the same
+        chunks). The observation window itself travels in Observation.history (the observer
+        clears it on its reset)."""
         with self._lock:
-            self._window.clear()
+            self._features.clear()
             self._generator.manual_seed(self._seed)
+
+    def _frame_features(self, frame: Observation) -> torch.Tensor:
+        key = int(frame.stamp_ns)
+        if key not in self._features:
+            self._features[key] = self.algorithm.frame_features(frame.images)
+            while len(self._features) > 2 * self._n_obs:
+                self._features.popitem(last=False)
+        return self._features[key]
 
     def infer(self, observation: Observation) -> Chunk:
         with self._lock:
@@ -92,18 +105,19 @@ class FamilyRolloutPolicy:
         for arm, pose in current.items():
             if pose.shape != (7,):
                 raise PoseError(f"{arm.value}_pose must be (7,), got {pose.shape}")
-        state = state_ee_pose(current[Arm.LEFT], observation.left_gripper, current[Arm.RIGHT], observation.right_gripper)
+        frames = list(observation.history[-(self._n_obs - 1):]) if self._n_obs > 1 else []
+        frames = [frames[0] if frames else observation] * (self._n_obs - 1 - len(frames)) + frames + [observation]
+        window = []
         with torch.inference_mode():
-            features = self.algorithm.frame_features(observation.images)
-            if not self._window:
-                self._window.extend([(features, state)] * self._window.maxlen)
-            else:
-                self._window.append((features, state))
-            state_window = np.stack([s for _, s in self._window])  # (T, 20) raw
+            for frame in frames:  # oldest first; padded at episode start by repeating the oldest
+                state = state_ee_pose(np.asarray(frame.left_pose, dtype=np.float64), frame.left_gripper,
+                                      np.asarray(frame.right_pose, dtype=np.float64), frame.right_gripper)
+                window.append((self._frame_features(frame), state))
+            state_window = np.stack([s for _, s in window])  # (T, 20) raw
             state_n = self.norm_stats.normalize(EMBODIMENT, STATE_KEY, state_window)
             t1 = time.monotonic()
             context = self.algorithm.condition(
-                torch.stack([f for f, _ in self._window], dim=1),
+                torch.stack([f for f, _ in window], dim=1),
                 torch.as_tensor(state_n, dtype=torch.float32, device=self._device)[None],
             )
             actions_n = self.algorithm.sample(context, self._generator)[0].double().cpu().numpy()

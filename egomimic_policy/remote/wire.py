@@ -95,6 +95,8 @@ def observation_to_dict(obs: Observation) -> dict:
         joints = getattr(obs, f"{side}_joints")
         if joints is not None:
             out[f"{side}_joints"] = np.asarray(joints, float)
+    if obs.history:
+        out["history"] = [observation_to_dict(h) for h in obs.history]
     return out
 
 
@@ -109,9 +111,16 @@ def observation_from_dict(d: dict) -> Observation:
             left_pose=_vector(d["left_pose"], 7, "left_pose"), right_pose=_vector(d["right_pose"], 7, "right_pose"),
             left_gripper=float(d["left_gripper"]), right_gripper=float(d["right_gripper"]),
             left_joints=d.get("left_joints"), right_joints=d.get("right_joints"),
+            history=tuple(_history_entry(h) for h in d.get("history", ())),
         )
     except (KeyError, TypeError) as exc:
         raise WireError(f"malformed observation: {exc!r}") from None
+
+
+def _history_entry(d) -> Observation:
+    if not isinstance(d, dict) or "history" in d:
+        raise WireError("observation history entries must be observations without their own history")
+    return observation_from_dict(d)
 
 
 def _vector(value, n: int, what: str) -> np.ndarray:
@@ -140,7 +149,7 @@ def spec_to_dict(spec: PolicySpec) -> dict:
     return {"family": spec.family, "fingerprint": spec.fingerprint, "embodiment": spec.embodiment,
             "action_layout": spec.action_layout, "chunk_length": int(spec.chunk_length),
             "rate_hz": float(spec.rate_hz), "cameras": list(spec.cameras), "image_size": list(spec.image_size),
-            "extra": {str(k): str(v) for k, v in spec.extra.items()}}
+            "obs_steps": int(spec.obs_steps), "extra": {str(k): str(v) for k, v in spec.extra.items()}}
 
 
 def spec_from_dict(d: dict) -> PolicySpec:
@@ -149,6 +158,7 @@ def spec_from_dict(d: dict) -> PolicySpec:
                           action_layout=str(d["action_layout"]), chunk_length=int(d["chunk_length"]),
                           rate_hz=float(d["rate_hz"]), cameras=tuple(str(c) for c in d["cameras"]),
                           image_size=tuple(int(n) for n in d["image_size"]),
+                          obs_steps=int(d.get("obs_steps", 1)),
                           extra={str(k): str(v) for k, v in dict(d.get("extra", {})).items()})
     except (KeyError, TypeError, ValueError) as exc:
         raise WireError(f"malformed policy spec: {exc!r}") from None

@@ -222,7 +222,8 @@ class ChunkScheduler:
             status = TickStatus.STOPPED
             c.stopped_ticks += 1
             c.open_loop_ticks += 1
-            self.last_problem = f"open loop: the newest chunk answers an observation {open_loop_ns / 1e6:.0f} ms old"
+            if not self.last_problem:  # keep the root cause (why no fresh query was made) if known
+                self.last_problem = f"open loop: the newest chunk answers an observation {open_loop_ns / 1e6:.0f} ms old"
         elif now_ns <= q.t_ns[-1]:
             if now_ns < q.t_ns[0] - self._period_ns:
                 status = TickStatus.WAITING  # the queue starts in the future: an observation from ahead of now

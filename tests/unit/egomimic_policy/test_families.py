@@ -5,6 +5,8 @@ window, is deterministic given a seed, and refuses unsupported combinations."""
 from __future__ import annotations
 
 import cv2
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -192,17 +194,20 @@ def test_state_is_normalized_exactly_once(family):
     assert not np.allclose(real.normalize(6, STATE_KEY, expected), expected, atol=1e-3)
 
 
-def test_window_duplicates_first_frame_and_reset_clears_it():
+def test_window_is_the_previous_tick_from_history_padded_at_episode_start():
+    """[t-1, t] as in training: t-1 is the previous control tick (Observation.history), not the
+    frame of the previous query; at episode start (no history) the first frame is repeated."""
     policy = make_policy("fold")
+    assert policy.spec.obs_steps == 2
     rec = Recorder(policy)
     a, b = make_observation(stamp_ns=1), make_observation(stamp_ns=2, grippers=(0.9, 0.1))
+    c = make_observation(stamp_ns=3, grippers=(0.3, 0.6))
     norm = lambda o: policy.norm_stats.normalize(6, STATE_KEY, state_ee_pose(o.left_pose, o.left_gripper, o.right_pose, o.right_gripper))  # noqa: E731
     policy.infer(a)
-    policy.infer(b)
-    policy.reset()
-    policy.infer(b)
+    policy.infer(replace(c, history=(a, b)))  # the query before saw a; the tick before this one saw b
+    policy.infer(replace(b, history=()))
     np.testing.assert_allclose(rec.states[0], [norm(a), norm(a)], atol=1e-6)
-    np.testing.assert_allclose(rec.states[1], [norm(a), norm(b)], atol=1e-6)
+    np.testing.assert_allclose(rec.states[1], [norm(b), norm(c)], atol=1e-6)
     np.testing.assert_allclose(rec.states[2], [norm(b), norm(b)], atol=1e-6)
 
 

@@ -22,6 +22,10 @@ at the measured poses and grippers, as before this node went through the executo
 
 from __future__ import annotations
 
+import threading
+from collections import deque
+from dataclasses import replace
+
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
@@ -100,6 +104,12 @@ class PolicyNode(Node):
         self._pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_service(Trigger, "policy/reset", self._on_reset)
 
+        # The model's observation window: one synchronized observation per control tick, so
+        # frame t-1 is the previous tick (as in training), not the previous query.
+        self._history_depth = max(0, int(spec.obs_steps) - 1)
+        self._history: deque[Observation] = deque(maxlen=self._history_depth or 1)
+        self._history_lock = threading.Lock()
+        self._period_ns = int(1e9 / rate_hz)
         # Not `self.executor`: rclpy.Node uses that name for the executor spinning the node.
         self.rollout = AsyncChunkExecutor(self.policy, self.executor_config, self._observe, self._now_ns)
         self._status = TickStatus.WAITING
@@ -154,10 +164,33 @@ class PolicyNode(Node):
         return cb
 
     def _observe(self, now_ns: int) -> Observation:
-        """Called by the executor's worker when a query is due."""
+        """Called by the executor's worker when a query is due: the current observation with the
+        preceding ticks' observations (at most one period apart each) as its history."""
         result = self.sync.build(now_ns)
         if not result.ok:
             raise ObservationUnavailable(result.reason)
+        current = self._observation(result)
+        if not self._history_depth:
+            return current
+        with self._history_lock:
+            past = [h for h in self._history if h.stamp_ns < current.stamp_ns]
+        history: list[Observation] = []
+        for h in reversed(past):  # newest first; stop at a gap (inputs were stale in between)
+            newer = history[0].stamp_ns if history else current.stamp_ns
+            if newer - h.stamp_ns > 2 * self._period_ns:
+                break
+            history.insert(0, h)
+        return replace(current, history=tuple(history[-self._history_depth:]))
+
+    def _record_history(self, now_ns: int) -> None:
+        result = self.sync.build(now_ns)
+        if not result.ok:
+            return
+        with self._history_lock:
+            if not self._history or self._history[-1].stamp_ns != result.stamp_ns:
+                self._history.append(self._observation(result))
+
+    def _observation(self, result) -> Observation:
         v = result.values
         state = {arm: v[_joint_stream(arm)] for arm in ARMS}
         return Observation(
@@ -171,6 +204,8 @@ class PolicyNode(Node):
     # ----------------------------------------------------------------- tick
     def _on_tick(self) -> None:
         now = self.get_clock().now()
+        if self._history_depth:
+            self._record_history(now.nanoseconds)
         result = self.rollout.tick(now.nanoseconds)
         if result.target is not None:
             self._pub_action.publish(self._action_msg(result.target, now.to_msg()))
@@ -230,6 +265,8 @@ class PolicyNode(Node):
     # ------------------------------------------------------------- services
     def _on_reset(self, request, response):
         self.rollout.reset()
+        with self._history_lock:
+            self._history.clear()
         response.success, response.message = True, "queue cleared; the policy restarts at the next fresh observation"
         self.get_logger().info("policy/reset: queue cleared")
         return response
