@@ -50,8 +50,9 @@ def canonical_quat(quat) -> np.ndarray:
     significant = np.abs(q) > CANONICAL_ZERO
     first = np.argmax(significant, axis=-1)[..., None]
     lead = np.take_along_axis(q, first, axis=-1)
-    q = np.where(lead < 0.0, -q, q)
-    return np.where(np.abs(q) > CANONICAL_ZERO, q, 0.0) + 0.0
+    # Tiny components only decide the sign; their values are kept (zeroing them would move the
+    # rotation by up to CANONICAL_ZERO). `+ 0.0` turns -0.0 into 0.0.
+    return np.where(lead < 0.0, -q, q) + 0.0
 
 
 def quat_to_mat(quat, *, strict: bool = False) -> np.ndarray:
@@ -128,7 +129,7 @@ def _mat_to_quat_one(m: np.ndarray) -> np.ndarray:
     q = [v / norm for v in q]
     lead = next((v for v in q if abs(v) > CANONICAL_ZERO), 1.0)
     sign = -1.0 if lead < 0.0 else 1.0
-    return np.array([sign * v if abs(v) > CANONICAL_ZERO else 0.0 for v in q]) + 0.0
+    return np.array([sign * v for v in q]) + 0.0
 
 
 def ypr_to_mat(ypr) -> np.ndarray:

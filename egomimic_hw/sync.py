@@ -23,7 +23,9 @@ Edge cases, decided here once:
 - Out of order: a message older than the newest one of its stream is dropped and counted
   (DDS best-effort can reorder across processes; a late frame must not replace a newer one).
 - Clock jump backwards (sim time reset, bag loop, wall clock stepped): a message older than
-  the stream's newest by more than that stream's `max_age_s` starts a new timeline for it:
+  the stream's newest by more than CLOCK_JUMP_FACTOR x that stream's `max_age_s` (and at least
+  CLOCK_JUMP_MIN_S) starts a new timeline for it (a merely late message, e.g. one delayed by a
+  loaded machine, is out of order, not a new timeline: it must not wipe valid history):
   the history is cleared and the message kept, and counted. Until every stream has crossed
   to the new timeline, the old ones show as "ahead of now" and `build` refuses.
 - Equal stamps: the later arrival replaces the earlier (a republished message).
@@ -41,6 +43,11 @@ from typing import Any
 from egomimic_hw.errors import ConfigError
 
 NS_PER_S = 1_000_000_000
+
+
+CLOCK_JUMP_FACTOR = 10
+CLOCK_JUMP_MIN_S = 1.0
+"""A backwards step larger than max(factor x max_age, min) is a new timeline, not a late message."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,7 @@ class ObservationSynchronizer:
         if history is None:
             raise ConfigError(f"unknown stream {stream!r}; configured: {list(self._history)}")
         stamp_ns = int(stamp_ns)
+        jump_ns = max(CLOCK_JUMP_FACTOR * self._max_age_ns[stream], int(CLOCK_JUMP_MIN_S * 1e9))
         with self._lock:
             if history:
                 newest = history[-1][0]
@@ -108,7 +116,7 @@ class ObservationSynchronizer:
                     history[-1] = (stamp_ns, value)
                     return
                 if stamp_ns < newest:
-                    if newest - stamp_ns > self._max_age_ns[stream]:
+                    if newest - stamp_ns > jump_ns:
                         self.clock_jumps[stream] += 1
                         history.clear()
                     else:

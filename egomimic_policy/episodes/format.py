@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import json
 import math
 import shutil
 import warnings
@@ -74,6 +75,10 @@ NAME_FORMAT = "%Y-%m-%d-%H-%M-%S-%f"
 
 class EpisodeError(ValueError):
     """An episode cannot be written or read as asked; the message says what and where."""
+
+
+class EpisodeWriteError(EpisodeError):
+    """Writing a block failed after its steps were accepted (they stay buffered)."""
 
 
 def episode_name(start_ns: int) -> str:
@@ -149,6 +154,10 @@ class EpisodeWriter:
         if block_steps < 1:
             raise EpisodeError(f"block_steps must be >= 1, got {block_steps}")
         self.path = Path(path)
+        try:  # validate before anything is created: a bad calibration must not leave a half store
+            json.dumps(meta.calibration)
+        except (TypeError, ValueError) as exc:
+            raise EpisodeError(f"calibration must be JSON-serializable (lists, not numpy arrays): {exc}") from None
         if self.path.exists():
             if not overwrite:
                 raise EpisodeError(f"{self.path} exists; refusing to overwrite an episode")
@@ -209,7 +218,11 @@ class EpisodeWriter:
     ) -> None:
         """Buffer one step. images: camera -> RGB uint8 (H, W, 3) or JPEG bytes already encoded.
         values: every key of `numeric_keys()` ("left.obs_ee_pose", ...). A step with a missing,
-        misshapen or non-finite value is refused whole (nothing half-written)."""
+        misshapen or non-finite value is refused whole (nothing half-written).
+        image_stamps_ns: each camera's capture stamp; None states that every image was captured
+        at `stamp_ns` (a renderer); a mapping must name every camera (no silent fallback).
+        Once accepted, a step is kept: if writing its block fails, EpisodeWriteError says so and
+        the block is retried at the next flush (do not add the step again)."""
         if self._closed:
             raise EpisodeError("episode already closed")
         missing = set(self.meta.cameras) - set(images)
@@ -226,11 +239,22 @@ class EpisodeWriter:
             if not np.all(np.isfinite(v)):
                 raise EpisodeError(f"{key} is not finite: {v}")
             row[key] = v
+        if image_stamps_ns is None:
+            stamps = {cam: int(stamp_ns) for cam in self.meta.cameras}
+        else:
+            missing = set(self.meta.cameras) - set(image_stamps_ns)
+            if missing:
+                raise EpisodeError(f"image_stamps_ns misses the capture stamp of {sorted(missing)}")
+            stamps = {cam: int(image_stamps_ns[cam]) for cam in self.meta.cameras}
         jpegs = {cam: self._encode(cam, images[cam]) for cam in self.meta.cameras}
-        stamps = {cam: int((image_stamps_ns or {}).get(cam, stamp_ns)) for cam in self.meta.cameras}
         self._buffer.append((int(stamp_ns), jpegs, stamps, row))
         if len(self._buffer) >= self.block_steps:
-            self.flush()
+            try:
+                self.flush()
+            except Exception as exc:  # noqa: BLE001 - the step is kept; say so precisely
+                raise EpisodeWriteError(
+                    f"step {self.frames - 1} is buffered, but writing its block failed ({type(exc).__name__}: {exc}); "
+                    "the block is retried at the next flush: do not add the step again") from exc
 
     def _encode(self, cam: str, image: np.ndarray | bytes) -> bytes:
         if isinstance(image, (bytes, bytearray, memoryview)):
@@ -286,8 +310,15 @@ class EpisodeWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if not self._closed:
-            self.close("complete" if exc_type is None else "partial")
+        if self._closed:
+            return
+        if exc_type is None:
+            self.close("complete")
+            return
+        try:  # keep what can be kept, but never hide the exception that ended the episode
+            self.close("partial")
+        except Exception as close_exc:  # noqa: BLE001
+            warnings.warn(f"episode {self.path}: closing as partial failed too: {close_exc}", stacklevel=2)
 
 
 class EpisodeReader:

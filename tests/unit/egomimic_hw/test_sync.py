@@ -230,3 +230,13 @@ def test_concurrent_updates_and_builds_do_not_corrupt_state():
         for t in threads:
             t.join()
     assert built > 0
+
+
+def test_a_late_message_is_out_of_order_not_a_clock_jump():
+    """A message delayed past max_age (a loaded machine) must not wipe the stream's newer data."""
+    sync = make()
+    feed_all(sync, T0)
+    sync.update("front_1", T0 - 60 * MS, "late")  # older than the newest by more than its max_age
+    assert sync.clock_jumps["front_1"] == 0 and sync.out_of_order["front_1"] == 1
+    result = sync.build(T0 + 1 * MS)
+    assert result.ok and result.values["front_1"] != "late"

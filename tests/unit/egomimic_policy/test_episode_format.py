@@ -13,12 +13,14 @@ from egomimic_policy.episodes.format import (
     EpisodeMeta,
     EpisodeReader,
     EpisodeWriter,
+    EpisodeWriteError,
     episode_name,
     numeric_keys,
 )
 from egomimic_policy.episodes.sim import render_sim_episode
 
 CAMS = ("front_1", "left_wrist", "right_wrist")
+META = EpisodeMeta(task_name="unit")
 
 
 def image(t, cam):
@@ -164,3 +166,31 @@ def test_sim_episode_is_consistent(tmp_path):
     assert np.ptp(left_y) > 1e-3  # it moves
     gaps = np.diff(r.timestamps_ns)
     assert np.ptp(gaps) <= 1 and abs(gaps.mean() - 1e9 / 30) < 1  # steady 30 Hz stamps
+
+
+def test_partial_capture_stamps_are_refused(tmp_path):
+    with EpisodeWriter(tmp_path / "e.zarr", META) as w:
+        with pytest.raises(EpisodeError, match="capture stamp"):
+            w.add(0, {c: image(0, c) for c in CAMS}, values(0), image_stamps_ns={CAMS[0]: 0})
+        assert w.frames == 0
+
+
+def test_bad_calibration_leaves_nothing_behind(tmp_path):
+    from dataclasses import replace
+
+    with pytest.raises(EpisodeError, match="JSON"):
+        EpisodeWriter(tmp_path / "e.zarr", replace(META, calibration={"k": np.eye(3)}))
+    assert not (tmp_path / "e.zarr").exists()
+
+
+def test_a_failed_block_write_keeps_the_step_and_says_so(tmp_path, monkeypatch):
+    w = EpisodeWriter(tmp_path / "e.zarr", META, block_steps=2)
+    w.add(0, {c: image(0, c) for c in CAMS}, values(0))
+    real_flush = w.flush
+    monkeypatch.setattr(w, "flush", lambda: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(EpisodeWriteError, match="do not add the step again"):
+        w.add(1, {c: image(1, c) for c in CAMS}, values(1))
+    assert w.frames == 2
+    monkeypatch.setattr(w, "flush", real_flush)
+    assert w.close() == 2
+    assert len(EpisodeReader(tmp_path / "e.zarr")) == 2

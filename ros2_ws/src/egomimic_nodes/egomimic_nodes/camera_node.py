@@ -118,7 +118,10 @@ class _Stream:
         self.info = camera_info(camera, self.intrinsics)
         self.image = Image()
         self.image.header.frame_id = f"{camera}_optical"
-        self.compressed = CompressedImage(format="rgb8; jpeg compressed rgb8")
+        # A standard JPEG of the RGB image. The format string follows image_transport's
+        # convention: "jpeg compressed bgr8" means "decode with a standard decoder" (cv::imdecode
+        # yields BGR); "compressed rgb8" would tell decoders to skip the swap: red/blue exchanged.
+        self.compressed = CompressedImage(format="rgb8; jpeg compressed bgr8")
         self.compressed.header.frame_id = self.image.header.frame_id
         self.frozen: np.ndarray | None = None
         self.publish_errors = 0
@@ -132,9 +135,10 @@ class _Stream:
         while not node.stopping.is_set():
             try:
                 frame = self.backend.read(READ_TIMEOUT_S)
-            except (CameraError, ConfigError) as exc:
-                self.monitor.on_error(str(exc))
-                node.get_logger().error(f"{self.camera}: {exc}", throttle_duration_sec=5.0)
+            except Exception as exc:  # noqa: BLE001 - any backend failure is reported as ERROR, never a silent dead thread
+                why = str(exc) if isinstance(exc, (CameraError, ConfigError)) else f"{type(exc).__name__}: {exc}"
+                self.monitor.on_error(why)
+                node.get_logger().error(f"{self.camera}: {why}", throttle_duration_sec=5.0)
                 node.stopping.wait(0.5)
                 continue
             if frame is None:
@@ -335,11 +339,15 @@ class CameraNode(Node):
                 self.get_logger().warning(f"diagnostics publish failed: {exc}", throttle_duration_sec=5.0)
 
     def on_exit(self) -> None:
+        # Stop and join the capture threads BEFORE closing the devices: releasing an OpenCV
+        # capture while a thread is inside grab() is a use-after-free (reads time out in ~1 s).
         self.stopping.set()
         for s in self._streams:
-            s.backend.close()
-        for s in self._streams:
             s.thread.join(timeout=2.0)
+        for s in self._streams:
+            if s.thread.is_alive():
+                self.get_logger().error(f"{s.camera}: capture thread did not stop; closing the device anyway")
+            s.backend.close()
 
 
 def main(args=None) -> int:
