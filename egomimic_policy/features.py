@@ -96,11 +96,15 @@ def decode_action_chunk(current: dict[Arm, np.ndarray], actions) -> dict[Arm, tu
 
 NEUTRAL_STATE_XYZ_M = 0.6
 """State xyz range [-0.6, 0.6] m: about the X5's reach around its base."""
-NEUTRAL_ACTION_XYZ_M = 0.02
-"""Action xyz_rel range [-0.02, 0.02] m: an untrained model's chunk stays within 2 cm of the
-query pose, so a rehearsal never asks for a large jump (the gate checks it anyway)."""
-NEUTRAL_ACTION_ROT6D = 0.05
-"""Action rot6d_rel range identity +- 0.05 (about 3 degrees) for the same reason."""
+NEUTRAL_ACTION_XYZ_M = 0.003
+"""Action xyz_rel range [-3, 3] mm. An untrained model's rows are noise-like, so consecutive rows
+can differ by the whole range: 6 mm per 33 ms row is 0.18 m/s, well inside the gate's per-step
+rate limit (0.6 m/s), so `policy:=fold` rehearses the whole pipeline on the simulated robot
+(a tremor of a few mm) instead of being refused by the gate on its first command."""
+NEUTRAL_ACTION_ROT6D = 0.008
+"""Action rot6d_rel range identity +- 0.008 (about 0.5 degree) for the same reason."""
+NEUTRAL_ACTION_GRIPPER = (0.45, 0.55)
+"""Action gripper range: a narrow band around half open, so the gripper does not chatter."""
 
 _IDENTITY_ROT6D = np.array([1.0, 0.0, 0.0, 0.0, 1.0, 0.0])
 
@@ -114,12 +118,14 @@ def neutral_norm_stats(mode: NormMode | str = NormMode.QUANTILE) -> NormStats:
 
     State: xyz in +-NEUTRAL_STATE_XYZ_M, rot6d in [-1, 1], gripper in [0, 1].
     Action: xyz_rel in +-NEUTRAL_ACTION_XYZ_M, rot6d_rel in identity +-NEUTRAL_ACTION_ROT6D,
-    gripper in [0, 1]; so a model output in [-1, 1] decodes to small moves around the query pose.
+    gripper in NEUTRAL_ACTION_GRIPPER; so a model output in [-1, 1] decodes to small moves around the query pose.
     """
     s_lo = np.concatenate([np.full(3, -NEUTRAL_STATE_XYZ_M), np.full(6, -1.0), [0.0]])
     s_hi = np.concatenate([np.full(3, NEUTRAL_STATE_XYZ_M), np.full(6, 1.0), [1.0]])
-    a_lo = np.concatenate([np.full(3, -NEUTRAL_ACTION_XYZ_M), _IDENTITY_ROT6D - NEUTRAL_ACTION_ROT6D, [0.0]])
-    a_hi = np.concatenate([np.full(3, NEUTRAL_ACTION_XYZ_M), _IDENTITY_ROT6D + NEUTRAL_ACTION_ROT6D, [1.0]])
+    a_lo = np.concatenate([np.full(3, -NEUTRAL_ACTION_XYZ_M), _IDENTITY_ROT6D - NEUTRAL_ACTION_ROT6D,
+                           [NEUTRAL_ACTION_GRIPPER[0]]])
+    a_hi = np.concatenate([np.full(3, NEUTRAL_ACTION_XYZ_M), _IDENTITY_ROT6D + NEUTRAL_ACTION_ROT6D,
+                           [NEUTRAL_ACTION_GRIPPER[1]]])
     return NormStats(
         mode=NormMode.parse(mode),
         stats={int(EMBODIMENT): {STATE_KEY: _per_arm(s_lo, s_hi), ACTION_KEY: _per_arm(a_lo, a_hi)}},

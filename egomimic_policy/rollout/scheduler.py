@@ -19,6 +19,9 @@ When to query (`cadence`), never while a query is in flight:
 - low_water: when the queue covers less than the measured query latency (max of the recent
   queries) plus `low_water_s`: the next chunk arrives before the queue runs out.
 - always: back to back (the freshest chunks; costs the most compute).
+Whatever the cadence, a query is also due when the plan being executed answers an observation
+older than `replan_after_s` (upstream replans at 1 Hz): a long chunk (Fold's 100 rows = 3.3 s)
+is not executed open loop to its end; `max_open_loop_s` is the hard stop behind it.
 
 Merging: a chunk that arrives is merged by the next tick, at that tick's `now` (at most one
 merge per tick: if two answers arrive between ticks, the one for the newer observation wins and
@@ -82,7 +85,8 @@ class ExecutorConfig:
     ensemble_weight: float = field(default=0.5, metadata={"help": "blend ensemble: weight of the previous chunk in [0, 1]"})
     crossfade_rows: int = field(default=8, metadata={"help": "blend crossfade: periods over which the old chunk fades out"})
     max_dry_s: float = field(default=0.5, metadata={"help": "hold the last target at most this long (s) when the queue runs dry, then stop publishing"})
-    max_open_loop_s: float = field(default=1.5, metadata={"help": "stop publishing when the newest chunk answers an observation older than this (s); upstream replans every 1 s"})
+    replan_after_s: float = field(default=1.0, metadata={"help": "query when the plan answers an observation older than this (s), whatever the cadence; upstream replans at 1 Hz"})
+    max_open_loop_s: float = field(default=2.0, metadata={"help": "stop publishing when the newest chunk answers an observation older than this (s): inputs went stale or the model is too slow"})
     retry_backoff_s: float = field(default=0.1, metadata={"help": "wait (s) after a failed query before the next"})
     latency_window: int = field(default=100, metadata={"help": "queries kept for latency statistics"})
 
@@ -107,8 +111,10 @@ class ExecutorConfig:
             raise ConfigError(f"crossfade_rows must be >= 1, got {self.crossfade_rows}")
         if not (math.isfinite(self.max_dry_s) and self.max_dry_s >= 0):
             raise ConfigError(f"max_dry_s must be >= 0 s, got {self.max_dry_s}")
-        if not (math.isfinite(self.max_open_loop_s) and self.max_open_loop_s > 0):
-            raise ConfigError(f"max_open_loop_s must be > 0 s, got {self.max_open_loop_s}")
+        if not (math.isfinite(self.replan_after_s) and self.replan_after_s > 0):
+            raise ConfigError(f"replan_after_s must be > 0 s, got {self.replan_after_s}")
+        if not (math.isfinite(self.max_open_loop_s) and self.max_open_loop_s > self.replan_after_s):
+            raise ConfigError(f"max_open_loop_s must be > replan_after_s ({self.replan_after_s} s), got {self.max_open_loop_s}")
         if not (math.isfinite(self.retry_backoff_s) and self.retry_backoff_s >= 0):
             raise ConfigError(f"retry_backoff_s must be >= 0 s, got {self.retry_backoff_s}")
         if self.latency_window < 1:
@@ -252,6 +258,8 @@ class ChunkScheduler:
             return False
         if self._retry_after_ns is not None and now_ns < self._retry_after_ns:
             return False
+        if self._newest_obs_ns is not None and now_ns - self._newest_obs_ns >= self.config.replan_after_s * NS_PER_S:
+            return True
         cadence = self.config.cadence
         if cadence == Cadence.ALWAYS:
             return True

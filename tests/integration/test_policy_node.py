@@ -197,7 +197,7 @@ def test_a_model_family_takes_camera_frames_and_a_dead_camera_stops_it(node_proc
     killed_at = time.time()
     time.sleep(5.0)
     last = stamps_s(rec.actions[-1:])[0]
-    # The plan may run open loop for at most executor.max_open_loop_s (1.5 s) past the last
+    # The plan may run open loop for at most executor.max_open_loop_s (2 s) past the last
     # observation (not the whole 3.3 s Fold chunk).
-    assert last - killed_at < 1.5 + 0.3 and time.time() - last > 0.5
+    assert last - killed_at < 2.0 + 0.3 and time.time() - last > 0.5
     assert wait_for(lambda: "cameras/" in rec.diags[-1]["last_problem"] and rec.diags[-1]["status"] == "stopped", 5)

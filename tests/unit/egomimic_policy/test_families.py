@@ -156,7 +156,7 @@ def test_gripper_clamped_and_non_finite_refused():
     policy = make_policy("fold")
     obs = make_observation()
     out = np.zeros((100, ACTION_DIM))
-    out[:, 9], out[:, 19] = 5.0, -5.0  # far outside [0, 1] after unnormalization
+    out[:, 9], out[:, 19] = 100.0, -100.0  # far outside [0, 1] after unnormalization
     Recorder(policy, fixed_output=out)
     chunk = policy.infer(obs)
     assert np.all(chunk.left_gripper == 1.0) and np.all(chunk.right_gripper == 0.0)

@@ -89,10 +89,14 @@ def test_running_dry_holds_then_stops_and_counts():
 
 def test_a_plan_from_old_inputs_stops_after_max_open_loop_s():
     """Inputs went stale (no new query): the queued chunk is not executed open loop forever."""
-    cfg = ExecutorConfig(cadence="every_n", query_every_n_ticks=1000, max_open_loop_s=0.5, max_dry_s=5.0, blend="none")
+    cfg = ExecutorConfig(cadence="every_n", query_every_n_ticks=1000, replan_after_s=0.3, max_open_loop_s=0.5,
+                         max_dry_s=5.0, blend="none")
     s = ChunkScheduler(cfg)
     policy = ScriptedChunkPolicy(MOTION, chunk_length=60)  # a 2 s plan
     run_query(s, policy, T0, T0)
+    assert s.tick(T0).status is TickStatus.RUNNING  # merges the chunk
+    assert not s.query_due(T0 + 8 * P_NS)
+    assert s.query_due(T0 + 10 * P_NS), "a plan older than replan_after_s asks for a query whatever the cadence"
     assert s.tick(T0 + 15 * P_NS).status is TickStatus.RUNNING  # 0.5 s after the observation
     late = s.tick(T0 + 16 * P_NS)  # 0.53 s: still inside the plan, but the plan is too old
     assert late.status is TickStatus.STOPPED and late.target is None
