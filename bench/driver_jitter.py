@@ -120,18 +120,9 @@ class BaselineProcess:
         return self.proc.poll()
 
     def stop(self, timeout_s: float = 5.0) -> int:
-        for sig, wait_s in ((signal.SIGINT, timeout_s), (signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0)):
-            if self.proc.poll() is not None:
-                break
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(wait_s)
-            except subprocess.TimeoutExpired:
-                continue
-        return self.proc.wait()
+        from egomimic_launch.process import stop_process_group
+
+        return stop_process_group(self.proc, timeout_s)
 
 
 # -- the measuring side -------------------------------------------------------------------------

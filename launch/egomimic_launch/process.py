@@ -15,6 +15,23 @@ import yaml
 from egomimic_bringup.graph import NodeSpec
 
 
+def stop_process_group(proc: subprocess.Popen, timeout_s: float = 5.0) -> int:
+    """Stop a child started in its own session: SIGINT (a node's clean shutdown: the driver
+    holds, the gate latches), then SIGTERM, then SIGKILL, each to the whole process group."""
+    for sig, wait_s in ((signal.SIGINT, timeout_s), (signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0)):
+        if proc.poll() is not None:
+            break
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.wait()
+
+
 def write_params_file(spec: NodeSpec, directory: Path) -> Path:
     """The launch-time parameters of one node as a ROS params file (what launch_ros does)."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -73,18 +90,7 @@ class NodeProcess:
 
     def stop(self, timeout_s: float = 5.0) -> int:
         """SIGINT, wait, then SIGTERM, then SIGKILL; returns the exit code."""
-        for sig, wait_s in ((signal.SIGINT, timeout_s), (signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0)):
-            if self.poll() is not None:
-                break
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(wait_s)
-            except subprocess.TimeoutExpired:
-                continue
-        code = self.proc.wait()
+        code = stop_process_group(self.proc, timeout_s)
         self.poll()
         self._reader.join(timeout=2.0)
         return code
