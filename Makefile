@@ -27,7 +27,7 @@ help: ## list the targets
 	@echo "  make test-unit    library tests only (fast, no DDS)"
 	@echo "  make test-integration  real node processes over DDS"
 	@echo "  make test-faults  the safety gate fault battery on the simulated graph (FAULT_TRIALS=3; also in make test)"
-	@echo "  make test-properties  gate property tests at 10,000 examples per property (~5 min)"
+	@echo "  make test-properties  gate property tests at 10,000 examples per property (~12 min on 2 cores)"
 	@echo "  make bench        benchmarks under bench/ (not part of make test)"
 	@echo "  make shm-clean    remove Fast DDS shared memory left by killed processes"
 	@echo "  make clean-venv   delete .venv"

@@ -66,8 +66,13 @@ class _Refusal(Exception):
 
 
 def quat_angle(a: np.ndarray, b: np.ndarray) -> float:
-    """Geodesic angle (rad) between two unit quaternions, sign-free (q ~ -q)."""
-    return float(2.0 * np.arccos(min(1.0, abs(float(np.dot(a, b))))))
+    """Geodesic angle (rad) between two unit quaternions, sign-free (q ~ -q). A non-finite
+    input is pi, the largest angle: `min(1, nan)` is 1 in Python, which would read as 0 rad
+    and let a NaN quaternion pass every rotation limit."""
+    d = abs(float(np.dot(a, b)))
+    if not np.isfinite(d):
+        return float(np.pi)
+    return float(2.0 * np.arccos(min(1.0, d)))
 
 
 def check_structure(arm: Arm, cmd: ArmCommand, config: GateConfig) -> np.ndarray:
@@ -92,12 +97,19 @@ def check_structure(arm: Arm, cmd: ArmCommand, config: GateConfig) -> np.ndarray
     return pose
 
 
-def check_state_fresh(meas: ArmMeasurement | None, now_s: float, config: GateConfig) -> ArmMeasurement:
+def check_state_fresh(meas: ArmMeasurement | None, now_s: float, silent_s: float, config: GateConfig) -> ArmMeasurement:
+    """The measured state must be recent by its stamp (ROS clock, not from the future beyond
+    max_command_future_s: a driver clock jump) AND by its receipt (`silent_s`: monotonic time
+    since it arrived), so neither a clock step nor a future stamp keeps a dead driver "fresh"."""
     if meas is None:
         raise _Refusal(Reason.STALE_STATE, "no measured state received")
     age = now_s - meas.stamp_s
-    if age > config.max_state_age_s:
-        raise _Refusal(Reason.STALE_STATE, f"measured state is {age * 1e3:.0f} ms old (limit {config.max_state_age_s * 1e3:.0f} ms)")
+    limit = config.max_state_age_s
+    if not np.isfinite(age) or age > limit or -age > config.max_command_future_s:
+        raise _Refusal(Reason.STALE_STATE, f"measured state stamp is {age * 1e3:.0f} ms old (limits {limit * 1e3:.0f} ms old, "
+                                           f"{config.max_command_future_s * 1e3:.0f} ms ahead)")
+    if not silent_s <= limit:
+        raise _Refusal(Reason.STALE_STATE, f"no measured state received for {silent_s * 1e3:.0f} ms (limit {limit * 1e3:.0f} ms)")
     return meas
 
 
@@ -107,31 +119,46 @@ def check_workspace(arm: Arm, pose: np.ndarray, config: GateConfig, action: str,
     if np.all(p >= lo) and np.all(p <= hi):
         return pose
     if action != CLAMP:
-        raise _Refusal(Reason.WORKSPACE, f"position {np.round(p, 3).tolist()} outside the box {lo.tolist()}..{hi.tolist()} m")
+        where = ", ".join(f"{v:.3f}" for v in p)  # not np.round: 1e308 * 1e3 overflows (a warning, an error under -W error)
+        raise _Refusal(Reason.WORKSPACE, f"position [{where}] outside the box {lo.tolist()}..{hi.tolist()} m")
     clamps.append(Reason.WORKSPACE)
     out = pose.copy()
     out[:3] = np.clip(p, lo, hi)
     return out
 
 
-def check_command_step(pose: np.ndarray, prev: np.ndarray | None, config: GateConfig, action: str, clamps: list) -> np.ndarray:
-    """Per-step rate vs the previous accepted command: the declared EE speeds at the control rate."""
+def rate_dt_s(dt_s: float, config: GateConfig) -> float:
+    """The time a rate limit grants: stamp difference to the previous accepted command, within
+    [0, max_rate_dt_s] (a pause grants at most that much motion; dt -> 0 grants -> 0)."""
+    if not np.isfinite(dt_s):
+        return 0.0
+    return min(max(dt_s, 0.0), config.max_rate_dt_s)
+
+
+def check_command_step(pose: np.ndarray, prev: np.ndarray | None, dt_s: float, config: GateConfig, action: str,
+                       clamps: list) -> np.ndarray:
+    """Rate vs the previous accepted command, per unit of time: the declared EE speeds x dt
+    (dt from the commands' stamps, see rate_dt_s). A per-message limit would let a producer
+    that sends faster than the control rate move faster than the arm's declared speed."""
     if prev is None:
         return pose
+    dt = rate_dt_s(dt_s, config)
     out = pose
-    limit_m = config.max_command_step_m
+    limit_m = config.max_ee_speed_m_s * dt
     step_m = float(np.linalg.norm(pose[:3] - prev[:3]))
     if step_m > limit_m:
         if action != CLAMP:
-            raise _Refusal(Reason.TRANSLATION_RATE, f"{step_m * 1e3:.1f} mm from the previous command (limit {limit_m * 1e3:.1f} mm/step)")
+            raise _Refusal(Reason.TRANSLATION_RATE, f"{step_m * 1e3:.1f} mm from the previous command in {dt_s * 1e3:.1f} ms "
+                                                    f"(limit {limit_m * 1e3:.1f} mm: {config.max_ee_speed_m_s} m/s)")
         clamps.append(Reason.TRANSLATION_RATE)
         out = out.copy()
         out[:3] = prev[:3] + (pose[:3] - prev[:3]) * (limit_m / step_m)
-    limit_rad = config.max_command_step_rad
+    limit_rad = config.max_ee_angular_speed_rad_s * dt
     rot_rad = quat_angle(pose[3:], prev[3:])
     if rot_rad > limit_rad:
         if action != CLAMP:
-            raise _Refusal(Reason.ROTATION_RATE, f"{rot_rad:.3f} rad from the previous command (limit {limit_rad:.3f} rad/step)")
+            raise _Refusal(Reason.ROTATION_RATE, f"{rot_rad:.3f} rad from the previous command in {dt_s * 1e3:.1f} ms "
+                                                 f"(limit {limit_rad:.3f} rad: {config.max_ee_angular_speed_rad_s} rad/s)")
         clamps.append(Reason.ROTATION_RATE)
         out = out.copy()
         out[3:] = rotate_toward(prev[3:], pose[3:], limit_rad)
@@ -200,20 +227,31 @@ def check_arm(
     cmd: ArmCommand,
     meas: ArmMeasurement | None,
     prev_pose: np.ndarray | None,
+    prev_dt_s: float,
     now_s: float,
+    state_silent_s: float,
     config: GateConfig,
     kinematics: ArmKinematics,
 ) -> ArmVerdict:
     """Validate one arm's command; on success the joints to send (IK seeded with the measured
-    joints). `prev_pose` is the previous accepted target of this arm (None right after arming)."""
+    joints). `prev_pose` is the previous accepted target of this arm (None right after arming),
+    `prev_dt_s` the command's stamp minus that target's stamp, `state_silent_s` the monotonic
+    time since `meas` was received."""
     clamps: list[Reason] = []
+    # Huge finite inputs (1e308) overflow to inf in norms; every check refuses inf, so the
+    # overflow warning carries nothing (and under -W error it would be an exception).
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _check_arm(arm, cmd, meas, prev_pose, prev_dt_s, now_s, state_silent_s, config, kinematics, clamps)
+
+
+def _check_arm(arm, cmd, meas, prev_pose, prev_dt_s, now_s, state_silent_s, config, kinematics, clamps) -> ArmVerdict:
     try:
         pose = check_structure(arm, cmd, config)
-        meas = check_state_fresh(meas, now_s, config)
+        meas = check_state_fresh(meas, now_s, state_silent_s, config)
         pose = check_workspace(arm, pose, config, config.workspace_action, clamps)
         check_vs_measured(pose, meas, config)
         n_before = len(clamps)
-        pose = check_command_step(pose, prev_pose, config, config.command_step_action, clamps)
+        pose = check_command_step(pose, prev_pose, prev_dt_s, config, config.command_step_action, clamps)
         if len(clamps) > n_before:
             check_vs_measured(pose, meas, config)
         ik = kinematics.inverse(pose, meas.joints_rad)
@@ -228,7 +266,7 @@ def check_arm(
             # still satisfy every Cartesian limit, checked strictly (no second clamp).
             pose = kinematics.forward(q)
             check_workspace(arm, pose, config, REJECT, clamps)
-            check_command_step(pose, prev_pose, config, REJECT, clamps)
+            check_command_step(pose, prev_pose, prev_dt_s, config, REJECT, clamps)
             check_vs_measured(pose, meas, config)
         gripper = check_gripper(cmd.gripper_norm, config, clamps)
     except _Refusal as refusal:
@@ -237,10 +275,12 @@ def check_arm(
 
 
 def start_pose_distance(cmd: ArmCommand, meas: ArmMeasurement) -> tuple[float, float]:
-    """(translation m, rotation rad) between a command and the measured pose."""
+    """(translation m, rotation rad) between a command as proposed (before any clamp) and the
+    measured pose; a huge position is inf, which no tolerance accepts."""
     pose = np.asarray(cmd.pose, dtype=float)
-    q = pose[3:] / np.linalg.norm(pose[3:])
-    return (
-        float(np.linalg.norm(pose[:3] - meas.ee_pose_hw[:3])),
-        quat_angle(q, meas.ee_pose_hw[3:] / np.linalg.norm(meas.ee_pose_hw[3:])),
-    )
+    with np.errstate(over="ignore", invalid="ignore"):
+        q = pose[3:] / np.linalg.norm(pose[3:])
+        return (
+            float(np.linalg.norm(pose[:3] - meas.ee_pose_hw[:3])),
+            quat_angle(q, meas.ee_pose_hw[3:] / np.linalg.norm(meas.ee_pose_hw[3:])),
+        )

@@ -1,8 +1,8 @@
 """Gate configuration: every limit with its unit and its source. Defaults are the safe ones.
 
-Clamp or reject: the checks that can be clamped (workspace, per-step rate vs the previous
-command, joint limits, joint step, gripper range) each take a `CLAMP` / `REJECT` action.
-Everything defaults to REJECT except the gripper range, which the issue defines as clamped and
+Clamp or reject: the checks that can be clamped (workspace, rate vs the previous command,
+joint limits, joint step, gripper range) each take a `CLAMP` / `REJECT` action. Everything
+defaults to REJECT except the gripper range, which the issue defines as clamped and
 counted. A clamp never hides a broken input: non-finite values, bad quaternions, wrong frames,
 stale data, IK failures and jumps against the measured pose always reject.
 
@@ -33,7 +33,9 @@ class GateConfig:
     max_command_age_s: float = 0.1
     """A proposed command whose stamp is older than this is stale (MoveIt Servo's 0.1 s)."""
     max_command_future_s: float = 0.05
-    """A command stamped further than this in the future is refused (a producer clock jump)."""
+    """A command stamped further than this in the future is refused (a producer clock jump);
+    the same bound applies to measured-state stamps (STALE_STATE) and camera frame stamps
+    (STALE_CAMERA): a stamp from the future would otherwise look fresh for as long as it leads."""
     command_timeout_s: float = 0.09
     """ARMED with no command received for this long (monotonic) -> HOLD (STALE_COMMAND): 2.7
     control periods, so with the 100 Hz watchdog a dead producer is held within 100 ms of its
@@ -67,10 +69,15 @@ class GateConfig:
     max_rotation_step_rad: float = 0.5
     """Command vs measured EE geodesic rotation (upstream parity)."""
     max_ee_speed_m_s: float = X5_LIMITS.ee_speed_max_m_s
-    """Per-step translation limit vs the previous accepted command = this / control_rate_hz
-    (the X5's declared 0.6 m/s -> 20 mm per 33 ms step)."""
+    """Translation limit vs the previous accepted command = this x dt, dt = the difference of
+    the two commands' stamps (the X5's declared 0.6 m/s -> 20 mm per 33 ms control period,
+    11 mm for a command 18 ms after the previous one)."""
     max_ee_angular_speed_rad_s: float = X5_LIMITS.ee_angular_speed_max_rad_s
-    """Per-step rotation limit = this / control_rate_hz (1.8 rad/s -> 60 mrad per step)."""
+    """Rotation limit vs the previous accepted command = this x dt (1.8 rad/s -> 60 mrad per
+    control period)."""
+    rate_limit_max_dt_periods: float = 2.0
+    """dt in the two limits above is capped at this many control periods (2 -> 67 ms at 30 Hz),
+    so a pause in the stream never grants a large step (0.6 m/s x 67 ms = 40 mm at most)."""
     command_step_action: str = REJECT
     workspace_left_min_m: tuple[float, float, float] = (-0.1, -0.6, -0.2)
     workspace_left_max_m: tuple[float, float, float] = (0.7, 0.6, 0.7)
@@ -114,7 +121,7 @@ class GateConfig:
             if not all(a < b for a, b in zip(lo, hi)):
                 raise ConfigError(f"workspace_{arm}: min {list(lo)} must be below max {list(hi)} on every axis")
         for name in ("control_rate_hz", "max_command_rate_hz", "command_rate_window_s", "max_command_age_s",
-                     "command_timeout_s", "max_state_age_s", "max_camera_age_s"):
+                     "command_timeout_s", "max_state_age_s", "max_camera_age_s", "rate_limit_max_dt_periods"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"gate parameter {name} must be > 0, got {getattr(self, name)}")
         if self.max_command_rate_hz < self.control_rate_hz:
@@ -125,14 +132,9 @@ class GateConfig:
         return 1.0 / self.control_rate_hz
 
     @property
-    def max_command_step_m(self) -> float:
-        """Per-step translation limit vs the previous accepted command."""
-        return self.max_ee_speed_m_s / self.control_rate_hz
-
-    @property
-    def max_command_step_rad(self) -> float:
-        """Per-step rotation limit vs the previous accepted command."""
-        return self.max_ee_angular_speed_rad_s / self.control_rate_hz
+    def max_rate_dt_s(self) -> float:
+        """The longest dt the per-time rate limits grant (seconds)."""
+        return self.rate_limit_max_dt_periods / self.control_rate_hz
 
     @property
     def max_commands_per_window(self) -> int:

@@ -14,6 +14,9 @@ Contract (INTERFACES.md, issue 5):
   forwarded, so there is nothing to hold);
 - the watchdog `tick()` catches silence (no command, no state, no camera health) when no
   message arrives;
+- a measured state with a non-finite value is refused (the last finite one stays, and a
+  driver that sends nothing else is STALE_STATE); state and camera stamps from the future
+  beyond max_command_future_s are stale, like commands;
 - an exception inside the gate is a HOLD (INTERNAL_ERROR), never an escaped exception.
 
 Time: every call takes `now_s` (the ROS clock that stamps the messages: ages of stamps) and
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from egomimic_hw.description import ARMS, Arm
+from egomimic_hw.description import ARMS, JOINTS_PER_ARM, Arm
 from egomimic_hw.kinematics import ArmKinematics
 from egomimic_safety.checks import ArmCommand, ArmMeasurement, check_arm, start_pose_distance
 from egomimic_safety.config import GateConfig
@@ -80,6 +83,8 @@ class SafetyGate:
         self.clamped = 0
         self.transitions = 0
         self.reason_counts: Counter[str] = Counter()
+        self.refused_measurements: Counter[str] = Counter()
+        """Per arm: measured states refused as non-finite."""
         self._meas: dict[Arm, ArmMeasurement] = {}
         self._meas_rx_mono: dict[Arm, float] = {}
         self._cams: dict[str, CameraReport] = {}
@@ -94,9 +99,23 @@ class SafetyGate:
         self._start_checked = False
 
     # -- inputs -------------------------------------------------------------------------------
-    def update_measurement(self, arm: Arm, meas: ArmMeasurement, mono_s: float) -> None:
+    def update_measurement(self, arm: Arm, meas: ArmMeasurement, mono_s: float) -> bool:
+        """Store a measured state; a non-finite one is refused (counted in
+        `refused_measurements`) and the previous one kept: NaN would disable the jump checks
+        and could become a hold target. Refused measurements do not count as received, so a
+        driver that keeps sending them is STALE_STATE after max_state_age_s."""
+        try:
+            values = np.concatenate([np.asarray(meas.joints_rad, dtype=float).ravel(), np.asarray(meas.ee_pose_hw, dtype=float).ravel(),
+                                     [float(meas.gripper_norm), float(meas.stamp_s)]])
+            ok = values.size == JOINTS_PER_ARM + 7 + 2 and bool(np.all(np.isfinite(values)))
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            self.refused_measurements[arm.value] += 1
+            return False
         self._meas[arm] = meas
         self._meas_rx_mono[arm] = mono_s
+        return True
 
     def update_camera(self, camera: str, report: CameraReport, mono_s: float) -> JointCommands | None:
         """A health report; a required camera that is not OK faults at once while armed."""
@@ -132,7 +151,9 @@ class SafetyGate:
                     return None
                 stale = self._stale_arms(now_s, mono_s)
                 if stale:
-                    return self._fault(Reason.STALE_STATE, f"no fresh state from {', '.join(stale)}", mono_s)
+                    refused = sum(self.refused_measurements[a] for a in stale)
+                    note = f" ({refused} non-finite measurements refused)" if refused else ""
+                    return self._fault(Reason.STALE_STATE, f"no fresh state from {', '.join(stale)}{note}", mono_s)
                 camera = self._camera_problem(now_s, mono_s)
                 if camera:
                     return self._fault(Reason.STALE_CAMERA, camera, mono_s)
@@ -238,11 +259,13 @@ class SafetyGate:
         out: JointCommands = {}
         poses: dict[Arm, np.ndarray] = {}
         clamps: set[Reason] = set()
+        dt_s = stamp - self._prev_stamp_s if self._prev_stamp_s is not None else float("inf")
         for arm in ARMS:
             cmd = proposal.arms.get(arm)
             if cmd is None:
                 return self._reject(Reason.SHAPE, f"{arm.value}: missing from the bimanual command", mono_s)
-            verdict = check_arm(arm, cmd, self._meas.get(arm), self._prev_pose.get(arm), now_s, cfg, self._kin[arm])
+            silent_s = mono_s - self._meas_rx_mono.get(arm, -np.inf)
+            verdict = check_arm(arm, cmd, self._meas.get(arm), self._prev_pose.get(arm), dt_s, now_s, silent_s, cfg, self._kin[arm])
             if not verdict.ok:
                 return self._reject(verdict.reason, verdict.detail, mono_s)
             if self.state == GateState.ARMING and not self._start_checked:
@@ -271,10 +294,10 @@ class SafetyGate:
         return out
 
     def _stale_arms(self, now_s: float, mono_s: float) -> list[str]:
-        limit = self.config.max_state_age_s
+        limit, ahead = self.config.max_state_age_s, self.config.max_command_future_s
         return [
             a.value for a in ARMS
-            if a not in self._meas or now_s - self._meas[a].stamp_s > limit or mono_s - self._meas_rx_mono[a] > limit
+            if a not in self._meas or not -ahead <= now_s - self._meas[a].stamp_s <= limit or mono_s - self._meas_rx_mono[a] > limit
         ]
 
     def _camera_problem(self, now_s: float, mono_s: float) -> str:
@@ -290,8 +313,9 @@ class SafetyGate:
             if silent_s > limit:
                 return f"camera {cam}: no health report for {silent_s * 1e3:.0f} ms (limit {limit * 1e3:.0f} ms)"
             frame_age_s = now_s - report.last_frame_stamp_s
-            if frame_age_s > limit:
-                return f"camera {cam}: newest frame is {frame_age_s * 1e3:.0f} ms old (limit {limit * 1e3:.0f} ms)"
+            if not -self.config.max_command_future_s <= frame_age_s <= limit:
+                return (f"camera {cam}: newest frame is {frame_age_s * 1e3:.0f} ms old (limits {limit * 1e3:.0f} ms old, "
+                        f"{self.config.max_command_future_s * 1e3:.0f} ms ahead)")
         return ""
 
     def _reject(self, reason: Reason, detail: str, mono_s: float) -> JointCommands | None:
@@ -314,8 +338,15 @@ class SafetyGate:
         return self._hold
 
     def _capture_hold(self) -> None:
+        """The hold target: the last measured joints of each arm (finite by construction:
+        update_measurement refuses anything else; checked again here because a HOLD must never
+        carry a non-finite value), gripper clamped to [0, 1]."""
         if self._hold is None:
-            hold = {a: np.append(m.joints_rad, m.gripper_norm) for a, m in self._meas.items()}
+            hold = {}
+            for a, m in self._meas.items():
+                values = np.append(np.asarray(m.joints_rad, dtype=float), float(np.clip(m.gripper_norm, 0.0, 1.0)))
+                if values.shape == (JOINTS_PER_ARM + 1,) and np.all(np.isfinite(values)):
+                    hold[a] = values
             self._hold = hold or None
             self._hold_due_mono = None
 

@@ -30,11 +30,15 @@ def audit_command(
     config: GateConfig,
     kinematics: ArmKinematics,
     previous_values=None,
+    elapsed_s: float | None = None,
 ) -> list[str]:
     """Every limit `values` ([q0..q5, gripper]) violates, as readable lines ([] = within all).
 
     `measured_joints_rad`: the arm's measured joints when the command was decided.
     `previous_values`: the previous command forwarded in the same armed run (rate limits), or None.
+    `elapsed_s`: time from the previous command to this one (their stamps), required with
+    `previous_values`: the EE may move at most the declared speeds x elapsed, elapsed capped at
+    rate_limit_max_dt_periods control periods (never below 0).
     """
     v = np.asarray(values, dtype=float)
     if v.shape != (VALUES_PER_ARM,):
@@ -67,11 +71,15 @@ def audit_command(
     if d_rad > config.max_rotation_step_rad + IK_ROTATION_TOLERANCE_RAD:
         bad.append(f"{arm.value}: EE {d_rad:.4f} rad from the measured orientation")
     if previous_values is not None:
+        if elapsed_s is None or not np.isfinite(elapsed_s):
+            raise ValueError("audit_command: previous_values needs a finite elapsed_s")
+        window_s = float(np.clip(elapsed_s, 0.0, config.rate_limit_max_dt_periods / config.control_rate_hz))
         prev = kinematics.forward(np.asarray(previous_values, dtype=float)[:JOINTS_PER_ARM])
         step_m = float(np.linalg.norm(pose[:3] - prev[:3]))
-        if step_m > config.max_ee_speed_m_s / config.control_rate_hz + 2 * IK_POSITION_TOLERANCE_M:
-            bad.append(f"{arm.value}: EE moved {step_m * 1e3:.2f} mm since the previous command")
+        if step_m > config.max_ee_speed_m_s * window_s + 2 * IK_POSITION_TOLERANCE_M:
+            bad.append(f"{arm.value}: EE moved {step_m * 1e3:.2f} mm in {elapsed_s * 1e3:.1f} ms since the previous command "
+                       f"({step_m / max(window_s, 1e-9):.2f} m/s)")
         step_rad = float(geodesic_angle(quat_to_mat(pose[3:]), quat_to_mat(prev[3:])))
-        if step_rad > config.max_ee_angular_speed_rad_s / config.control_rate_hz + 2 * IK_ROTATION_TOLERANCE_RAD:
-            bad.append(f"{arm.value}: EE turned {step_rad:.4f} rad since the previous command")
+        if step_rad > config.max_ee_angular_speed_rad_s * window_s + 2 * IK_ROTATION_TOLERANCE_RAD:
+            bad.append(f"{arm.value}: EE turned {step_rad:.4f} rad in {elapsed_s * 1e3:.1f} ms since the previous command")
     return bad

@@ -30,6 +30,34 @@ class TrialResult:
 
 
 RESULTS: list[TrialResult] = []
+HICCUPS: list[str] = []
+"""Tests re-run because the TEST RIG stalled before the fault (see RigHiccup)."""
+MAX_ATTEMPTS = 3
+
+
+class RigHiccup(Exception):
+    """The gate left ARMED before the fault was injected: this test process (which streams the
+    commands) stalled for longer than the gate's command timeout, e.g. on a loaded machine. The
+    gate was right to hold; the trial measured nothing about the injected fault, so the test is
+    re-run (at most MAX_ATTEMPTS times, every hiccup listed in the summary). Never raised after
+    the fault: anything after it is the gate's behaviour and is asserted."""
+
+
+def pytest_pyfunc_call(pyfuncitem):
+    if "rig" not in pyfuncitem.fixturenames:
+        return None
+    funcargs = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        kept = len(RESULTS)
+        try:
+            pyfuncitem.obj(**funcargs)
+            return True
+        except RigHiccup as exc:
+            del RESULTS[kept:]  # the attempt's trials are re-run whole
+            HICCUPS.append(f"{pyfuncitem.name} attempt {attempt}: {exc}")
+            if attempt == MAX_ATTEMPTS:
+                raise
+    return True
 
 
 def summarize(results: list[TrialResult]) -> list[dict]:
@@ -65,5 +93,9 @@ def pytest_terminal_summary(terminalreporter):
                       f"{','.join(r['end_states'])} / {','.join(r['reasons'])}" + (f"  ({r['notes'][-1]})" if r["notes"] else ""))
     out = REPO_ROOT / "out" / "faults" / "summary.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"faults": rows, "trials": [asdict(r) for r in RESULTS]}, indent=1, default=str))
+    tr.write_line(f"test-rig hiccups (re-run, not gate failures): {len(HICCUPS)}")
+    for h in HICCUPS:
+        tr.write_line(f"  {h}")
+    out.write_text(json.dumps({"faults": rows, "trials": [asdict(r) for r in RESULTS], "rig_hiccups": HICCUPS},
+                              indent=1, default=str))
     tr.write_line(f"written to {out}")

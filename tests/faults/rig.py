@@ -56,6 +56,17 @@ class CommandRecord:
     arm: Arm
     values: np.ndarray
     violations: list[str] = field(default_factory=list)
+    stamp_s: float = float("nan")
+    """Header stamp: the proposal's stamp for a forwarded command, the send time for a hold."""
+
+
+@dataclass(frozen=True)
+class JointSample:
+    stamp_s: float
+    """Measurement time (the driver stamps joint_states when it measured)."""
+    recv_s: float
+    positions: np.ndarray
+    """[q0..q5, gripper_norm] as published."""
 
 
 class Rig:
@@ -78,10 +89,11 @@ class Rig:
         self.commands: list[CommandRecord] = []
         self.joints: dict[Arm, np.ndarray] = {}
         self.joints_recv: dict[Arm, float] = {}
-        self.joint_history: dict[Arm, list[np.ndarray]] = {arm: [] for arm in ARMS}
+        self.joint_history: dict[Arm, list[JointSample]] = {arm: [] for arm in ARMS}
         self.health: dict[str, list] = {c: [] for c in CAMERAS}
         self.stopped_pids: set[int] = set()
         self._prev_cmd: dict[Arm, tuple[float, np.ndarray]] = {}
+        """Per arm: (stamp, values) of the previous forwarded command of the current armed run."""
         self._stream_pose: dict[Arm, np.ndarray] | None = None
         self._stream_thread: threading.Thread | None = None
         self._streaming = threading.Event()
@@ -128,15 +140,24 @@ class Rig:
         s = Status(time.time(), msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, STATES[msg.state], msg.reason, msg.detail)
         with self.lock:
             self.statuses.append(s)
+            if s.state != "ARMED":  # the rate limits hold within one armed run
+                self._prev_cmd.clear()
 
     def _joint_cb(self, arm):
         def cb(msg):
+            now = time.time()
+            positions = np.asarray(msg.position, dtype=float)
             with self.lock:
-                self.joints[arm] = np.asarray(msg.position[:6], dtype=float)
-                self.joints_recv[arm] = time.time()
-                self.joint_history[arm].append(self.joints[arm])
+                self.joints[arm] = positions[:6].copy()
+                self.joints_recv[arm] = now
+                self.joint_history[arm].append(JointSample(msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, now, positions))
                 del self.joint_history[arm][:-300]
         return cb
+
+    def joint_samples(self, arm: Arm, since_stamp_s: float, until_stamp_s: float) -> list[JointSample]:
+        """Measured samples of `arm` stamped within [since, until] (measurement time)."""
+        with self.lock:
+            return [j for j in self.joint_history[arm] if since_stamp_s <= j.stamp_s <= until_stamp_s]
 
     def _health_cb(self, cam):
         def cb(msg):
@@ -148,21 +169,24 @@ class Rig:
     def _command_cb(self, arm):
         def cb(msg):
             now = time.time()
+            stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
             values = np.asarray(msg.position, dtype=float)
             with self.lock:
                 measured = self.joints.get(arm)
                 prev = self._prev_cmd.get(arm)
                 # A hold target is a measured configuration (exactly): the arm is already
-                # there, so the per-step rate limit vs the last target does not apply to it.
-                is_hold = any(np.array_equal(values[:6], q) for q in self.joint_history[arm])
-            previous = prev[1] if prev is not None and now - prev[0] < 0.1 and not is_hold else None
+                # there, so the rate limit vs the last target does not apply to it.
+                is_hold = any(np.array_equal(values[:6], j.positions[:6]) for j in self.joint_history[arm])
             if measured is None:
                 violations = ["no measured state yet"]
-            else:
-                violations = audit_command(arm, values, measured, self.config, self.kin[arm], previous)
+            elif is_hold or prev is None:
+                violations = audit_command(arm, values, measured, self.config, self.kin[arm])
+            else:  # rate limits: speed x the difference of the two commands' stamps
+                violations = audit_command(arm, values, measured, self.config, self.kin[arm], prev[1], stamp - prev[0])
             with self.lock:
-                self._prev_cmd[arm] = (now, values)
-                self.commands.append(CommandRecord(now, arm, values, violations))
+                if not is_hold:
+                    self._prev_cmd[arm] = (stamp, values)
+                self.commands.append(CommandRecord(now, arm, values, violations, stamp))
         return cb
 
     # -- services ------------------------------------------------------------------------------

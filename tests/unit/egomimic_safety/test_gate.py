@@ -5,6 +5,7 @@ import pytest
 
 from egomimic_hw.description import ARMS, Arm
 from egomimic_hw.kinematics import ArmKinematics
+from egomimic_safety.checks import ArmMeasurement, quat_angle
 from egomimic_safety.config import CLAMP, GateConfig
 from egomimic_safety.gate import CameraReport, GateState, SafetyGate
 
@@ -93,12 +94,91 @@ def test_rate_limit_is_against_the_previous_accepted_command(kin):
     assert gate.state == GateState.HOLD and gate.reason.value == "TRANSLATION_RATE"
 
 
-def test_rate_clamp_moves_at_most_one_step(kin):
+@pytest.mark.parametrize("dt_s, allowed_m", [(1 / 30, 0.020), (0.010, 0.006), (0.5, 0.040)])
+def test_rate_clamp_moves_at_most_speed_times_dt(kin, dt_s, allowed_m):
+    """0.6 m/s x the stamp difference to the previous accepted command (the shadow at 0.01 s),
+    dt capped at 2 control periods (40 mm)."""
     gate = armed_gate(kin, GateConfig(shadow_commands=1, required_cameras=(), command_step_action=CLAMP))
-    out = gate.propose(proposal(kin, 0.05, dx=0.05), 0.05, 0.05)
-    assert gate.state == GateState.ARMED and gate.clamped == 1 and gate.reason_counts["TRANSLATION_RATE"] == 1
+    t = 0.01 + dt_s
+    measure(gate, kin, t)
+    out = gate.propose(proposal(kin, t, dx=0.05), t, t)
+    assert gate.state == GateState.ARMED and gate.clamped == 1 and gate.reason_counts["TRANSLATION_RATE"] == 1, gate.detail
     moved = kin[Arm.LEFT].forward(out[Arm.LEFT][:6])[0] - kin[Arm.LEFT].forward(Q)[0]
-    assert 0.019 < moved < 0.021
+    assert allowed_m - 0.001 < moved < allowed_m + 0.001
+
+
+def _follow(gate, kin, t, out):
+    """A perfect driver: the measured joints are the forwarded ones."""
+    for arm in ARMS:
+        q = out[arm][:6]
+        gate.update_measurement(arm, ArmMeasurement(q.copy(), 0.5, kin[arm].forward(q), t), t)
+
+
+def test_fast_producer_is_held_before_exceeding_the_declared_speed(kin):
+    """Review finding: 19 mm per message at 55 Hz is 1.05 m/s. A per-message limit of 20 mm let
+    it through; the limit per unit of time (0.6 m/s x 18 ms = 11 mm) holds it at once."""
+    gate = armed_gate(kin)
+    speed = gate.config.max_ee_speed_m_s
+    t, dx, prev = 0.01, 0.0, None  # the shadow command: the measured pose at t = 0.01
+    forwarded = []
+    for _ in range(55):
+        t += 1 / 55
+        dx += 0.019
+        out = gate.propose(proposal(kin, t, dx=dx), t, t)
+        if gate.state != GateState.ARMED:
+            break
+        forwarded.append((t, kin[Arm.LEFT].forward(out[Arm.LEFT][:6])[:3]))
+        _follow(gate, kin, t, out)
+    assert gate.state == GateState.HOLD and gate.reason.value == "TRANSLATION_RATE", gate.detail
+    for (t0, p0), (t1, p1) in zip([(0.01, kin[Arm.LEFT].forward(Q)[:3])] + forwarded, forwarded):
+        assert np.linalg.norm(p1 - p0) / (t1 - t0) <= speed + 1e-3 / (t1 - t0)
+    assert not forwarded  # 19 mm in 18 ms is refused at the first step, whatever came before
+    assert np.array_equal(out[Arm.LEFT], np.append(Q, 0.5))  # and the arm holds where it is
+
+
+def test_fast_producer_under_the_speed_keeps_moving(kin):
+    """10 mm per message at 55 Hz (0.55 m/s) is within 0.6 m/s: one second of it, back and
+    forth over 5 cm, is forwarded."""
+    gate = armed_gate(kin)
+    t = 0.01
+    for i in range(55):
+        t += 1 / 55
+        dx = 0.010 * (5 - abs(5 - (i + 1) % 10))  # 10, 20, .., 50, 40, .., 0, 10 mm ...
+        out = gate.propose(proposal(kin, t, dx=dx), t, t)
+        assert gate.state == GateState.ARMED, gate.detail
+        _follow(gate, kin, t, out)
+    assert gate.state == GateState.ARMED and gate.forwarded == 55
+
+
+def test_fast_rotating_producer_is_held(kin):
+    """50 mrad per message at 55 Hz is 2.75 rad/s (limit 1.8 rad/s: 33 mrad per 18 ms)."""
+    from scipy.spatial.transform import Rotation
+
+    gate = armed_gate(kin)
+    t, angle = 0.01, 0.0
+    while gate.state == GateState.ARMED and angle < 1.0:
+        t += 1 / 55
+        angle += 0.05
+        p = proposal(kin, t)
+        for arm in ARMS:
+            r = Rotation.from_quat(np.roll(p.arms[arm].pose[3:], -1)) * Rotation.from_rotvec([0.0, 0.0, angle])
+            p.arms[arm].pose[3:] = np.roll(r.as_quat(), 1)
+        out = gate.propose(p, t, t)
+        if gate.state == GateState.ARMED:
+            _follow(gate, kin, t, out)
+    assert gate.state == GateState.HOLD and gate.reason.value == "ROTATION_RATE" and gate.forwarded == 0, gate.detail
+
+
+def test_a_pause_grants_at_most_two_periods_of_motion(kin):
+    """After 0.5 s without commands (the watchdog not run), 35 mm passes (< 40 mm = 0.6 m/s x
+    2 periods) but 45 mm does not: a pause is not credit for a jump."""
+    for dx, ok in ((0.035, True), (0.045, False)):
+        gate = armed_gate(kin)
+        measure(gate, kin, 0.51)
+        gate.propose(proposal(kin, 0.51, dx=dx), 0.51, 0.51)
+        assert (gate.state == GateState.ARMED) == ok and gate.forwarded == int(ok), gate.detail
+        if not ok:
+            assert gate.reason.value == "TRANSLATION_RATE"
 
 
 def test_workspace_box_rejects_or_clamps(kin):
@@ -258,3 +338,95 @@ def test_arming_waits_for_the_first_command_through_a_state_hiccup(kin):
     assert gate.state == GateState.DISARMED and gate.reason.value == "STALE_STATE"
     gate.tick(20.0, 20.0)
     assert gate.state == GateState.DISARMED
+
+
+# -- measured state and camera inputs ---------------------------------------------------------
+def test_quat_angle_of_nan_is_the_largest_angle():
+    q = np.array([1.0, 0.0, 0.0, 0.0])
+    assert quat_angle(q, -q) == 0.0
+    assert quat_angle(q, np.array([np.nan, 0.0, 0.0, 0.0])) == pytest.approx(np.pi)
+    assert quat_angle(np.array([np.inf, 0.0, 0.0, 0.0]), q) == pytest.approx(np.pi)
+
+
+@pytest.mark.parametrize("where", ["joints", "gripper", "pose", "stamp"])
+def test_non_finite_measurement_is_refused_and_never_held(kin, where):
+    """A NaN measurement is not stored (it would disable the jump checks and become the hold
+    target); one that keeps coming is STALE_STATE once the last good one is too old; the hold
+    is the last finite measured joints."""
+    gate = armed_gate(kin)
+    q_bad = Q.copy()
+    meas = dict(joints_rad=Q + 0.01, gripper_norm=0.5, ee_pose_hw=kin[Arm.LEFT].forward(Q + 0.01), stamp_s=0.03)
+    if where == "joints":
+        meas["joints_rad"] = np.where(np.arange(6) == 2, np.nan, q_bad)
+    elif where == "gripper":
+        meas["gripper_norm"] = float("nan")
+    elif where == "pose":
+        meas["ee_pose_hw"] = np.full(7, np.inf)
+    else:
+        meas["stamp_s"] = float("nan")
+    assert not gate.update_measurement(Arm.LEFT, ArmMeasurement(**meas), 0.03)
+    assert gate.refused_measurements["left"] == 1
+    assert gate.propose(proposal(kin, 0.05), 0.05, 0.05) is not None  # the good state of t=0 is still fresh
+    gate.tick(0.07, 0.07)
+    assert gate.state == GateState.ARMED
+    gate.update_measurement(Arm.RIGHT, ArmMeasurement(Q, 0.5, kin[Arm.RIGHT].forward(Q), 0.09), 0.09)
+    out = gate.tick(0.09, 0.09)  # left: nothing usable for 90 ms
+    assert gate.state == GateState.HOLD and gate.reason.value == "STALE_STATE" and "left" in gate.detail
+    for arm in ARMS:
+        assert np.all(np.isfinite(out[arm])) and np.array_equal(out[arm], np.append(Q, 0.5))
+
+
+def test_hold_gripper_is_clamped(kin):
+    gate = armed_gate(kin)
+    measure(gate, kin, 0.04, gripper=1.3)
+    out = gate.propose(proposal(kin, 0.05, dx=float("nan")), 0.05, 0.05)
+    assert gate.state == GateState.HOLD
+    for arm in ARMS:
+        assert out[arm][6] == 1.0 and np.array_equal(out[arm][:6], Q)
+    gate = armed_gate(kin)
+    measure(gate, kin, 0.04, gripper=-0.2)
+    gate.estop()
+    assert all(v[6] == 0.0 for v in gate.tick(0.05, 0.05).values())
+
+
+@pytest.mark.parametrize("ahead_s", [0.07, 0.5, 30.0])
+def test_measured_state_from_the_future_is_stale(kin, ahead_s):
+    gate = armed_gate(kin)
+    measure(gate, kin, 0.04 + ahead_s, mono=0.04)  # received now, stamped ahead (driver clock jump)
+    gate.propose(proposal(kin, 0.05), 0.05, 0.05)
+    assert gate.state == GateState.HOLD and gate.reason.value == "STALE_STATE", gate.detail
+    gate = armed_gate(kin)
+    measure(gate, kin, 0.04 + ahead_s, mono=0.04)
+    gate.tick(0.05, 0.05)
+    assert gate.state == GateState.HOLD and gate.reason.value == "STALE_STATE", gate.detail
+    gate = SafetyGate(NO_CAMERAS, kin)
+    measure(gate, kin, ahead_s, mono=0.0)
+    assert not gate.request_arm(0.0, 0.0)[0]
+
+
+def test_measured_state_within_the_future_tolerance_is_fresh(kin):
+    gate = armed_gate(kin)
+    measure(gate, kin, 0.09, mono=0.05)  # 40 ms ahead: within max_command_future_s (50 ms)
+    assert gate.propose(proposal(kin, 0.05), 0.05, 0.05) is not None, gate.detail
+
+
+def test_a_command_on_state_received_long_ago_is_refused(kin):
+    """The stamp may look fresh (the ROS clock stepped back), but nothing has arrived for 200 ms
+    on the monotonic clock: the command check itself refuses it, not only the watchdog."""
+    gate = armed_gate(kin)
+    gate.propose(proposal(kin, 0.05), 0.05, 0.2)  # now 0.05 on the ROS clock, 0.2 s after receipt
+    assert gate.state == GateState.HOLD and gate.reason.value == "STALE_STATE", gate.detail
+
+
+@pytest.mark.parametrize("ahead_s", [0.07, 5.0])
+def test_camera_frame_stamp_from_the_future_is_stale(kin, ahead_s):
+    cfg = GateConfig(shadow_commands=1, required_cameras=("front_1",))
+    gate = SafetyGate(cfg, kin)
+    measure(gate, kin, 0.0)
+    gate.update_camera("front_1", CameraReport(True, "", ahead_s), 0.0)
+    ok, msg = gate.request_arm(0.0, 0.0)
+    assert not ok and "ahead" in msg
+    gate = armed_gate(kin, cfg)
+    gate.update_camera("front_1", CameraReport(True, "", 0.04 + ahead_s), 0.04)
+    gate.propose(proposal(kin, 0.05), 0.05, 0.05)
+    assert gate.state == GateState.HOLD and gate.reason.value == "STALE_CAMERA", gate.detail

@@ -6,12 +6,20 @@
   pub  safety/status (GateStatus, latched; on every change and at 2 Hz), /diagnostics (1 Hz)
   srv  safety/arm, safety/disarm, safety/estop, safety/reset (std_srvs/Trigger)
 The logic is egomimic_safety.gate.SafetyGate; this node only converts messages, reads the two
-clocks (the ROS clock for stamp ages, time.monotonic() for silence: a wall-clock step cannot
-hide a dead producer) and runs the watchdog timer so silence is detected even when no message
-arrives. The watchdog runs at 100 Hz so a 100 ms timeout is seen within 10 ms (the HOLD target
-is still re-sent only once per control period). The measured EE pose is computed here by FK
-from the measured joints, so the gate never compares against a pose from another instant.
-Any exception in a callback becomes a HOLD (INTERNAL_ERROR), never a dead gate.
+clocks (the ROS clock for stamp ages; time.monotonic() for silence, so a wall-clock step
+cannot hide a dead producer) and runs the watchdog timer so silence is detected even when no
+message arrives. Every timer of this node runs on a STEADY clock (the one time.monotonic()
+reads): a ROS-clock timer stalls when the system clock steps back and stops altogether with
+use_sim_time when /clock stops, which is exactly when silence must still be detected. The
+watchdog runs at 100 Hz so a 100 ms timeout is seen within 10 ms (the HOLD target is still
+re-sent only once per control period). The measured EE pose is computed here by FK from the
+measured joints, so the gate never compares against a pose from another instant. Any
+exception in a callback or a service handler becomes a HOLD (INTERNAL_ERROR) whose target goes
+out at once, never a dead gate.
+
+joint_command stamps: a forwarded command carries the stamp of the proposal it answers (the
+control tick it is for: rate limits are speeds x the difference of these stamps, so an auditor
+of the drivers' input can check them); a hold target carries the time it is sent.
 
 Parameters: every GateConfig field (egomimic_safety/config.py: units, defaults and sources),
 plus `required_cameras` (string array; an empty list requires none) and `watchdog_rate_hz`.
@@ -24,6 +32,7 @@ import time
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import ParameterDescriptor, ParameterType
+from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
@@ -42,8 +51,10 @@ from egomimic_safety.gate import CameraReport, GateState, Proposal, SafetyGate
 
 
 class GateNode(Node):
-    def __init__(self):
-        super().__init__("safety_gate")
+    def __init__(self, **node_options):
+        """`node_options`: rclpy Node keyword arguments (context, parameter_overrides), for
+        tests that run the node in process; the launched node passes none."""
+        super().__init__("safety_gate", **node_options)
         cameras = self.declare_parameter("required_cameras", list(CAMERAS), ParameterDescriptor(
             type=ParameterType.PARAMETER_STRING_ARRAY,
             description="cameras whose health must be OK to arm and stay armed ([] = none)")).value
@@ -64,9 +75,10 @@ class GateNode(Node):
         for name, fn in (("arm", self._srv_arm), ("disarm", self.gate.disarm), ("estop", self.gate.estop), ("reset", self.gate.reset)):
             self.create_service(Trigger, f"safety/{name}", self._service(name, fn))
         self._last_published = None
-        self.create_timer(1.0 / rate_hz, self._on_watchdog)
-        self.create_timer(0.5, self._publish_status)
-        self.create_timer(1.0, self._publish_diagnostics)
+        steady = Clock(clock_type=ClockType.STEADY_TIME)  # never the ROS clock: see the module docstring
+        self.watchdog_timer = self.create_timer(1.0 / rate_hz, self._on_watchdog, clock=steady)
+        self.create_timer(0.5, self._publish_status, clock=steady)
+        self.create_timer(1.0, self._publish_diagnostics, clock=steady)
         self._publish_status()
         self.get_logger().info(
             f"safety gate up: DISARMED; cameras required: {list(config.required_cameras) or 'none'}; "
@@ -121,16 +133,21 @@ class GateNode(Node):
                 },
                 observation_stamp_s=stamp_to_s(msg.observation_stamp),
             )
-            return self.gate.propose(proposal, self._now_s(), time.monotonic())
+            out = self.gate.propose(proposal, self._now_s(), time.monotonic())
+            if out and self.gate.state == GateState.ARMED:
+                self._send(out, msg.header.stamp)  # forwarded: stamped with the tick it is for
+                return None
+            return out  # a hold target (or nothing)
         self._guarded("command/proposed", decide)
 
     def _on_watchdog(self) -> None:
         self._guarded("watchdog", lambda: self.gate.tick(self._now_s(), time.monotonic()))
 
-    def _send(self, commands) -> None:
+    def _send(self, commands, stamp=None) -> None:
         if not commands:
             return
-        stamp = self.get_clock().now().to_msg()
+        if stamp is None:
+            stamp = self.get_clock().now().to_msg()
         for arm, values in commands.items():
             msg = JointState()
             msg.header.stamp = stamp
@@ -146,8 +163,8 @@ class GateNode(Node):
         def cb(request, response):
             try:
                 ok, message = fn()
-            except Exception as exc:  # noqa: BLE001
-                self.gate.internal_error(f"safety/{name}: {type(exc).__name__}: {exc}", time.monotonic())
+            except Exception as exc:  # noqa: BLE001 - the gate must hold, not crash
+                self._send(self.gate.internal_error(f"safety/{name}: {type(exc).__name__}: {exc}", time.monotonic()))
                 ok, message = False, f"internal error: {exc}"
             response.success, response.message = bool(ok), message
             self.get_logger().info(f"safety/{name}: {'ok' if ok else 'refused'}: {message}")
@@ -184,6 +201,7 @@ class GateNode(Node):
         level = {GateState.HOLD: diagnostics.ERROR, GateState.ESTOP: diagnostics.ERROR}.get(g.state, diagnostics.OK)
         values = {"state": g.state.name, "reason": g.reason.value if g.reason else "", "forwarded": g.forwarded,
                   "rejected": g.rejected, "clamped": g.clamped}
+        values.update({f"refused_measurements.{k}": v for k, v in sorted(g.refused_measurements.items())})
         values.update({f"reason.{k}": v for k, v in sorted(g.reason_counts.items())})
         self._pub_diag.publish(diagnostics.array(self, diagnostics.status("safety_gate", "safety_gate", level, g.detail, values)))
 

@@ -1,0 +1,160 @@
+"""The gate node's own adapter duties, run in process (the fault battery covers the graph):
+
+- its watchdog runs on a steady clock: with use_sim_time and no /clock the ROS clock stands
+  still, yet silence must still become a HOLD (a ROS-clock timer would never fire);
+- an exception inside a service handler is a HOLD whose target goes out at once.
+The node's real callbacks are called with real messages; its publishers are replaced by
+recorders so what would reach the drivers is seen without a DDS round trip.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from egomimic_hw.description import ARMS, JOINTS_PER_ARM
+from egomimic_hw.kinematics import ArmKinematics
+
+pytestmark = pytest.mark.integration
+
+Q = np.array([0.0, 1.0, 1.0, -0.3, 0.0, 0.0])
+
+
+class Recorder:
+    """Stands in for a joint_command publisher: keeps what the node sends."""
+
+    def __init__(self):
+        self.sent: list[tuple[float, np.ndarray]] = []
+
+    def publish(self, msg) -> None:
+        self.sent.append((msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, np.asarray(msg.position, dtype=float)))
+
+
+@pytest.fixture
+def gate_node():
+    import rclpy
+    from rclpy.parameter import Parameter
+
+    from egomimic_nodes.gate_node import GateNode
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, args=["--ros-args", "--disable-external-lib-logs"])
+    node = GateNode(context=ctx, parameter_overrides=[
+        Parameter("use_sim_time", Parameter.Type.BOOL, True),  # and no /clock: the ROS clock stays at 0
+        Parameter("required_cameras", Parameter.Type.STRING_ARRAY, ["front_1"]),
+        Parameter("shadow_commands", Parameter.Type.INTEGER, 1),
+    ])
+    node._pub_cmd = {arm: Recorder() for arm in ARMS}
+    try:
+        yield node, ctx
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown(context=ctx)
+
+
+def _callback(node, kind: str, name: str):
+    entities = node.subscriptions if kind == "sub" else node.services
+    attr = "topic_name" if kind == "sub" else "srv_name"
+    matches = [e for e in entities if getattr(e, attr).endswith(name)]
+    assert len(matches) == 1, f"{name}: {[getattr(e, attr) for e in entities]}"
+    return matches[0].callback
+
+
+def _feed_state(node) -> None:
+    """Fresh joint states of both arms and an OK health report of the one required camera."""
+    from egomimic_msgs.msg import CameraHealth
+    from sensor_msgs.msg import JointState
+
+    for arm in ARMS:
+        msg = JointState()
+        msg.name = arm.joint_names
+        msg.position = [float(v) for v in Q] + [0.5]
+        _callback(node, "sub", f"{arm.value}/joint_states")(msg)  # stamp 0: the stopped ROS clock
+    health = CameraHealth()
+    health.state = CameraHealth.OK
+    _callback(node, "sub", "cameras/front_1/health")(health)
+
+
+def _propose(node, kin, stamp_ns: int) -> None:
+    from egomimic_msgs.msg import BimanualCommand
+
+    from egomimic_nodes.msg_convert import array_to_pose
+
+    msg = BimanualCommand()
+    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp_ns, 1_000_000_000)
+    for arm in ARMS:
+        ps = getattr(msg, arm.value)
+        ps.header.frame_id = arm.hw_frame
+        array_to_pose(kin.forward(Q), ps.pose)
+        setattr(msg, f"{arm.value}_gripper", 0.5)
+    _callback(node, "sub", "command/proposed")(msg)
+
+
+def _trigger(node, name: str):
+    from std_srvs.srv import Trigger
+
+    return _callback(node, "srv", f"safety/{name}")(Trigger.Request(), Trigger.Response())
+
+
+def _armed(node, kin) -> None:
+    from egomimic_safety.gate import GateState
+
+    _feed_state(node)
+    assert _trigger(node, "arm").success
+    for k in (1, 2):  # one shadow, then one forwarded command, stamped just after the ROS time 0
+        _feed_state(node)
+        _propose(node, kin, k * 1_000_000)
+    assert node.gate.state == GateState.ARMED, node.gate.detail
+    for arm in ARMS:
+        stamp, values = node._pub_cmd[arm].sent[-1]
+        assert stamp == pytest.approx(0.002) and np.allclose(values[:JOINTS_PER_ARM], Q, atol=1e-3)
+
+
+def test_watchdog_detects_silence_while_the_ros_clock_stands_still(gate_node):
+    from rclpy.clock import ClockType
+    from rclpy.executors import SingleThreadedExecutor
+
+    from egomimic_safety.gate import GateState
+
+    node, ctx = gate_node
+    kin = ArmKinematics()
+    assert node.get_clock().now().nanoseconds == 0, "the test needs a ROS clock that does not run"
+    assert node.watchdog_timer.clock.clock_type == ClockType.STEADY_TIME
+    _armed(node, kin)
+    executor = SingleThreadedExecutor(context=ctx)
+    executor.add_node(node)
+    try:
+        t_silent = time.monotonic()
+        while node.gate.state == GateState.ARMED and time.monotonic() - t_silent < 1.0:
+            executor.spin_once(timeout_sec=0.01)
+        elapsed = time.monotonic() - t_silent
+    finally:
+        executor.remove_node(node)
+        executor.shutdown()
+    assert node.gate.state == GateState.HOLD, f"no HOLD after {elapsed:.2f} s of silence: {node.gate.detail}"
+    assert node.gate.reason.value in ("STALE_STATE", "STALE_COMMAND")
+    assert elapsed < 0.5  # 80-90 ms by design; generous for a loaded machine
+    for arm in ARMS:
+        assert np.array_equal(node._pub_cmd[arm].sent[-1][1], np.append(Q, 0.5))
+
+
+def test_exception_in_a_service_handler_sends_the_hold_at_once(gate_node):
+    from egomimic_safety.gate import GateState
+
+    node, _ = gate_node
+    kin = ArmKinematics()
+    _armed(node, kin)
+    before = {arm: len(node._pub_cmd[arm].sent) for arm in ARMS}
+
+    def broken(*_args):
+        raise RuntimeError("injected")
+    node.gate.request_arm = broken
+    response = _trigger(node, "arm")  # no executor runs: only the handler itself can send
+    assert not response.success and "internal error" in response.message
+    assert node.gate.state == GateState.HOLD and node.gate.reason.value == "INTERNAL_ERROR"
+    for arm in ARMS:
+        sent = node._pub_cmd[arm].sent[before[arm]:]
+        assert len(sent) >= 1, "the hold target was not sent by the failing handler"
+        assert all(np.array_equal(v, np.append(Q, 0.5)) for _, v in sent)
