@@ -10,7 +10,11 @@ One run, three parts:
    the acceptance bar is 30 Hz within 1 % and a worst gap <= 2 periods for the async executor.
 2. Chunk-boundary jerk with and without blending: the scripted motion with a per-chunk offset
    (seeded, 5 mm std on x/y/z: a stand-in for a sampled model whose consecutive chunks
-   disagree), queried every 10 ticks, executed with blend none / ensemble / crossfade.
+   disagree), queried every 10 ticks, executed with blend none / ensemble / crossfade / inpaint.
+   The scripted policy ignores the committed prefix (it cannot inpaint), so the inpaint row
+   measures the executor's side only: committed rows kept exactly, then a crossfade after the
+   prefix; the model side (fold / pi / moe return the prefix as their first rows) is checked in
+   tests/unit/egomimic_policy/test_families_inpaint.py.
    Jerk = third difference of the commanded left position per tick / period^3 (m/s^3).
 3. Remote vs local query overhead (bench/remote_overhead.py): the same policy behind
    egomimic-policy-server in another process.
@@ -171,7 +175,7 @@ def main() -> int:
     print(f"\n2. chunk-seam jerk: per-chunk offsets of 5 mm std, query every 10 ticks, 100 ms model, {args.seconds:.0f} s each")
     print(f"{'blend':<12}{'jerk max m/s^3':>16}{'p99':>10}{'rms':>10}{'max step mm':>13}")
     results["jerk"] = {}
-    for blend in ("none", "ensemble", "crossfade"):
+    for blend in ("none", "ensemble", "crossfade", "inpaint"):
         policy = DelayedPolicy(ChunkOffsets(ScriptedChunkPolicy(MOTION, chunk_length=CHUNK_LENGTH), 0.005), 0.1)
         cfg = ExecutorConfig(cadence="every_n", query_every_n_ticks=10, blend=blend)
         _, positions = run_async(policy, args.seconds, cfg)
@@ -181,7 +185,7 @@ def main() -> int:
               f"{j['max_step_mm']:>13.3f}")
     none_max = results["jerk"]["none"]["jerk_max_m_s3"]
     print("ratios vs no blending (max jerk): " + ", ".join(
-        f"{b} {results['jerk'][b]['jerk_max_m_s3'] / none_max:.2f}" for b in ("ensemble", "crossfade")))
+        f"{b} {results['jerk'][b]['jerk_max_m_s3'] / none_max:.2f}" for b in ("ensemble", "crossfade", "inpaint")))
     clean = jerk_stats(run_async(DelayedPolicy(ScriptedChunkPolicy(MOTION, chunk_length=CHUNK_LENGTH), 0.1),
                                  min(args.seconds, 3.0), ExecutorConfig(cadence="every_n", query_every_n_ticks=10,
                                                                         blend="none"))[1])

@@ -33,6 +33,12 @@ class Observation:
     (the policy node) builds one every tick, so a model with a 2-frame window sees frames t-1
     and t as in training, not the frame of its previous query (which is ~1 s old when it
     replans every 30 ticks). Shorter at episode start: the model pads by repeating the oldest.
+    prefix: the committed prefix (real-time-chunking-style inpainting, executor blend `inpaint`):
+    a Chunk of absolute dataset-frame targets answering THIS observation (its
+    observation_stamp_ns == stamp_ns, row i for stamp_ns + i * period), the rows the executor
+    will command anyway before the answer can arrive (its queue from stamp_ns on, covering the
+    measured latency). A family that can inpaint (fold, pi, moe) makes its chunk's first rows
+    agree with it; one that cannot (scripted) ignores it. None (the default): no constraint.
     """
 
     stamp_ns: int
@@ -44,6 +50,7 @@ class Observation:
     left_joints: np.ndarray | None = None
     right_joints: np.ndarray | None = None
     history: tuple["Observation", ...] = ()
+    prefix: "Chunk | None" = None
 
 
 @dataclass(frozen=True)

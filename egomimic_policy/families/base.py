@@ -152,8 +152,9 @@ class Algorithm(nn.Module):
         """(B, T, ...) frame features and (B, T, 20) normalized state -> sampler context."""
         raise NotImplementedError
 
-    def sample(self, context: Any, generator: torch.Generator) -> torch.Tensor:
-        """(B, H, 20) normalized action chunk."""
+    def sample(self, context: Any, generator: torch.Generator, prefix: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, H, 20) normalized action chunk. prefix (B, n, 20), n <= H, normalized like the
+        actions: the first n rows of the result equal it (inpainting, Observation.prefix)."""
         raise NotImplementedError
 
     def loss(self, batch: TrainBatch, generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict[str, float]]:

@@ -5,7 +5,12 @@ One query, in order (each step once):
    `state_ee_pose` (20,); append both to the window (at episode start the first frame fills
    every slot, as upstream's EvaObservationWindow does);
 2. normalize the window's state ONCE with the checkpoint's stats;
-3. sample the normalized chunk (seeded torch.Generator, torch.inference_mode);
+3. sample the normalized chunk (seeded torch.Generator, torch.inference_mode); with a committed
+   `observation.prefix` (executor blend `inpaint`), its rows are encoded exactly as actions are
+   (wrist-relative against THIS observation's poses, normalized once with the action stats)
+   and the sampler inpaints them (fold.py / pi.py, "Inpainting"): the chunk's first rows are
+   the committed ones, the rest is generated to continue them. A prefix longer than the chunk
+   is cut to the chunk length;
 4. unnormalize once; decode every row against the poses captured in THIS observation (not the
    previous frame's, not the live pose); grippers clamped to [0, 1];
 5. return a Chunk stamped with observation.stamp_ns, period 1/30 s.
@@ -27,7 +32,15 @@ import torch
 
 from egomimic_hw.description import CONTROL_RATE_HZ, Arm
 from egomimic_hw.errors import ConfigError, PoseError
-from egomimic_policy.features import ACTION_KEY, ACTION_LAYOUT, EMBODIMENT, STATE_KEY, decode_action_chunk, state_ee_pose
+from egomimic_policy.features import (
+    ACTION_KEY,
+    ACTION_LAYOUT,
+    EMBODIMENT,
+    STATE_KEY,
+    decode_action_chunk,
+    encode_action_chunk,
+    state_ee_pose,
+)
 from egomimic_policy.interface import Chunk, Observation, PolicySpec
 from egomimic_policy.normalization import NormStats
 
@@ -120,7 +133,12 @@ class FamilyRolloutPolicy:
                 torch.stack([f for f, _ in window], dim=1),
                 torch.as_tensor(state_n, dtype=torch.float32, device=self._device)[None],
             )
-            actions_n = self.algorithm.sample(context, self._generator)[0].double().cpu().numpy()
+            prefix_n = self._encoded_prefix(observation, current)
+            if prefix_n is None:
+                actions_n = self.algorithm.sample(context, self._generator)[0].double().cpu().numpy()
+            else:
+                prefix_t = torch.as_tensor(prefix_n, dtype=torch.float32, device=self._device)[None]
+                actions_n = self.algorithm.sample(context, self._generator, prefix=prefix_t)[0].double().cpu().numpy()
         t2 = time.monotonic()
         if not np.all(np.isfinite(actions_n)):
             raise PoseError(f"{self.algorithm.family} produced non-finite actions")
@@ -137,3 +155,26 @@ class FamilyRolloutPolicy:
             left_gripper=decoded[Arm.LEFT][1],
             right_gripper=decoded[Arm.RIGHT][1],
         )
+
+    def _encoded_prefix(self, observation: Observation, current: dict[Arm, np.ndarray]) -> np.ndarray | None:
+        """(n, 20) normalized committed prefix of `observation`, or None. Refused (ConfigError /
+        PoseError) when it does not answer this observation at this rate, or is malformed."""
+        prefix = observation.prefix
+        if prefix is None or len(prefix) == 0:
+            return None
+        if int(prefix.observation_stamp_ns) != int(observation.stamp_ns):
+            raise ConfigError(f"prefix answers observation {prefix.observation_stamp_ns} ns, not this one ({observation.stamp_ns} ns)")
+        if not np.isclose(prefix.period_s, 1.0 / CONTROL_RATE_HZ, rtol=1e-6):
+            raise ConfigError(f"prefix period {prefix.period_s} s is not the control period {1.0 / CONTROL_RATE_HZ} s")
+        n = min(len(prefix), int(self.algorithm.config.chunk_length))
+        targets, grippers = {}, {}
+        for arm, pose, gripper in ((Arm.LEFT, prefix.left_pose, prefix.left_gripper),
+                                   (Arm.RIGHT, prefix.right_pose, prefix.right_gripper)):
+            pose = np.asarray(pose, dtype=np.float64)[:n]
+            gripper = np.asarray(gripper, dtype=np.float64)[:n]
+            if pose.shape != (n, 7) or gripper.shape != (n,):
+                raise PoseError(f"prefix {arm.value}: poses must be (n, 7) and grippers (n,), got {pose.shape}, {gripper.shape}")
+            if not (np.all(np.isfinite(pose)) and np.all(np.isfinite(gripper))):
+                raise PoseError(f"prefix {arm.value}: non-finite value")
+            targets[arm], grippers[arm] = pose, gripper
+        return self.norm_stats.normalize(EMBODIMENT, ACTION_KEY, encode_action_chunk(current, targets, grippers))

@@ -97,6 +97,8 @@ def observation_to_dict(obs: Observation) -> dict:
             out[f"{side}_joints"] = np.asarray(joints, float)
     if obs.history:
         out["history"] = [observation_to_dict(h) for h in obs.history]
+    if obs.prefix is not None:  # blend inpaint: the committed rows travel to the remote model
+        out["prefix"] = chunk_to_dict(obs.prefix)
     return out
 
 
@@ -112,6 +114,7 @@ def observation_from_dict(d: dict) -> Observation:
             left_gripper=float(d["left_gripper"]), right_gripper=float(d["right_gripper"]),
             left_joints=d.get("left_joints"), right_joints=d.get("right_joints"),
             history=tuple(_history_entry(h) for h in d.get("history", ())),
+            prefix=chunk_from_dict(d["prefix"]) if d.get("prefix") is not None else None,
         )
     except (KeyError, TypeError) as exc:
         raise WireError(f"malformed observation: {exc!r}") from None

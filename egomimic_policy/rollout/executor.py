@@ -8,12 +8,15 @@ observation from `observe(now_ns)`, calls `policy.infer`, measures the latency a
 chunk to the scheduler, which aligns it to its observation and merges it.
 
 `observe` raises ObservationUnavailable (with the reason) when an input is stale or missing:
-the query is skipped and counted, never made with old inputs. `policy.reset()` runs on the
+the query is skipped and counted, never made with old inputs. With blend `inpaint` the worker
+attaches the committed prefix (the queue rows the answer cannot change, ChunkScheduler.
+inpaint_prefix) to the observation as Observation.prefix before calling the policy. `policy.reset()` runs on the
 worker thread too, so a policy is never reset while it infers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import Callable
@@ -110,7 +113,10 @@ class AsyncChunkExecutor:
                 self._scheduler.query_skipped(str(exc))
             return
         with self._lock:
-            token = self._scheduler.query_started(now_ns)
+            prefix = self._scheduler.inpaint_prefix(int(observation.stamp_ns), self._clock_ns())
+            token = self._scheduler.query_started(now_ns, prefix)
+        if prefix is not None:
+            observation = dataclasses.replace(observation, prefix=prefix)
         try:
             chunk = self.policy.infer(observation)
         except Exception as exc:  # noqa: BLE001 - any model or transport failure drains the queue, never the tick

@@ -36,6 +36,17 @@ from there on the new chunk replaces it, blended (`blend`):
 - crossfade: the weight of the old queue falls linearly from 1 at `now` to 0 over
   `crossfade_rows` periods (an old queue that ends earlier is held at its last row, which is
   what the executor would command anyway), so the command is continuous across every seam.
+- inpaint: real-time-chunking style (Black et al. 2025). When a query starts, the rows the
+  queue will execute from the observation's time until the answer can be merged (the measured
+  latency, max of the recent queries, plus one period for the merge tick) are already
+  committed; `inpaint_prefix` hands them to the policy as Observation.prefix, and a family
+  that can (fold, pi, moe) generates its chunk conditioned on them, its first rows equal to
+  them. On merge, every new row up to the prefix's last row is taken from the committed queue
+  (exact continuity, whatever the model returned there), and the old queue's weight then falls
+  linearly to 0 over `crossfade_rows` periods from that row on, so a model that does not
+  continue the prefix exactly (or one that ignores it: scripted, or a latency longer than the
+  prefix) still gives a continuous command; for a model that does, the two plans already agree
+  there and the crossfade changes nearly nothing.
 """
 
 from __future__ import annotations
@@ -65,6 +76,7 @@ class Blend(str, enum.Enum):
     NONE = "none"
     ENSEMBLE = "ensemble"
     CROSSFADE = "crossfade"
+    INPAINT = "inpaint"
 
 
 class TickStatus(str, enum.Enum):
@@ -81,9 +93,9 @@ class ExecutorConfig:
     query_every_n_ticks: int = field(default=30, metadata={"help": "cadence every_n: ticks between queries (upstream 30)"})
     low_water_s: float = field(default=0.1, metadata={"help": "cadence low_water: margin (s) beyond the measured query latency"})
     commit_rows: int = field(default=0, metadata={"help": "rows of each chunk to use (0 = all)"})
-    blend: str = field(default="crossfade", metadata={"help": "chunk seams: none | ensemble | crossfade"})
+    blend: str = field(default="crossfade", metadata={"help": "chunk seams: none | ensemble | crossfade | inpaint (pass the committed prefix to the policy)"})
     ensemble_weight: float = field(default=0.5, metadata={"help": "blend ensemble: weight of the previous chunk in [0, 1]"})
-    crossfade_rows: int = field(default=8, metadata={"help": "blend crossfade: periods over which the old chunk fades out"})
+    crossfade_rows: int = field(default=8, metadata={"help": "blend crossfade / inpaint: periods over which the old chunk fades out (inpaint: after the prefix)"})
     max_dry_s: float = field(default=0.5, metadata={"help": "hold the last target at most this long (s) when the queue runs dry, then stop publishing"})
     replan_after_s: float = field(default=1.0, metadata={"help": "query when the plan answers an observation older than this (s), whatever the cadence; upstream replans at 1 Hz"})
     max_open_loop_s: float = field(default=2.0, metadata={"help": "stop publishing when the newest chunk answers an observation older than this (s): inputs went stale or the model is too slow"})
@@ -132,6 +144,8 @@ class QueryToken:
 
     generation: int
     started_ns: int
+    prefix_end_ns: int | None = None
+    """blend inpaint: time of the last committed row passed to the policy (None: no prefix)."""
 
 
 @dataclass(frozen=True)
@@ -179,6 +193,11 @@ class Counters:
     """Chunk rows whose time had passed when the chunk arrived (the measured latency, in rows)."""
 
 
+def _row_times(stamp_ns: int, period_s: float, n: int) -> np.ndarray:
+    """Times of rows 0..n-1 of a chunk answering `stamp_ns`, rounded as trajectory.from_chunk does."""
+    return stamp_ns + np.round(np.arange(n, dtype=np.int64) * period_s * NS_PER_S).astype(np.int64)
+
+
 def _percentile_ms(values, q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q) / 1e6) if values else float("nan")
 
@@ -200,8 +219,8 @@ class ChunkScheduler:
         self._latencies_ns: deque[int] = deque(maxlen=config.latency_window)
         self._ages_ns: deque[int] = deque(maxlen=config.latency_window)
         self._new_chunks: list[AcceptedChunk] = []
-        self._pending: tuple[int, Chunk, Trajectory, int] | None = None
-        """(chunk id, chunk, its rows, received_ns): arrived, to be merged by the next tick."""
+        self._pending: tuple[int, Chunk, Trajectory, int, int | None] | None = None
+        """(chunk id, chunk, its rows, received_ns, prefix_end_ns): arrived, merged by the next tick."""
         self._status = TickStatus.WAITING
         self._newest_obs_ns: int | None = None
         """Observation stamp of the newest merged chunk: how old the plan being executed is."""
@@ -272,11 +291,38 @@ class ChunkScheduler:
         return remaining_ns <= latency_ns + self.config.low_water_s * NS_PER_S
 
     # -------------------------------------------------------------- queries
-    def query_started(self, now_ns: int) -> QueryToken:
+    def expected_latency_ns(self) -> int:
+        """What the next answer is expected to take: the max of the last 10 measured queries."""
+        return max(list(self._latencies_ns)[-10:], default=0)
+
+    def inpaint_prefix(self, observation_stamp_ns: int, now_ns: int) -> Chunk | None:
+        """blend inpaint: the committed rows answering an observation stamped
+        `observation_stamp_ns`, queried at `now_ns`: the queue evaluated at stamp + i * period
+        for every row before the expected merge (now + expected latency + one period), within
+        the queue (never past its last row: what comes after is not committed). None when the
+        blend is not inpaint or nothing is committed."""
+        if self.config.blend != Blend.INPAINT or len(self._queue) == 0:
+            return None
+        q = self._queue
+        horizon_ns = min(now_ns + self.expected_latency_ns() + self._period_ns, int(q.t_ns[-1]))
+        if horizon_ns < observation_stamp_ns:
+            return None
+        period_s = 1.0 / self.config.rate_hz
+        n = int((horizon_ns - observation_stamp_ns) // self._period_ns) + 1
+        times = _row_times(int(observation_stamp_ns), period_s, n)  # where the answer's rows will lie
+        left, right, lg, rg = tj.sample(q, times)
+        return Chunk(observation_stamp_ns=int(observation_stamp_ns), period_s=period_s,
+                     left_pose=left, right_pose=right, left_gripper=lg, right_gripper=rg)
+
+    def query_started(self, now_ns: int, prefix: Chunk | None = None) -> QueryToken:
+        """A query starts at `now_ns`; `prefix`: the committed rows passed with it (inpaint)."""
         self._in_flight = True
         self._last_query_tick = self._due_tick  # every_n counts from the tick that asked
         self.counters.queries += 1
-        return QueryToken(self._generation, now_ns)
+        prefix_end_ns = None
+        if prefix is not None and len(prefix):
+            prefix_end_ns = int(_row_times(int(prefix.observation_stamp_ns), prefix.period_s, len(prefix))[-1])
+        return QueryToken(self._generation, now_ns, prefix_end_ns)
 
     def query_skipped(self, reason: str) -> None:
         """No query: the observation is stale or incomplete (never queried with old inputs)."""
@@ -310,14 +356,14 @@ class ChunkScheduler:
         c.chunks += 1
         self._ages_ns.append(now_ns - int(chunk.observation_stamp_ns))
         if self._pending is not None:
-            old_id, old_chunk, _, old_received = self._pending
+            old_id, old_chunk, _, old_received, _ = self._pending
             c.superseded_chunks += 1
             self._new_chunks.append(AcceptedChunk(old_id, old_chunk, old_received, -1))
-        self._pending = (chunk_id, chunk, rows, now_ns)
+        self._pending = (chunk_id, chunk, rows, now_ns, token.prefix_end_ns)
         return chunk_id
 
     def _merge(self, now_ns: int) -> None:
-        chunk_id, chunk, new, received_ns = self._pending
+        chunk_id, chunk, new, received_ns, prefix_end_ns = self._pending
         self._pending = None
         c = self.counters
         late = int(np.count_nonzero(new.t_ns < now_ns))
@@ -332,18 +378,20 @@ class ChunkScheduler:
         old = self._queue
         if len(old):
             prefix = old.take(old.t_ns < new.t_ns[0])
-            new = tj.blend_into(new, old, self._weights_old(new, old, now_ns))
+            new = tj.blend_into(new, old, self._weights_old(new, old, now_ns, prefix_end_ns))
             self._queue = tj.concat(prefix, new)
         else:
             self._queue = new
 
-    def _weights_old(self, new: Trajectory, old: Trajectory, now_ns: int) -> np.ndarray:
+    def _weights_old(self, new: Trajectory, old: Trajectory, now_ns: int, prefix_end_ns: int | None = None) -> np.ndarray:
         blend = self.config.blend
         if blend == Blend.NONE:
             return np.zeros(len(new))
         if blend == Blend.ENSEMBLE:
             return np.where(new.t_ns <= old.t_ns[-1], self.config.ensemble_weight, 0.0)
         start = max(now_ns, int(new.t_ns[0]))
+        if blend == Blend.INPAINT and prefix_end_ns is not None:
+            start = max(start, min(prefix_end_ns, int(old.t_ns[-1])))  # committed rows: weight 1 up to here
         length = self.config.crossfade_rows * self._period_ns
         return np.clip((start + length - new.t_ns) / length, 0.0, 1.0)
 

@@ -1,6 +1,7 @@
 """msgpack wire format: round trips of the policy schema, and what it refuses (no pickle)."""
 
 import pickle
+from dataclasses import replace
 
 import msgpack
 import numpy as np
@@ -81,3 +82,19 @@ def test_malformed_observation_names_the_field():
     d = observation_to_dict(Observation(1, {"front_1": np.zeros((4, 4, 3), np.float32)}, np.zeros(7), np.zeros(7), 0.0, 0.0))
     with pytest.raises(WireError, match="uint8"):
         observation_from_dict(unpack(pack(d)))
+
+
+def test_observation_with_a_committed_prefix_round_trips():
+    """blend inpaint: the committed prefix travels to a remote model exactly; without one the
+    message carries no `prefix` key (old servers see the same message as before)."""
+    obs = Observation(stamp_ns=1_700_000_000_000_000_000, images={},
+                      left_pose=np.array([0.3, 0.1, 0.2, 1.0, 0.0, 0.0, 0.0]),
+                      right_pose=np.array([0.3, -0.1, 0.2, 0.0, 1.0, 0.0, 0.0]), left_gripper=0.25, right_gripper=0.75)
+    assert "prefix" not in observation_to_dict(obs)
+    assert observation_from_dict(unpack(pack(observation_to_dict(obs)))).prefix is None
+    prefix = ScriptedChunkPolicy(chunk_length=7).infer(obs)
+    back = observation_from_dict(unpack(pack(observation_to_dict(replace(obs, prefix=prefix))))).prefix
+    assert back is not None and len(back) == 7
+    assert back.observation_stamp_ns == prefix.observation_stamp_ns and back.period_s == prefix.period_s
+    for name in ("left_pose", "right_pose", "left_gripper", "right_gripper"):
+        assert np.array_equal(getattr(back, name), getattr(prefix, name)), name
