@@ -12,27 +12,7 @@ from egomimic_policy.rollout import AsyncChunkExecutor
 from egomimic_policy.rollout.scheduler import ChunkScheduler, ExecutorConfig
 from egomimic_policy.scripted import ScriptedChunkPolicy, ScriptedMotion, ScriptedMotionConfig
 
-P_NS = 33_333_333
-T0 = 1_700_000_000_000_000_000
-LEFT0 = np.array([0.30, 0.05, 0.25, 1.0, 0.0, 0.0, 0.0])
-RIGHT0 = np.array([0.30, -0.05, 0.25, 0.0, 1.0, 0.0, 0.0])
-MOTION = ScriptedMotionConfig(ramp_s=0.0)
-
-
-def obs(stamp_ns: int) -> Observation:
-    return Observation(stamp_ns, {}, LEFT0, RIGHT0, 0.5, 0.5)
-
-
-def reference(t_ns: int, anchor_ns: int = T0):
-    motion = ScriptedMotion(MOTION, {Arm.LEFT: LEFT0, Arm.RIGHT: RIGHT0}, {Arm.LEFT: 0.5, Arm.RIGHT: 0.5})
-    return motion.sample((t_ns - anchor_ns) * 1e-9)
-
-
-def shifted(chunk: Chunk, dx_m: float) -> Chunk:
-    left, right = chunk.left_pose.copy(), chunk.right_pose.copy()
-    left[:, 0] += dx_m
-    right[:, 0] += dx_m
-    return replace(chunk, left_pose=left, right_pose=right)
+from .scheduler_helpers import LEFT0, MOTION, P_NS, RIGHT0, T0, obs, reference, shifted  # noqa: F401
 
 
 def started_scheduler(latency_ns: int, blend: str = "inpaint", **kw) -> tuple[ChunkScheduler, ScriptedChunkPolicy]:
