@@ -10,6 +10,20 @@ DOMAIN_BASE = int(os.environ.get("EGOMIMIC_TEST_DOMAIN_BASE", "60"))
 """Override when several suites run on one machine at once (each needs its own domains)."""
 
 
+def _hypothesis_profiles() -> None:
+    """`dev` (default): random examples, so every local run explores new inputs. `ci`
+    (HYPOTHESIS_PROFILE=ci, set by .ci/run): derandomized, so a landing is judged on the same
+    examples every time; new inputs are explored by local runs and `make test-properties`."""
+    from hypothesis import settings
+
+    settings.register_profile("dev", print_blob=True)
+    settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+_hypothesis_profiles()
+
+
 def pytest_configure(config):
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0

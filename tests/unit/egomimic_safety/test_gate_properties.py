@@ -40,7 +40,7 @@ from egomimic_safety.reasons import Reason
 from .helpers import Q
 
 EXAMPLES = int(os.environ.get("EGOMIMIC_PROPERTY_EXAMPLES", "200"))
-SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=False,
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None,  # derandomize comes from the profile (tests/conftest.py)
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 KIN = ArmKinematics()
 KINS = {arm: KIN for arm in ARMS}
