@@ -167,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
 
     launcher = Launcher(graph, run_dir, echo=not ns.quiet)
     client = LauncherClient()
-    monitor = RunMonitor(client.node, graph.namespace, scripted=graph.args.get("policy") == "scripted") if ns.summary else None
+    policy = graph.args.get("policy")
+    monitor = (RunMonitor(client.node, graph.namespace, scripted=policy == "scripted",
+                          expect_armed=graph.auto_arm and policy != "none") if ns.summary else None)
 
     def on_signal(signum, _frame):
         launcher.stop_reason = launcher.stop_reason or f"signal {signal.Signals(signum).name}"

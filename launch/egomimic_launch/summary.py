@@ -23,10 +23,12 @@ SETTLE_S = 2.0
 
 
 class RunMonitor:
-    def __init__(self, node, namespace: str, scripted: bool = True):
+    def __init__(self, node, namespace: str, scripted: bool = True, expect_armed: bool = True):
         """scripted: the policy is the scripted motion, so the measured path must follow the
-        commanded one closely (a checked criterion); other policies get the tracking table only."""
+        commanded one closely (a checked criterion); other policies get the tracking table only.
+        expect_armed: auto_arm with a policy: the gate must arm and never hold during the run."""
         self.scripted = scripted
+        self.expect_armed = expect_armed
         self.ns = "/" + namespace.strip("/")
         self.obs = GraphObserver(node, namespace, qos)
         self.t_begin = self.t_end = None
@@ -64,6 +66,11 @@ class RunMonitor:
         for arm in ("left", "right"):
             applied = int(o.driver_diag.get(arm, {}).get("commands_applied", "0"))
             checks.append((f"joint commands applied by driver_{arm} ({applied})", applied > 0))
+        if self.expect_armed:
+            seen = [state for _, state, _ in o.gate_history]
+            held = [GATE_STATES.get(s, s) for s in seen if s in (3, 4)]
+            checks.append(("safety gate armed and never held" + (f" (saw {held[0]})" if held else ""),
+                           2 in seen and not held))
         for t in tracks if self.scripted else ():  # only the scripted policy has a known smooth path
             ok = t.samples > 0 and t.commanded_span_m > 0.01 and t.rms_error_m <= TRACKING_MAX_FRACTION * t.commanded_span_m
             checks.append((f"{t.arm} EE follows the scripted motion", ok))

@@ -14,6 +14,7 @@ def test_closed_loop_runs_at_nominal_rates_and_tracks(tmp_path):
     assert rc == 0 and summary["loop_ran"], f"failed checks: {failed}\n{out[-3000:]}"
     assert summary["gate"]["forwarded"] > 100 and summary["gate"]["rejected"] == 0
     assert "ARMED" in summary["gate_states_seen"]
+    assert any(c["check"] == "safety gate armed and never held" and c["ok"] for c in summary["checks"])
     for track in summary["tracking"]:
         assert track["rms_error_m"] < 0.005 and track["commanded_span_m"] > 0.05
 
