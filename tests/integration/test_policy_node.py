@@ -115,7 +115,10 @@ def test_slow_model_keeps_the_tick_and_inputs_lost_stop_publishing(node_process,
         c = by_id[a.chunk_id]
         assert c.observation_stamp == a.observation_stamp and len(c.rows) == 30
         assert a.row >= 4  # rows 0..4 (150 ms at 30 Hz) had passed when the chunk arrived
-        assert abs(c.rows[a.row].left.pose.position.z - a.left.pose.position.z) < 2e-3
+        # The action lies on the chunk's path around its row (within one row either side: the
+        # tick falls between rows, and a crossfade with the previous chunk adds a little).
+        near = [c.rows[i].left.pose.position.z for i in range(max(a.row - 1, 0), min(a.row + 2, len(c.rows)))]
+        assert min(near) - 2e-4 <= a.left.pose.position.z <= max(near) + 2e-4, (a.row, near, a.left.pose.position.z)
     d = rec.diags[-1]
     assert float(d["latency_p50_ms"]) >= 150.0 and int(d["rows_dropped_late"]) > 0 and d["status"] == "running"
 
