@@ -54,15 +54,19 @@ class ArmVerdict:
     gripper_norm: float = 0.0
     clamps: tuple[Reason, ...] = ()
     """Reason codes of the clamps applied (the command was forwarded, altered)."""
+    transient: bool = False
+    """The command could not be validated *now* (the measured state is a little late): not a
+    fault by itself; the gate does not forward it and latches only if the lateness persists."""
 
 
 class _Refusal(Exception):
     """Internal control flow of check_arm only: never leaves this module."""
 
-    def __init__(self, reason: Reason, detail: str):
+    def __init__(self, reason: Reason, detail: str, transient: bool = False):
         super().__init__(detail)
         self.reason = reason
         self.detail = detail
+        self.transient = transient
 
 
 def quat_angle(a: np.ndarray, b: np.ndarray) -> float:
@@ -105,11 +109,15 @@ def check_state_fresh(meas: ArmMeasurement | None, now_s: float, silent_s: float
         raise _Refusal(Reason.STALE_STATE, "no measured state received")
     age = now_s - meas.stamp_s
     limit = config.max_state_age_s
-    if not np.isfinite(age) or age > limit or -age > config.max_command_future_s:
+    if not np.isfinite(age) or -age > config.max_command_future_s:
         raise _Refusal(Reason.STALE_STATE, f"measured state stamp is {age * 1e3:.0f} ms old (limits {limit * 1e3:.0f} ms old, "
                                            f"{config.max_command_future_s * 1e3:.0f} ms ahead)")
+    if age > limit:
+        raise _Refusal(Reason.STALE_STATE, f"measured state stamp is {age * 1e3:.0f} ms old (limit {limit * 1e3:.0f} ms)",
+                       transient=True)
     if not silent_s <= limit:
-        raise _Refusal(Reason.STALE_STATE, f"no measured state received for {silent_s * 1e3:.0f} ms (limit {limit * 1e3:.0f} ms)")
+        raise _Refusal(Reason.STALE_STATE, f"no measured state received for {silent_s * 1e3:.0f} ms (limit {limit * 1e3:.0f} ms)",
+                       transient=True)
     return meas
 
 
@@ -270,7 +278,7 @@ def _check_arm(arm, cmd, meas, prev_pose, prev_dt_s, now_s, state_silent_s, conf
             check_vs_measured(pose, meas, config)
         gripper = check_gripper(cmd.gripper_norm, config, clamps)
     except _Refusal as refusal:
-        return ArmVerdict(False, refusal.reason, f"{arm.value}: {refusal.detail}")
+        return ArmVerdict(False, refusal.reason, f"{arm.value}: {refusal.detail}", transient=refusal.transient)
     return ArmVerdict(True, pose_hw=pose, joints_rad=q, gripper_norm=gripper, clamps=tuple(clamps))
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from egomimic_hw.description import CAMERAS, CONTROL_RATE_HZ, DEFAULT_PREVIEW_S, X5_LIMITS
 from egomimic_hw.errors import ConfigError
+from egomimic_safety.plausibility import PlausibilityConfig
 
 REJECT = "reject"
 CLAMP = "clamp"
@@ -49,14 +50,40 @@ class GateConfig:
     command_rate_window_s: float = 0.1
     max_state_age_s: float = 0.08
     """Measured joint state older than this (stamp, or silence on the monotonic clock) is stale:
-    8 missed driver periods at 100 Hz; + the 10 ms watchdog stays inside the issue's 110 ms."""
+    8 missed driver periods at 100 Hz. A command is forwarded only against state fresher than
+    this; with staler state it is held back (deferred, counted), not forwarded."""
+    state_hold_after_s: float = 0.3
+    """Stale state latches HOLD (STALE_STATE) only once the newest state is this old: a loaded
+    machine that delays the drivers' 100 Hz stream by a few periods must not stop the robot.
+    Safety argument: from max_state_age_s on, nothing is forwarded, and each driver holds its
+    measured position 100 ms after its last command; the arm therefore never executes a command
+    checked against state older than max_state_age_s, and moves at most what the last
+    forwarded command allows (0.6 m/s x 2 periods = 40 mm, inside the 80 mm jump limit) while
+    the latch waits. 0.3 s is 30 driver periods, 20x the p99 publication jitter measured on an
+    idle machine and 3x the longest stall seen under a one-core hog."""
+    state_limit_margin_rad: float = PlausibilityConfig.limit_margin_rad
+    """A measured joint further than this outside its limit is STATE_IMPLAUSIBLE (see
+    egomimic_safety/plausibility.py for this and the next two)."""
+    state_speed_factor: float = PlausibilityConfig.speed_factor
+    """A measured joint moving faster than this x its speed limit between two samples is
+    STATE_IMPLAUSIBLE."""
+    state_noise_rad: float = PlausibilityConfig.noise_rad
+    """Allowed on top of the speed limit between two samples (encoder noise)."""
+    implausible_arm_lockout_s: float = 1.0
+    """Arming is refused for this long after an implausible measurement of either arm (a
+    spoofing publisher that pauses must not find an armable gate)."""
     # -- cameras ----------------------------------------------------------------------------
     required_cameras: tuple[str, ...] = CAMERAS
     """Cameras whose health must be OK to arm and to stay armed (the graph passes the cameras
     in use; commands from outside, e.g. tests with policy:=none, may require none)."""
     max_camera_age_s: float = 0.1
     """A camera whose newest frame, or newest health report (monotonic), is older than this is
-    STALE_CAMERA: 3 frames at 30 Hz (../shared/research/safety.md F5)."""
+    late (3 frames at 30 Hz): commands are deferred, not forwarded, while it is."""
+    camera_hold_after_s: float = 0.3
+    """A late camera (no frame, or the camera node's STALLED) latches HOLD (STALE_CAMERA) once
+    its newest frame is this old (9 frames at 30 Hz). A camera that reports FROZEN or ERROR is a
+    fault at once. Safety argument: the same as state_hold_after_s (nothing is forwarded while
+    a camera is late; the drivers hold after 100 ms)."""
     max_observation_age_s: float = 1.5
     """A command answering an observation older than this is STALE_CAMERA. Chunked policies
     execute rows for up to 1 s after the query (query_frequency 30 at 30 Hz) plus inference
@@ -124,8 +151,17 @@ class GateConfig:
                      "command_timeout_s", "max_state_age_s", "max_camera_age_s", "rate_limit_max_dt_periods"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"gate parameter {name} must be > 0, got {getattr(self, name)}")
+        for late, hold in (("max_state_age_s", "state_hold_after_s"), ("max_camera_age_s", "camera_hold_after_s")):
+            if getattr(self, hold) < getattr(self, late):
+                raise ConfigError(f"gate parameter {hold} ({getattr(self, hold)}) must be >= {late} ({getattr(self, late)})")
         if self.max_command_rate_hz < self.control_rate_hz:
             raise ConfigError(f"max_command_rate_hz {self.max_command_rate_hz} is below the control rate {self.control_rate_hz}")
+
+    @property
+    def plausibility(self) -> PlausibilityConfig:
+        """The measured-state checks (STATE_IMPLAUSIBLE) with this config's numbers."""
+        return PlausibilityConfig(limit_margin_rad=self.state_limit_margin_rad, speed_factor=self.state_speed_factor,
+                                  noise_rad=self.state_noise_rad)
 
     @property
     def period_s(self) -> float:

@@ -12,11 +12,22 @@ Contract (INTERFACES.md, issue 5):
   `shadow_commands` commands without forwarding them, the first of which must start near the
   measured pose (START_TOO_FAR). A rejection while ARMING returns to DISARMED (nothing was
   forwarded, so there is nothing to hold);
+- transient vs persistent: a command that cannot be validated *now* because the measured
+  state or a camera is a little late (older than max_state_age_s / max_camera_age_s) is not
+  forwarded and is counted as deferred, not a fault; the drivers' watchdogs hold meanwhile.
+  HOLD latches when the lateness persists (state_hold_after_s, camera_hold_after_s: config.py
+  has the safety argument), or at once on any real fault (bad values, jumps, limits, a frozen
+  or failed camera, an implausible state, a silent command stream);
 - the watchdog `tick()` catches silence (no command, no state, no camera health) when no
   message arrives;
-- a measured state with a non-finite value is refused (the last finite one stays, and a
-  driver that sends nothing else is STALE_STATE); state and camera stamps from the future
-  beyond max_command_future_s are stale, like commands;
+- a measured state is checked before it is trusted (egomimic_safety.plausibility: finite,
+  within the joint limits + a margin, no faster than the joints can move, stamps moving
+  forward, from the expected publisher): an implausible one is refused and is a fault
+  (STATE_IMPLAUSIBLE), and arming is refused for `implausible_arm_lockout_s` after it. The
+  last plausible one stays, so a driver that sends nothing else is STALE_STATE; state and
+  camera stamps from the future beyond max_command_future_s are stale, like commands;
+- a hold target is the last plausible measurement clamped inside the gate's joint bounds:
+  no code path sends a joint target outside the limits;
 - an exception inside the gate is a HOLD (INTERNAL_ERROR), never an escaped exception.
 
 Time: every call takes `now_s` (the ROS clock that stamps the messages: ages of stamps) and
@@ -33,8 +44,9 @@ import numpy as np
 
 from egomimic_hw.description import ARMS, JOINTS_PER_ARM, Arm
 from egomimic_hw.kinematics import ArmKinematics
-from egomimic_safety.checks import ArmCommand, ArmMeasurement, check_arm, start_pose_distance
+from egomimic_safety.checks import ArmCommand, ArmMeasurement, check_arm, joint_bounds, start_pose_distance
 from egomimic_safety.config import GateConfig
+from egomimic_safety.plausibility import StateMonitor
 from egomimic_safety.reasons import Reason
 
 
@@ -65,6 +77,9 @@ class CameraReport:
     ok: bool
     detail: str
     last_frame_stamp_s: float
+    late: bool = False
+    """Not OK only because frames are late (the camera node's STALLED or STARTING): transient,
+    judged by the frame age; FROZEN or ERROR (late False) is a fault at once."""
 
 
 JointCommands = dict[Arm, np.ndarray]
@@ -81,10 +96,18 @@ class SafetyGate:
         self.forwarded = 0
         self.rejected = 0
         self.clamped = 0
+        self.deferred = 0
+        self.deferred_counts: Counter[str] = Counter()
+        """Commands not forwarded because state or a camera was a little late, per reason."""
+        self.last_deferral = ""
         self.transitions = 0
         self.reason_counts: Counter[str] = Counter()
         self.refused_measurements: Counter[str] = Counter()
-        """Per arm: measured states refused as non-finite."""
+        """Per arm: measured states refused (non-finite or implausible)."""
+        self._monitors = {arm: StateMonitor(config.plausibility) for arm in ARMS}
+        self._implausible_mono: dict[Arm, float] = {}
+        self._implausible_detail: dict[Arm, str] = {}
+        """Per arm: when the last implausible measurement arrived (monotonic)."""
         self._meas: dict[Arm, ArmMeasurement] = {}
         self._meas_rx_mono: dict[Arm, float] = {}
         self._cams: dict[str, CameraReport] = {}
@@ -97,32 +120,66 @@ class SafetyGate:
         self._recent_stamps: deque[float] = deque(maxlen=config.max_commands_per_window + 1)
         self._shadows_left = 0
         self._start_checked = False
+        self._proposal_seen = False
+        """ARMING: a proposal arrived (validated or deferred); until then state hiccups are tolerated."""
+        self.last_measurement_accepted = False
 
     # -- inputs -------------------------------------------------------------------------------
-    def update_measurement(self, arm: Arm, meas: ArmMeasurement, mono_s: float) -> bool:
-        """Store a measured state; a non-finite one is refused (counted in
-        `refused_measurements`) and the previous one kept: NaN would disable the jump checks
-        and could become a hold target. Refused measurements do not count as received, so a
-        driver that keeps sending them is STALE_STATE after max_state_age_s."""
+    def update_measurement(self, arm: Arm, meas: ArmMeasurement, mono_s: float) -> JointCommands | None:
+        """Store a measured state once it is plausible. A non-finite one is refused (counted in
+        `refused_measurements`) and the previous one kept: NaN would disable the jump checks and
+        could become a hold target. A finite but implausible one (outside the limits, too fast,
+        stamp backwards: see plausibility.py) is refused the same way and is a fault
+        (STATE_IMPLAUSIBLE): while ARMED that latches HOLD, and the hold target to send at once
+        is returned. Refused measurements do not count as received, so a driver that keeps
+        sending them is STALE_STATE after max_state_age_s. Returns None when nothing must be
+        sent; `last_measurement_accepted` says whether this one was stored."""
         try:
             values = np.concatenate([np.asarray(meas.joints_rad, dtype=float).ravel(), np.asarray(meas.ee_pose_hw, dtype=float).ravel(),
                                      [float(meas.gripper_norm), float(meas.stamp_s)]])
             ok = values.size == JOINTS_PER_ARM + 7 + 2 and bool(np.all(np.isfinite(values)))
         except (TypeError, ValueError):
             ok = False
+        self.last_measurement_accepted = False
         if not ok:
             self.refused_measurements[arm.value] += 1
-            return False
+            return None
+        problem = self._monitors[arm].check(meas.joints_rad, meas.stamp_s)
+        if problem:
+            return self.state_implausible(arm, problem, mono_s)
         self._meas[arm] = meas
         self._meas_rx_mono[arm] = mono_s
-        return True
+        self.last_measurement_accepted = True
+        return None
+
+    def unverified_measurement(self, arm: Arm, joints_rad, stamp_s: float, mono_s: float) -> JointCommands | None:
+        """A sample whose publisher is not identified yet (ROS graph discovery lags behind
+        data): never stored, but a fault when it is impossible, so that spoofed values are
+        caught from the first sample instead of once the spoofer's node name is known."""
+        problem = self._monitors[arm].judge(joints_rad, stamp_s)
+        if problem:
+            return self.state_implausible(arm, f"from an unidentified publisher: {problem}", mono_s)
+        return None
+
+    def state_implausible(self, arm: Arm, detail: str, mono_s: float) -> JointCommands | None:
+        """A measurement of `arm` cannot be trusted (also called by the node when a second
+        publisher appears on the state topic): refused, counted, a fault; arming is refused for
+        `implausible_arm_lockout_s`. Returns the hold target when this latched HOLD."""
+        try:
+            self.refused_measurements[arm.value] += 1
+            self._implausible_mono[arm] = mono_s
+            self._implausible_detail[arm] = detail
+            return self._fault(Reason.STATE_IMPLAUSIBLE, f"{arm.value} state implausible: {detail}", mono_s)
+        except Exception as exc:  # noqa: BLE001 - the gate must hold, not crash
+            return self._fault(Reason.INTERNAL_ERROR, f"exception in gate (state): {type(exc).__name__}: {exc}", mono_s)
 
     def update_camera(self, camera: str, report: CameraReport, mono_s: float) -> JointCommands | None:
         """A health report; a required camera that is not OK faults at once while armed."""
         try:
             self._cams[camera] = report
             self._cam_rx_mono[camera] = mono_s
-            if camera in self.config.required_cameras and not report.ok and self.state in (GateState.ARMING, GateState.ARMED):
+            if (camera in self.config.required_cameras and not report.ok and not report.late
+                    and self.state in (GateState.ARMING, GateState.ARMED)):
                 if self.state == GateState.ARMED or self._start_checked:
                     return self._fault(Reason.STALE_CAMERA, f"camera {camera}: {report.detail or 'not OK'}", mono_s)
             return None
@@ -141,7 +198,7 @@ class SafetyGate:
         the hold target once per control period."""
         try:
             if self.state in (GateState.ARMED, GateState.ARMING):
-                waiting_first = self.state == GateState.ARMING and not self._start_checked
+                waiting_first = self.state == GateState.ARMING and not self._proposal_seen
                 if waiting_first:
                     # Nothing can be forwarded before the first command, so a state or camera
                     # hiccup (CPU load while the policy starts) is not a fault yet; the first
@@ -149,12 +206,13 @@ class SafetyGate:
                     if mono_s - self._last_command_mono > self.config.arming_timeout_s:
                         return self._fault(Reason.STALE_COMMAND, f"no command within {self.config.arming_timeout_s:.1f} s of arming", mono_s)
                     return None
-                stale = self._stale_arms(now_s, mono_s)
+                stale = self._stale_arms(now_s, mono_s, self.config.state_hold_after_s)
                 if stale:
                     refused = sum(self.refused_measurements[a] for a in stale)
-                    note = f" ({refused} non-finite measurements refused)" if refused else ""
-                    return self._fault(Reason.STALE_STATE, f"no fresh state from {', '.join(stale)}{note}", mono_s)
-                camera = self._camera_problem(now_s, mono_s)
+                    note = f" ({refused} measurements refused)" if refused else ""
+                    return self._fault(Reason.STALE_STATE, f"no fresh state from {', '.join(stale)} for "
+                                       f"{self.config.state_hold_after_s * 1e3:.0f} ms{note}", mono_s)
+                camera, transient = self._camera_problem(now_s, mono_s, self.config.camera_hold_after_s)
                 if camera:
                     return self._fault(Reason.STALE_CAMERA, camera, mono_s)
                 silent_s = mono_s - self._last_command_mono
@@ -183,7 +241,13 @@ class SafetyGate:
         if stale:
             self._count(Reason.STALE_STATE)
             return False, f"cannot arm: no fresh state from {', '.join(stale)}"
-        camera = self._camera_problem(now_s, mono_s)
+        lockout = self.config.implausible_arm_lockout_s
+        recent = [a.value for a, t in self._implausible_mono.items() if mono_s - t < lockout]
+        if recent:
+            self._count(Reason.STATE_IMPLAUSIBLE)
+            return False, (f"cannot arm: implausible state from {', '.join(recent)} within the last {lockout:.1f} s "
+                           f"({self._implausible_detail[Arm(recent[0])]})")
+        camera, _ = self._camera_problem(now_s, mono_s, self.config.max_camera_age_s)
         if camera:
             self._count(Reason.STALE_CAMERA)
             return False, f"cannot arm: {camera}"
@@ -191,6 +255,7 @@ class SafetyGate:
         self._shadows_left = self.config.shadow_commands
         self._last_command_mono = mono_s  # the command watchdog starts now
         self._start_checked = False
+        self._proposal_seen = False
         self._prev_pose = {}
         self._prev_stamp_s = None
         self._recent_stamps.clear()
@@ -234,6 +299,7 @@ class SafetyGate:
         if self.state not in (GateState.ARMING, GateState.ARMED):
             return None  # HOLD/ESTOP re-send their target from tick(); DISARMED sends nothing
         self._last_command_mono = mono_s
+        self._proposal_seen = True
         cfg = self.config
         stamp = float(proposal.stamp_s)
         self._recent_stamps.append(stamp)
@@ -247,8 +313,10 @@ class SafetyGate:
                                 f"(limits {cfg.max_command_age_s * 1e3:.0f} ms old, {cfg.max_command_future_s * 1e3:.0f} ms ahead)", mono_s)
         if self._prev_stamp_s is not None and stamp <= self._prev_stamp_s:
             return self._reject(Reason.STALE_COMMAND, f"command stamp {stamp:.6f} not after the last accepted {self._prev_stamp_s:.6f}", mono_s)
-        camera = self._camera_problem(now_s, mono_s)
+        camera, transient = self._camera_problem(now_s, mono_s, self.config.max_camera_age_s)
         if camera:
+            if transient:
+                return self._defer(Reason.STALE_CAMERA, camera)
             return self._reject(Reason.STALE_CAMERA, camera, mono_s)
         obs = float(proposal.observation_stamp_s)
         if obs != 0.0:
@@ -267,6 +335,8 @@ class SafetyGate:
             silent_s = mono_s - self._meas_rx_mono.get(arm, -np.inf)
             verdict = check_arm(arm, cmd, self._meas.get(arm), self._prev_pose.get(arm), dt_s, now_s, silent_s, cfg, self._kin[arm])
             if not verdict.ok:
+                if verdict.transient:
+                    return self._defer(verdict.reason, verdict.detail)
                 return self._reject(verdict.reason, verdict.detail, mono_s)
             if self.state == GateState.ARMING and not self._start_checked:
                 dist_m, dist_rad = start_pose_distance(cmd, self._meas[arm])
@@ -293,30 +363,47 @@ class SafetyGate:
         self.forwarded += 1
         return out
 
-    def _stale_arms(self, now_s: float, mono_s: float) -> list[str]:
-        limit, ahead = self.config.max_state_age_s, self.config.max_command_future_s
+    def _stale_arms(self, now_s: float, mono_s: float, limit: float | None = None) -> list[str]:
+        """Arms whose newest measured state is older than `limit` (default max_state_age_s) by
+        stamp or by receipt, or stamped in the future."""
+        limit = self.config.max_state_age_s if limit is None else limit
+        ahead = self.config.max_command_future_s
         return [
             a.value for a in ARMS
             if a not in self._meas or not -ahead <= now_s - self._meas[a].stamp_s <= limit or mono_s - self._meas_rx_mono[a] > limit
         ]
 
-    def _camera_problem(self, now_s: float, mono_s: float) -> str:
-        """'' when every required camera is healthy, else why not (first problem)."""
-        limit = self.config.max_camera_age_s
+    def _camera_problem(self, now_s: float, mono_s: float, late_s: float) -> tuple[str, bool]:
+        """('', False) when every required camera is healthy, else (why not, transient) for the
+        first problem. Lateness (no report or no frame for more than `late_s`, or a report
+        that says the frames are late) is transient; a camera that reports FROZEN or ERROR, or
+        a frame stamped in the future, is not. The watchdog passes camera_hold_after_s: a late
+        camera faults only once it is that late."""
+        ahead = self.config.max_command_future_s
         for cam in self.config.required_cameras:
             report = self._cams.get(cam)
             if report is None:
-                return f"camera {cam}: no health report received"
-            if not report.ok:
-                return f"camera {cam}: {report.detail or 'not OK'}"
+                return f"camera {cam}: no health report received", False
+            if not report.ok and not report.late:
+                return f"camera {cam}: {report.detail or 'not OK'}", False
             silent_s = mono_s - self._cam_rx_mono[cam]
-            if silent_s > limit:
-                return f"camera {cam}: no health report for {silent_s * 1e3:.0f} ms (limit {limit * 1e3:.0f} ms)"
+            if silent_s > late_s:
+                return f"camera {cam}: no health report for {silent_s * 1e3:.0f} ms (limit {late_s * 1e3:.0f} ms)", True
             frame_age_s = now_s - report.last_frame_stamp_s
-            if not -self.config.max_command_future_s <= frame_age_s <= limit:
-                return (f"camera {cam}: newest frame is {frame_age_s * 1e3:.0f} ms old (limits {limit * 1e3:.0f} ms old, "
-                        f"{self.config.max_command_future_s * 1e3:.0f} ms ahead)")
-        return ""
+            if frame_age_s < -ahead:
+                return f"camera {cam}: newest frame stamped {-frame_age_s * 1e3:.0f} ms ahead (limit {ahead * 1e3:.0f} ms)", False
+            if frame_age_s > late_s:
+                return f"camera {cam}: newest frame is {frame_age_s * 1e3:.0f} ms old (limit {late_s * 1e3:.0f} ms)", True
+            if not report.ok and late_s <= self.config.max_camera_age_s:
+                return f"camera {cam}: {report.detail or 'frames late'}", True
+        return "", False
+
+    def _defer(self, reason: Reason, detail: str) -> JointCommands | None:
+        """Not forwarded now, not a fault (see the module docstring: transient vs persistent)."""
+        self.deferred += 1
+        self.deferred_counts[reason.value] += 1
+        self.last_deferral = detail
+        return None
 
     def _reject(self, reason: Reason, detail: str, mono_s: float) -> JointCommands | None:
         self.rejected += 1
@@ -338,13 +425,16 @@ class SafetyGate:
         return self._hold
 
     def _capture_hold(self) -> None:
-        """The hold target: the last measured joints of each arm (finite by construction:
-        update_measurement refuses anything else; checked again here because a HOLD must never
-        carry a non-finite value), gripper clamped to [0, 1]."""
+        """The hold target: per arm the last plausible measured joints (finite and plausible by
+        construction: update_measurement stores nothing else), clamped inside the gate's joint
+        bounds so that no hold can ever command a joint outside the limits, gripper clamped to
+        [0, 1]; checked again here because a HOLD must never carry a non-finite value."""
         if self._hold is None:
+            lo, hi = joint_bounds(self.config)
             hold = {}
             for a, m in self._meas.items():
-                values = np.append(np.asarray(m.joints_rad, dtype=float), float(np.clip(m.gripper_norm, 0.0, 1.0)))
+                joints = np.clip(np.asarray(m.joints_rad, dtype=float), lo, hi)
+                values = np.append(joints, float(np.clip(m.gripper_norm, 0.0, 1.0)))
                 if values.shape == (JOINTS_PER_ARM + 1,) and np.all(np.isfinite(values)):
                     hold[a] = values
             self._hold = hold or None

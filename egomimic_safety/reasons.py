@@ -16,6 +16,10 @@ class Reason(str, enum.Enum):
     """Command stamp too old, too far in the future, not after the last accepted one, or no
     command received for command_timeout_s."""
     STALE_STATE = "STALE_STATE"
+    STATE_IMPLAUSIBLE = "STATE_IMPLAUSIBLE"
+    """Added: a measured joint state that cannot be true (outside the limits beyond a margin,
+    faster than the joints can move, stamp going backwards) or that comes from a publisher other
+    than the arm's driver. It is refused, never used as a reference or a hold target."""
     STALE_CAMERA = "STALE_CAMERA"
     """A required camera is not OK or silent, or the command answers an observation too old."""
     TRANSLATION_JUMP = "TRANSLATION_JUMP"

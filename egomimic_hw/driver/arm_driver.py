@@ -3,6 +3,13 @@
 The driver node is a thin rclpy adapter over `ArmDriver`. Rules (issue 3, ../shared/EVA.md):
 - commands arrive as 6 joints + normalized gripper (0 closed .. 1 open); the per-arm gripper
   calibration maps them to metres. A malformed command is refused and counted, never sent;
+- defence in depth behind the safety gate: a command with a joint outside the X5 limits, or a
+  step from the driver's own measured position larger than the joint speed limits allow over
+  one command period plus the preview, is refused; the driver then holds the measured position
+  at once (it does not keep going to the previous target) and counts the reason;
+- its own measurements are checked before they are trusted (egomimic_safety.plausibility): an
+  implausible reading refuses commands until a plausible one arrives, and a hold goes to the
+  last plausible joints, clamped inside the limits;
 - watchdog: with no valid command for `command_timeout_s`, the driver commands the measured
   position once and keeps holding it. A later valid command resumes tracking (the gate decides
   what is valid; the driver never invents motion);
@@ -12,14 +19,16 @@ The driver node is a thin rclpy adapter over `ArmDriver`. Rules (issue 3, ../sha
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from egomimic_hw.description import JOINTS_PER_ARM, VALUES_PER_ARM, Arm, GripperCalibration
+from egomimic_hw.description import CONTROL_RATE_HZ, JOINTS_PER_ARM, VALUES_PER_ARM, X5_LIMITS, Arm, GripperCalibration
 from egomimic_hw.driver.base import ArmController, ArmReading
 from egomimic_hw.errors import ConfigError
 from egomimic_hw.kinematics import ArmKinematics
+from egomimic_safety.plausibility import StateMonitor, clamp_to_limits
 
 
 @dataclass(frozen=True)
@@ -31,10 +40,15 @@ class DriverConfig:
     preview_s: float = 0.2
     """Each target is stamped controller time + preview; the SDK interpolates to it."""
     gripper: GripperCalibration = field(default_factory=GripperCalibration)
+    command_period_s: float = 1.0 / CONTROL_RATE_HZ
+    """The gate's command period: a command may step from the measured joints by at most the
+    joint speed limits x (this + preview_s), what the arm can do before the next one."""
 
     def __post_init__(self) -> None:
         if not self.command_timeout_s > 0:
             raise ConfigError(f"command_timeout_s must be > 0, got {self.command_timeout_s}")
+        if not 0 < self.command_period_s <= 1.0:
+            raise ConfigError(f"command_period_s must be in (0, 1] s, got {self.command_period_s}")
         if not 0 <= self.preview_s <= 1.0:
             raise ConfigError(f"preview_s must be in [0, 1] s, got {self.preview_s}")
 
@@ -44,6 +58,11 @@ class DriverCounters:
     commands_received: int = 0
     commands_applied: int = 0
     commands_refused: int = 0
+    refusals: Counter = field(default_factory=Counter)
+    """Refused commands per reason key (malformed, fault, outside_limits, step_too_large,
+    implausible_state, no_state, and the node's own: foreign_publisher, unknown_publisher,
+    gate_not_armed, joint_names)."""
+    implausible_readings: int = 0
     watchdog_holds: int = 0
     last_watchdog_delay_s: float = float("nan")
     """Time from the last valid command to the watchdog's hold, at the last hold (<= timeout + one tick)."""
@@ -71,24 +90,18 @@ class ArmDriver:
         self._last_command_s: float | None = None
         self._holding = True  # nothing commanded yet: the SDK holds its start position
         self._last_reading: ArmReading | None = None
+        self._monitor = StateMonitor()
+        self._implausible = False
         self.refusal = ""
 
     def on_command(self, positions: np.ndarray, now_s: float) -> bool:
-        """Apply a joint command `[q0..q5, gripper_norm]`; False (and counted) when refused."""
+        """Apply a joint command `[q0..q5, gripper_norm]`; False (counted, and the measured
+        position held) when refused."""
         self.counters.commands_received += 1
         values = np.asarray(positions, dtype=float)
-        fault = self.fault
-        if fault:
-            why = f"controller fault latched: {fault}"
-        elif values.shape != (VALUES_PER_ARM,):
-            why = f"expected {VALUES_PER_ARM} values (6 joints + gripper), got shape {values.shape}"
-        elif not np.all(np.isfinite(values)):
-            why = f"non-finite value in {values.tolist()}"
-        else:
-            why = ""
+        key, why = self._command_problem(values)
         if why:
-            self.counters.commands_refused += 1
-            self.refusal = why
+            self.refuse(key, why, now_s)
             return False
         gripper_norm = float(np.clip(values[JOINTS_PER_ARM], 0.0, 1.0))
         self._ctrl.command(values[:JOINTS_PER_ARM], self.config.gripper.to_metres(gripper_norm), now_s, self.config.preview_s)
@@ -97,24 +110,66 @@ class ArmDriver:
         self._holding = False
         return True
 
+    def refuse(self, key: str, why: str, now_s: float) -> None:
+        """Count a refused command under `key` and hold the measured position now: a refused
+        command means the stream can no longer be trusted, so the arm must not keep going to
+        the previous target either. The node calls this for its own refusals too."""
+        self.counters.commands_refused += 1
+        self.counters.refusals[key] += 1
+        self.refusal = why
+        if not self._holding:
+            self.hold_measured(now_s)
+
+    def _command_problem(self, values: np.ndarray) -> tuple[str, str]:
+        fault = self.fault
+        if fault:
+            return "fault", f"controller fault latched: {fault}"
+        if values.shape != (VALUES_PER_ARM,):
+            return "malformed", f"expected {VALUES_PER_ARM} values (6 joints + gripper), got shape {values.shape}"
+        if not np.all(np.isfinite(values)):
+            return "malformed", f"non-finite value in {values.tolist()}"
+        q = values[:JOINTS_PER_ARM]
+        lo, hi = X5_LIMITS.pos_min, X5_LIMITS.pos_max
+        if np.any(q < lo) or np.any(q > hi):
+            j = int(np.argmax(np.maximum(lo - q, q - hi)))
+            return "outside_limits", f"joint{j + 1} target {q[j]:.3f} rad outside [{lo[j]:.3f}, {hi[j]:.3f}]"
+        if self._monitor.last is None:
+            return "no_state", "no plausible measurement yet"
+        if self._implausible:
+            return "implausible_state", f"the last measurement was implausible: {self._monitor.last_problem}"
+        allowed = X5_LIMITS.vel_max * (self.config.command_period_s + self.config.preview_s)
+        step = np.abs(q - self._monitor.last.joints_rad)
+        j = int(np.argmax(step / allowed))
+        if step[j] > allowed[j]:
+            return "step_too_large", (f"joint{j + 1} step {step[j]:.3f} rad from the measured position > {allowed[j]:.3f} rad "
+                                      f"({X5_LIMITS.vel_max[j]} rad/s x {self.config.command_period_s + self.config.preview_s:.3f} s)")
+        return "", ""
+
     def tick(self, now_s: float) -> DriverState:
         """Read the arm, run the watchdog, compute FK; called at the publication rate."""
         reading = self._ctrl.read(now_s)
         self._last_reading = reading
+        if not reading.fault:
+            problem = self._monitor.check(reading.joints_rad, reading.measured_at_s)
+            if problem and not self._implausible:
+                self.counters.implausible_readings += 1
+            self._implausible = bool(problem)
         timed_out = self._last_command_s is None or now_s - self._last_command_s > self.config.command_timeout_s
-        if timed_out and not self._holding and not reading.fault:
+        if (timed_out or self._implausible) and not self._holding and not reading.fault:
             # Hold where the arm IS (not where it was going): motors stay on, nothing moves.
-            gripper_m = reading.gripper_m
-            self._ctrl.command(reading.joints_rad, gripper_m, now_s, 0.0)
-            self._holding = True
-            self.counters.watchdog_holds += 1
-            self.counters.last_watchdog_delay_s = now_s - (self._last_command_s if self._last_command_s is not None else now_s)
+            self.hold_measured(now_s)
+            if timed_out:
+                self.counters.watchdog_holds += 1
+                self.counters.last_watchdog_delay_s = now_s - (self._last_command_s if self._last_command_s is not None else now_s)
         if reading.fault:
             status = f"FAULT (latched): {reading.fault}"
+        elif self._implausible:
+            status = f"holding: implausible measurement ({self._monitor.last_problem})"
         elif self._last_command_s is None:
             status = "holding start position: no command received yet"
         elif self._holding:
-            status = f"holding measured position: no valid command for > {self.config.command_timeout_s * 1e3:.0f} ms"
+            status = (f"holding measured position: no valid command for > {self.config.command_timeout_s * 1e3:.0f} ms"
+                      + (f" (last refusal: {self.refusal})" if self.refusal else ""))
         else:
             status = "tracking joint commands"
         return DriverState(
@@ -130,11 +185,14 @@ class ArmDriver:
         return self._last_reading.fault if self._last_reading is not None else ""
 
     def hold_measured(self, now_s: float) -> None:
-        """Command the last measured position now (shutdown, deactivation)."""
+        """Command the last plausible measured position, clamped inside the joint limits, now
+        (watchdog, refusals, shutdown, deactivation)."""
         r = self._last_reading
-        if r is not None and not r.fault:
-            self._ctrl.command(r.joints_rad, r.gripper_m, now_s, 0.0)
-            self._holding = True
+        last = self._monitor.last
+        if r is None or r.fault or last is None:
+            return
+        self._ctrl.command(clamp_to_limits(last.joints_rad), r.gripper_m, now_s, 0.0)
+        self._holding = True
 
     def close(self) -> None:
         self._ctrl.close()

@@ -6,7 +6,13 @@ Runs until SIGINT/SIGTERM (or --duration), then tears down in reverse start orde
 A required node that exits takes the system to a SAFE STOP: the gate is told to latch an
 e-stop (it then commands the joints measured at that moment: the arms hold, motors on), the
 remaining nodes stop in reverse order with the drivers last (they hold the measured position
-on exit), and the launcher exits 3 naming the node.
+on exit), and the launcher exits 3 naming the node. A node that stops answering is treated the
+same way: the gate's `safety/status` (2 Hz and on every change) and each driver's
+`joint_states` (100 Hz) are heartbeats, and one silent for --heartbeat-timeout is a dead node.
+
+Before starting anything the launcher removes Fast DDS shared memory left by dead processes and
+refuses to start (exit 6, naming them) while nodes of a previous graph are still visible on the
+same namespace and domain. Every node dies with the launcher (spin.py), even after a SIGKILL.
 """
 
 from __future__ import annotations
@@ -26,11 +32,16 @@ from pathlib import Path
 from egomimic_bringup import LAUNCH_DIR
 from egomimic_bringup.graph import LAUNCH_ARGUMENTS, LaunchArgumentError
 from egomimic_launch.environment import apply_to_this_process
-from egomimic_launch.process import NodeProcess
+from egomimic_launch.process import NodeProcess, safe_print
 
-EXIT_OK, EXIT_USAGE, EXIT_SAFE_STOP, EXIT_LOOP_DID_NOT_RUN, EXIT_START_FAILED = 0, 2, 3, 4, 5
+EXIT_OK, EXIT_USAGE, EXIT_SAFE_STOP, EXIT_LOOP_DID_NOT_RUN, EXIT_START_FAILED, EXIT_ALREADY_RUNNING = 0, 2, 3, 4, 5, 6
 NODE_START_TIMEOUT_S = 30.0
 ARM_TIMEOUT_S = 10.0
+DISCOVERY_WAIT_S = 1.5
+"""How long the launcher listens for a previous graph before starting (DDS discovery of
+running nodes on this machine takes a few hundred ms)."""
+HEARTBEAT_TIMEOUT_S = 1.5
+"""Default --heartbeat-timeout: 3 periods of the gate's 2 Hz status, 150 of a driver's 100 Hz."""
 
 
 def _help_epilog() -> str:
@@ -41,8 +52,9 @@ def _help_epilog() -> str:
         lines.append(f"  {a.name}{choices}\n      {a.description} (default: {a.default!r})")
     lines += [
         "",
-        "exit codes: 0 clean stop; 2 bad arguments; 3 safe stop after a required node exited;",
-        "            4 the control loop did not run (--summary checks failed); 5 a node failed to start",
+        "exit codes: 0 clean stop; 2 bad arguments; 3 safe stop after a required node exited or stopped",
+        "            answering; 4 the control loop did not run (--summary checks failed); 5 a node failed to",
+        "            start; 6 nodes of another graph are running on this namespace and domain",
         "",
         "environment (set unless already set): ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST,",
         "  ROS_DOMAIN_ID=42, FASTDDS_DEFAULT_PROFILES_FILE=<repo>/config/fastdds_local.xml",
@@ -65,6 +77,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
     parser.add_argument("--run-dir", type=Path, help="where logs and generated params go (default: a new temp dir)")
     parser.add_argument("--quiet", action="store_true", help="do not echo node output (it still goes to the log files)")
     parser.add_argument("--kill-after", metavar="NODE:SECONDS", help="rehearsal: SIGKILL NODE SECONDS after start-up")
+    parser.add_argument("--heartbeat-timeout", type=float, default=HEARTBEAT_TIMEOUT_S, metavar="S",
+                        help="a gate status or driver joint_states stream silent this long is a dead node "
+                             f"(safe stop; default {HEARTBEAT_TIMEOUT_S})")
     ns = parser.parse_args(argv)
     overrides = {}
     for item in ns.launch_args:
@@ -115,7 +130,7 @@ class Launcher:
                 err = client.activate(f"/{spec.namespace}/{spec.name}")
                 if err:
                     return f"{spec.name}: {err}; log {proc.log_path}"
-            print(f"[launch] {spec.name} up ({spec.description})", flush=True)
+            safe_print(f"[launch] {spec.name} up ({spec.description})")
             if spec.arm_after and on_arm_point is not None:
                 on_arm_point()
             dead = self.check_children()
@@ -135,7 +150,7 @@ class Launcher:
             if proc.poll() is None:
                 code = proc.stop()
                 self.killed_any |= code == -signal.SIGKILL
-                print(f"[launch] {proc.spec.name} stopped (exit {code})", flush=True)
+                safe_print(f"[launch] {proc.spec.name} stopped (exit {code})")
 
 
 def clean_shared_memory(env) -> None:
@@ -152,21 +167,31 @@ def main(argv: list[str] | None = None) -> int:
     try:
         graph = load_graph(ns.launch_file, overrides)
     except LaunchArgumentError as exc:
-        print(f"egomimic-launch: {exc}", file=sys.stderr)
+        safe_print(f"egomimic-launch: {exc}", err=True)
         return EXIT_USAGE
     env = apply_to_this_process()
     run_dir = ns.run_dir or Path(tempfile.mkdtemp(prefix=f"egomimic-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-"))
     run_dir.mkdir(parents=True, exist_ok=True)
     env.setdefault("ROS_LOG_DIR", str(run_dir / "ros_logs"))
     os.environ["ROS_LOG_DIR"] = env["ROS_LOG_DIR"]
-    print(f"[launch] {len(graph.nodes)} nodes, namespace /{graph.namespace}, ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']}, "
-          f"logs in {run_dir}", flush=True)
+    safe_print(f"[launch] {len(graph.nodes)} nodes, namespace /{graph.namespace}, ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']}, "
+          f"logs in {run_dir}")
 
+    from egomimic_launch.heartbeat import Heartbeats
     from egomimic_launch.ros_client import LauncherClient  # rclpy after the environment is set
     from egomimic_launch.summary import RunMonitor
 
-    launcher = Launcher(graph, run_dir, echo=not ns.quiet)
+    clean_shared_memory(env)  # segments of processes that died without cleaning up
     client = LauncherClient()
+    others = client.graph_nodes_running(graph, DISCOVERY_WAIT_S)
+    if others:
+        safe_print(f"egomimic-launch: refusing to start: nodes of another graph are running on namespace "
+                   f"/{graph.namespace}, ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']}: {', '.join(others)}. Stop them first "
+                   f"(or use another namespace:= or ROS_DOMAIN_ID).", err=True)
+        client.close()
+        return EXIT_ALREADY_RUNNING
+    launcher = Launcher(graph, run_dir, echo=not ns.quiet)
+    heartbeats = Heartbeats(client.node, graph)
     policy = graph.args.get("policy")
     monitor = (RunMonitor(client.node, graph.namespace, scripted=policy == "scripted",
                           expect_armed=graph.auto_arm and policy != "none") if ns.summary else None)
@@ -189,17 +214,18 @@ def main(argv: list[str] | None = None) -> int:
             if ok:
                 break
             time.sleep(0.2)
-        print(f"[launch] auto_arm: {'ok' if ok else 'FAILED'}: {msg}", flush=True)
+        safe_print(f"[launch] auto_arm: {'ok' if ok else 'FAILED'}: {msg}")
 
     try:
         err = launcher.start(client, env, on_arm_point=auto_arm)
         if err:
-            print(f"[launch] START FAILED: {err}", file=sys.stderr, flush=True)
+            safe_print(f"[launch] START FAILED: {err}", err=True)
             launcher.stop_reason = f"start failed: {err}"
             exit_code = EXIT_START_FAILED
         elif not launcher.stop_event.is_set():
             t_up = time.time()
-            print(f"[launch] all {len(graph.nodes)} nodes up", flush=True)
+            heartbeats.start()
+            safe_print(f"[launch] all {len(graph.nodes)} nodes up")
             if monitor:
                 monitor.begin(t_up)
             kill_spec = _parse_kill(ns.kill_after)
@@ -210,11 +236,16 @@ def main(argv: list[str] | None = None) -> int:
                     _kill(launcher, kill_spec[0])
                     kill_spec = None
                 dead = launcher.check_children()
+                why = f"required node {dead[0]} exited with code {dead[1]}" if dead else ""
+                if not dead:
+                    silent = heartbeats.silent(ns.heartbeat_timeout)
+                    if silent:
+                        dead, why = (silent[0], -1), f"required node {silent[0]} stopped answering ({silent[1]})"
                 if dead:
                     launcher.dead_node = dead
                     launcher.dead_at_wall = time.time()
-                    launcher.stop_reason = f"required node {dead[0]} exited with code {dead[1]}"
-                    print(f"[launch] SAFE STOP: {launcher.stop_reason}", file=sys.stderr, flush=True)
+                    launcher.stop_reason = why
+                    safe_print(f"[launch] SAFE STOP: {launcher.stop_reason}", err=True)
                     ok, msg = client.trigger(f"/{graph.namespace}/safety/estop", timeout_s=1.0)
                     launcher.safe_stop_detail = f"safety/estop: {msg}" if ok else f"gate unreachable ({msg}); drivers hold on their own watchdog"
                     time.sleep(0.5)  # let the hold reach the drivers before anything stops
@@ -235,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         client.close()
         if launcher.killed_any or launcher.dead_node:
             clean_shared_memory(env)
-    print(f"[launch] stopped: {launcher.stop_reason or 'done'}", flush=True)
+    safe_print(f"[launch] stopped: {launcher.stop_reason or 'done'}")
     if monitor and t_up:
         verdict_ok = monitor.report(launcher, run_dir, ns.summary_json)
         if exit_code == EXIT_OK and not verdict_ok:
@@ -253,7 +284,7 @@ def _parse_kill(spec: str | None):
 def _kill(launcher: Launcher, name: str) -> None:
     for proc in launcher.procs:
         if proc.spec.name == name and proc.poll() is None:
-            print(f"[launch] rehearsal: SIGKILL {name} (pid {proc.pid})", flush=True)
+            safe_print(f"[launch] rehearsal: SIGKILL {name} (pid {proc.pid})")
             os.killpg(proc.pid, signal.SIGKILL)
             launcher.killed_any = True
 

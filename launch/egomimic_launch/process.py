@@ -1,7 +1,15 @@
-"""One node process: start, prefix its output, stop it politely then firmly."""
+"""One node process: start, prefix its output, stop it politely then firmly.
+
+Liveness never depends on logging. Each node writes into its own pipe, whose write end is
+non-blocking and 1 MiB large: a node whose reader falls behind loses log lines, it never blocks
+in a write (a blocked write once froze the safety gate's e-stop). The launcher reads every pipe
+on its own thread that never stops reading: a line it cannot store (full disk, the per-node
+size cap reached) or echo is dropped and counted, and reading goes on.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -41,6 +49,34 @@ def write_params_file(spec: NodeSpec, directory: Path) -> Path:
     return path
 
 
+LOG_CAP_BYTES = 20 * 1024 * 1024
+"""Per-node log file cap; past it lines are dropped (and counted), the node keeps running."""
+PIPE_SIZE_BYTES = 1024 * 1024
+F_SETPIPE_SZ = 1031
+
+
+def nonblocking_pipe() -> tuple[int, int]:
+    """(read fd, write fd): the write end never blocks (a full pipe fails the write: the node
+    drops the line), and is as large as the system allows up to PIPE_SIZE_BYTES."""
+    r, w = os.pipe()
+    try:
+        fcntl.fcntl(w, F_SETPIPE_SZ, PIPE_SIZE_BYTES)
+    except OSError:
+        pass  # /proc/sys/fs/pipe-max-size is lower: the default 64 KiB still works
+    fcntl.fcntl(w, fcntl.F_SETFL, fcntl.fcntl(w, fcntl.F_GETFL) | os.O_NONBLOCK)
+    return r, w
+
+
+def safe_print(line: str, err: bool = False) -> bool:
+    """Print a launcher line (to stderr with `err`); False, never an exception, when the stream
+    cannot take it (a full disk under a redirected output, a closed pipe)."""
+    try:
+        print(line, file=sys.stderr if err else sys.stdout, flush=True)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
 def node_command(spec: NodeSpec, launch_params: Path) -> list[str]:
     cmd = [sys.executable, "-m", spec.module, "--ros-args", "-r", f"__node:={spec.name}"]
     if spec.namespace:
@@ -61,22 +97,74 @@ class NodeProcess:
         self._echo = echo
         self.started_at = time.monotonic()
         self.exited_at: float | None = None
-        self._log = open(self.log_path, "w", buffering=1)
-        self.proc = subprocess.Popen(
-            self.cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True,  # our SIGINT reaches it only when we forward it, in order
-        )
+        self.lines = 0
+        self.dropped_lines = 0
+        """Lines the launcher could not store in the node's log file (disk full, size cap)."""
+        self.log_error = ""
+        self._log_bytes = 0
+        try:
+            self._log = open(self.log_path, "w", buffering=1)
+        except OSError as exc:
+            self._log, self.log_error = None, f"cannot open {self.log_path}: {exc}"
+        r, w = nonblocking_pipe()
+        try:
+            self.proc = subprocess.Popen(
+                self.cmd, env=dict(env, EGOMIMIC_LAUNCHER_PID=str(os.getpid())), stdin=subprocess.DEVNULL,
+                stdout=w, stderr=w,
+                start_new_session=True,  # our SIGINT reaches it only when we forward it, in order
+            )
+        finally:
+            os.close(w)
+        self._out = os.fdopen(r, "rb", buffering=0)
         self._reader = threading.Thread(target=self._pump, name=f"out-{spec.name}", daemon=True)
         self._reader.start()
 
     def _pump(self) -> None:
+        """Read the node's output until it closes; never stop early (see module docstring)."""
         prefix = f"[{self.spec.name}] "
-        for raw in iter(self.proc.stdout.readline, b""):
-            line = raw.decode(errors="replace").rstrip()
+        pending = b""
+        while True:
+            try:
+                chunk = self._out.read(65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for raw in lines:
+                self._emit(prefix, raw.decode(errors="replace").rstrip())
+        if pending:
+            self._emit(prefix, pending.decode(errors="replace").rstrip())
+        self._out.close()
+        if self._log is not None:
+            if self.dropped_lines:
+                self._store(f"[launch] {self.dropped_lines} line(s) of this log were dropped ({self.log_error})")
+            try:
+                self._log.close()
+            except OSError:
+                pass
+
+    def _emit(self, prefix: str, line: str) -> None:
+        self.lines += 1
+        if not self._store(line):
+            self.dropped_lines += 1
+        if self._echo:
+            safe_print(prefix + line)
+
+    def _store(self, line: str) -> bool:
+        if self._log is None:
+            return False
+        if self._log_bytes + len(line) + 1 > LOG_CAP_BYTES:
+            self.log_error = f"log capped at {LOG_CAP_BYTES} bytes"
+            return False
+        try:
             self._log.write(line + "\n")
-            if self._echo:
-                print(prefix + line, flush=True)
-        self._log.close()
+        except (OSError, ValueError) as exc:
+            self.log_error = f"log write failed: {exc}"
+            return False
+        self._log_bytes += len(line) + 1
+        return True
 
     @property
     def pid(self) -> int:

@@ -37,6 +37,20 @@ class LauncherClient:
         ns = "/" + namespace.strip("/") if namespace else "/"
         return (name, ns) in self.node.get_node_names_and_namespaces()
 
+    def graph_nodes_running(self, graph, wait_s: float) -> list[str]:
+        """Nodes of `graph` (by name, in its namespace, companions like `safety_gate_estop`
+        included) that are already running: listens up to `wait_s` for discovery, returns as
+        soon as one is seen."""
+        ns = "/" + graph.namespace.strip("/") if graph.namespace.strip("/") else "/"
+        names = {spec.name for spec in graph.nodes}
+        deadline = time.monotonic() + wait_s
+        while True:
+            found = sorted(f"{n_ns.rstrip('/')}/{n}" for n, n_ns in self.node.get_node_names_and_namespaces()
+                           if n_ns == ns and (n in names or n.split("_estop")[0] in names))
+            if found or time.monotonic() >= deadline:
+                return found
+            time.sleep(0.05)
+
     def wait_for_node(self, name: str, namespace: str, timeout_s: float, alive=lambda: True) -> bool:
         """Poll the graph (graph queries lag behind data, so polling is the reliable way)."""
         deadline = time.monotonic() + timeout_s

@@ -24,9 +24,14 @@ class TrialResult:
     out_of_limits: int
     examples: list = field(default_factory=list)
     note: str = ""
+    estop_ms: tuple = ()
+    """safety/estop round trips measured in this trial's condition (ms)."""
 
     def with_note(self, note: str) -> "TrialResult":
         return replace(self, note=note)
+
+    def with_estop(self, latencies_s) -> "TrialResult":
+        return replace(self, estop_ms=tuple(x * 1e3 for x in latencies_s))
 
 
 RESULTS: list[TrialResult] = []
@@ -64,7 +69,8 @@ def summarize(results: list[TrialResult]) -> list[dict]:
     rows = {}
     for r in results:
         row = rows.setdefault(r.fault, {"fault": r.fault, "trials": 0, "worst_ms": float("nan"), "worst_recv_ms": float("nan"),
-                                        "commands": 0, "out_of_limits": 0, "end_states": set(), "reasons": set(), "notes": []})
+                                        "commands": 0, "out_of_limits": 0, "end_states": set(), "reasons": set(), "notes": [],
+                                        "estop_ms": []})
         row["trials"] += 1
         for key, value in (("worst_ms", r.time_to_state_s), ("worst_recv_ms", r.time_to_state_recv_s)):
             if not math.isnan(value):
@@ -76,7 +82,14 @@ def summarize(results: list[TrialResult]) -> list[dict]:
             row["reasons"].add(r.reason)
         if r.note:
             row["notes"].append(r.note)
-    return [dict(v, end_states=sorted(v["end_states"]), reasons=sorted(v["reasons"])) for v in rows.values()]
+        row["estop_ms"].extend(r.estop_ms)
+    out = []
+    for v in rows.values():
+        e = sorted(v.pop("estop_ms"))
+        p99 = e[min(len(e) - 1, math.ceil(0.99 * len(e)) - 1)] if e else float("nan")
+        out.append(dict(v, end_states=sorted(v["end_states"]), reasons=sorted(v["reasons"]), estop_calls=len(e),
+                        estop_p50_ms=e[len(e) // 2] if e else float("nan"), estop_p99_ms=p99))
+    return out
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -85,11 +98,13 @@ def pytest_terminal_summary(terminalreporter):
     rows = summarize(RESULTS)
     tr = terminalreporter
     tr.section("safety gate fault battery")
-    tr.write_line(f"{'fault':<20}{'trials':>7}{'worst ms':>10}{'recv ms':>9}{'cmds':>7}{'out of limits':>15}  end state / reason")
+    tr.write_line(f"{'fault':<20}{'trials':>7}{'worst ms':>10}{'recv ms':>9}{'cmds':>7}{'out of limits':>15}"
+                  f"{'estop p99 ms':>14}  end state / reason")
     for r in rows:
         worst = "-" if math.isnan(r["worst_ms"]) else f"{r['worst_ms']:.1f}"
         recv = "-" if math.isnan(r["worst_recv_ms"]) else f"{r['worst_recv_ms']:.1f}"
-        tr.write_line(f"{r['fault']:<20}{r['trials']:>7}{worst:>10}{recv:>9}{r['commands']:>7}{r['out_of_limits']:>15}  "
+        estop = "-" if math.isnan(r["estop_p99_ms"]) else f"{r['estop_p99_ms']:.1f} ({r['estop_calls']})"
+        tr.write_line(f"{r['fault']:<20}{r['trials']:>7}{worst:>10}{recv:>9}{r['commands']:>7}{r['out_of_limits']:>15}{estop:>14}  "
                       f"{','.join(r['end_states'])} / {','.join(r['reasons'])}" + (f"  ({r['notes'][-1]})" if r["notes"] else ""))
     out = REPO_ROOT / "out" / "faults" / "summary.json"
     out.parent.mkdir(parents=True, exist_ok=True)

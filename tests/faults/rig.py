@@ -6,6 +6,11 @@ anchored at the measured pose, and injects one fault per trial. It records every
 `safety/status` (the gate's decision time is its header stamp, on the same machine clock as the
 test's time.time()) and every `<arm>/joint_command` the drivers received, each audited by the
 independent oracle against the arm's measured joints at receipt.
+
+Only the real publishers count as truth: a joint state is recorded only when it comes from the
+arm's driver node, and a joint command is audited as the gate's only when it comes from the gate
+node (publisher ids, egomimic_nodes.sources). Samples the rig itself spoofs, or commands it
+sends from another node, are kept apart, so an attack never pollutes the measured trajectory.
 """
 
 from __future__ import annotations
@@ -70,7 +75,7 @@ class JointSample:
 
 
 class Rig:
-    def __init__(self, tmp: Path, required_cameras):
+    def __init__(self, tmp: Path, required_cameras, run_dir: Path | None = None):
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
 
@@ -78,8 +83,9 @@ class Rig:
         self.config = gate_config_of_graph(self.cameras)
         params = tmp / "gate_faults.yaml"
         params.write_text(yaml.safe_dump({"/**/safety_gate": {"ros__parameters": {"required_cameras": list(self.cameras)}}}))
+        self.run_dir = run_dir or tmp / "run"
         cmd = [sys.executable, "-m", "egomimic_launch.cli", "eva_bimanual.launch.py", "policy:=none",
-               "auto_arm:=false", f"params_file:={params}", "--quiet", "--run-dir", str(tmp / "run")]
+               "auto_arm:=false", f"params_file:={params}", "--quiet", "--run-dir", str(self.run_dir)]
         self.log = open(tmp / "launch.log", "w")
         self.launcher = subprocess.Popen(cmd, cwd=REPO_ROOT, env=dict(os.environ), stdout=self.log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
@@ -91,6 +97,11 @@ class Rig:
         self.joints_recv: dict[Arm, float] = {}
         self.joint_history: dict[Arm, list[JointSample]] = {arm: [] for arm in ARMS}
         self.health: dict[str, list] = {c: [] for c in CAMERAS}
+        self.foreign_states = 0
+        """joint_states samples not from the arm's driver (what the rig itself spoofed)."""
+        self.foreign_commands: list[CommandRecord] = []
+        """joint_command messages not from the gate (what the rig itself sent)."""
+        self.driver_diag: dict[Arm, dict[str, str]] = {}
         self.stopped_pids: set[int] = set()
         self._prev_cmd: dict[Arm, tuple[float, np.ndarray]] = {}
         """Per arm: (stamp, values) of the previous forwarded command of the current armed run."""
@@ -117,18 +128,27 @@ class Rig:
             pass
 
     def _setup_ros(self):
+        from diagnostic_msgs.msg import DiagnosticArray
         from egomimic_msgs.msg import BimanualCommand, CameraHealth, GateStatus
         from rcl_interfaces.srv import SetParameters
         from sensor_msgs.msg import JointState
         from std_srvs.srv import Trigger
 
         from egomimic_nodes import qos
+        from egomimic_nodes.sources import SourceCheck
 
         n = self.node
         n.create_subscription(GateStatus, "/eva/safety/status", self._on_status, qos.LATCHED)
+        n.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 50)
+        self.state_source = {arm: SourceCheck(n, f"/eva/{arm.value}/joint_states", f"/eva/driver_{arm.value}") for arm in ARMS}
+        self.command_source = {arm: SourceCheck(n, f"/eva/{arm.value}/joint_command", "/eva/safety_gate") for arm in ARMS}
+        # Deep queues: a rig that stalls (load) must still see every sample and command, since
+        # holds are checked against the exact samples the driver published.
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+        deep = QoSProfile(depth=500, reliability=ReliabilityPolicy.RELIABLE)
         for arm in ARMS:
-            n.create_subscription(JointState, f"/eva/{arm.value}/joint_states", self._joint_cb(arm), qos.SENSOR)
-            n.create_subscription(JointState, f"/eva/{arm.value}/joint_command", self._command_cb(arm), qos.COMMAND)
+            n.create_subscription(JointState, f"/eva/{arm.value}/joint_states", self._joint_cb(arm), deep)
+            n.create_subscription(JointState, f"/eva/{arm.value}/joint_command", self._command_cb(arm), deep)
         for cam in CAMERAS:
             n.create_subscription(CameraHealth, f"/eva/cameras/{cam}/health", self._health_cb(cam), qos.SENSOR)
         self.pub = n.create_publisher(BimanualCommand, "/eva/command/proposed", qos.COMMAND)
@@ -143,15 +163,29 @@ class Rig:
             if s.state != "ARMED":  # the rate limits hold within one armed run
                 self._prev_cmd.clear()
 
+    def _on_diag(self, msg):
+        for status in msg.status:
+            for arm in ARMS:
+                if status.name == f"driver/{arm.value}":
+                    with self.lock:
+                        self.driver_diag[arm] = {kv.key: kv.value for kv in status.values}
+
+    def driver_refusals(self, arm: Arm, key: str) -> int:
+        with self.lock:
+            return int(self.driver_diag.get(arm, {}).get(f"refused.{key}", 0))
+
     def _joint_cb(self, arm):
-        def cb(msg):
+        def cb(msg, info):
+            if not self.state_source[arm].verdict(info).ok:
+                self.foreign_states += 1
+                return
             now = time.time()
             positions = np.asarray(msg.position, dtype=float)
             with self.lock:
                 self.joints[arm] = positions[:6].copy()
                 self.joints_recv[arm] = now
                 self.joint_history[arm].append(JointSample(msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, now, positions))
-                del self.joint_history[arm][:-300]
+                del self.joint_history[arm][:-1000]
         return cb
 
     def joint_samples(self, arm: Arm, since_stamp_s: float, until_stamp_s: float) -> list[JointSample]:
@@ -167,10 +201,14 @@ class Rig:
         return cb
 
     def _command_cb(self, arm):
-        def cb(msg):
+        def cb(msg, info):
             now = time.time()
             stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
             values = np.asarray(msg.position, dtype=float)
+            if not self.command_source[arm].verdict(info).ok:
+                with self.lock:
+                    self.foreign_commands.append(CommandRecord(now, arm, values, [], stamp))
+                return
             with self.lock:
                 measured = self.joints.get(arm)
                 prev = self._prev_cmd.get(arm)
@@ -201,6 +239,21 @@ class Rig:
             return False, "timeout"
         r = future.result()
         return bool(r.success), r.message
+
+    def estop_latencies(self, n: int, pause_s: float = 0.01) -> list[float]:
+        """Round-trip times (s) of `n` safety/estop calls, each answered (else inf)."""
+        client = self.srv["estop"]
+        assert client.wait_for_service(timeout_sec=3.0), "safety/estop is not served"
+        out = []
+        for _ in range(n):
+            done = threading.Event()
+            t0 = time.perf_counter()
+            future = client.call_async(self._Trigger.Request())
+            future.add_done_callback(lambda _f: done.set())
+            ok = done.wait(2.0) and future.result().success
+            out.append(time.perf_counter() - t0 if ok else float("inf"))
+            time.sleep(pause_s)
+        return out
 
     def set_camera_fault(self, value: str) -> bool:
         from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue

@@ -45,6 +45,7 @@ def gate_node():
         Parameter("use_sim_time", Parameter.Type.BOOL, True),  # and no /clock: the ROS clock stays at 0
         Parameter("required_cameras", Parameter.Type.STRING_ARRAY, ["front_1"]),
         Parameter("shadow_commands", Parameter.Type.INTEGER, 1),
+        Parameter("check_state_publishers", Parameter.Type.BOOL, False),  # callbacks called directly: no publisher id
     ])
     node._pub_cmd = {arm: Recorder() for arm in ARMS}
     try:
@@ -71,7 +72,7 @@ def _feed_state(node) -> None:
         msg = JointState()
         msg.name = arm.joint_names
         msg.position = [float(v) for v in Q] + [0.5]
-        _callback(node, "sub", f"{arm.value}/joint_states")(msg)  # stamp 0: the stopped ROS clock
+        _callback(node, "sub", f"{arm.value}/joint_states")(msg, None)  # stamp 0: the stopped ROS clock
     health = CameraHealth()
     health.state = CameraHealth.OK
     _callback(node, "sub", "cameras/front_1/health")(health)

@@ -23,9 +23,13 @@ TIMEOUT_S, PERIOD_S = 0.1, 0.01  # DriverConfig.command_timeout_s, 1 / rate_hz
 
 
 class DriverProbe:
-    """Starts driver_left, activates it, records its joint states and diagnostics."""
+    """Starts driver_left, activates it, records its joint states and diagnostics. It commands
+    the driver as the gate does: from a node named /eva/safety_gate whose latched status says
+    ARMED (the driver applies commands from nothing else; see test_commands_from_anyone_else...)."""
 
-    def __init__(self, node_process, ros_node, *params: str):
+    def __init__(self, node_process, ros_node, *params: str, gate_state: int | None = None):
+        from egomimic_msgs.msg import GateStatus
+
         node_process("egomimic_nodes.driver_node", "-r", "__ns:=/eva", "-r", "__node:=driver_left",
                      "-p", "arm:=left", "-p", "backend:=sim", *(x for p in params for x in ("-p", p)))
         self.node = ros_node
@@ -33,7 +37,12 @@ class DriverProbe:
         self.diag: list[tuple[float, str, dict]] = []
         ros_node.create_subscription(JointState, "/eva/left/joint_states", self._on_state, qos.SENSOR)
         ros_node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 50)
-        self.pub = ros_node.create_publisher(JointState, "/eva/left/joint_command", qos.COMMAND)
+        import rclpy
+
+        self.gate = rclpy.create_node("safety_gate", namespace="/eva", context=ros_node.context)
+        self.pub = self.gate.create_publisher(JointState, "/eva/left/joint_command", qos.COMMAND)
+        self.status = self.gate.create_publisher(GateStatus, "/eva/safety/status", qos.LATCHED)
+        self.status.publish(GateStatus(state=GateStatus.ARMED if gate_state is None else gate_state))
         client = ros_node.create_client(ChangeState, "/eva/driver_left/change_state")
         assert client.wait_for_service(timeout_sec=30), "driver lifecycle service did not appear"
         for tid in (Transition.TRANSITION_CONFIGURE, Transition.TRANSITION_ACTIVATE):
@@ -84,12 +93,14 @@ def max_speed(samples):
 
 @pytest.mark.parametrize("preview_s", [0.2, 0.02])
 def test_step_is_tracked_within_speed_limits_and_settles(node_process, ros_node, preview_s):
-    """0.5 rad on every joint. With the default 0.2 s preview the SDK's interpolation asks for
-    2.5 rad/s; with 0.02 s it asks for 25 rad/s and the speed clip must hold it at the limit."""
+    """A step on every joint. With the default 0.2 s preview, 0.5 rad: the SDK's interpolation
+    asks for 2.5 rad/s. With 0.02 s, 0.25 rad (the largest step the driver accepts is the speed
+    limits x (command period + preview) = 0.27 rad): it asks for 12.5 rad/s and the speed clip
+    must hold it at the limit."""
     d = DriverProbe(node_process, ros_node, f"preview_s:={preview_s}")
     q0 = d.states[-1][1]
     assert np.allclose(q0, START, atol=1e-3)
-    target = START + 0.5
+    target = START + (0.5 if preview_s >= 0.1 else 0.25)
     t0 = d.now_s()
     d.stream(target, 1.5)
     samples = d.since(t0)
@@ -104,18 +115,22 @@ def test_step_is_tracked_within_speed_limits_and_settles(node_process, ros_node,
     assert np.max(np.abs(final - target)) <= 1e-3, f"settled at {final}, target {target}"
 
 
-def test_out_of_limit_target_is_clipped_like_the_sdk(node_process, ros_node):
+def test_targets_at_the_joint_limits_are_reached_and_never_exceeded(node_process, ros_node):
+    """Walk joints 1 and 4 to their limits in steps the driver accepts (each within the speed
+    limits x (command period + preview) of the measured position): reached, never passed."""
     d = DriverProbe(node_process, ros_node)
-    target = START.copy()
-    target[0] = 3.1  # joint 1 max is 2.618
-    target[3] = -2.5  # joint 4 min is -1.6
-    t0 = d.now_s()
-    d.stream(target, 1.5)
-    q = np.array([s[1] for s in d.since(t0)])
     hi, lo = np.asarray(X5_LIMITS.pos_max), np.asarray(X5_LIMITS.pos_min)
+    t0 = d.now_s()
+    for frac in (1 / 3, 2 / 3, 1.0):
+        target = START.copy()
+        target[0] = START[0] + frac * (hi[0] - START[0])
+        target[3] = START[3] + frac * (lo[3] - START[3])
+        d.stream(target, 1.0)
+    q = np.array([s[1] for s in d.since(t0)])
     assert np.all(q <= hi + 5 * NOISE_RAD) and np.all(q >= lo - 5 * NOISE_RAD)
     final = q[-20:].mean(axis=0)
     assert final[0] == pytest.approx(hi[0], abs=1e-3) and final[3] == pytest.approx(lo[3], abs=1e-3)
+    assert int([v for _, _, v in d.diag][-1].get("commands_refused", 0)) == 0
 
 
 def test_watchdog_holds_within_timeout_plus_one_period_and_says_why(node_process, ros_node):
@@ -163,3 +178,38 @@ def test_sdk_emergency_latches_silences_joint_states_and_refuses_home(node_proce
     assert not future.result().success and "fault" in future.result().message
     assert wait_for(lambda: any(m.startswith("FAULT") and int(v["commands_refused"]) > 0
                                 for t, m, v in d.diag if t >= t_fault), 3.0), "diagnostics must count the refusals"
+
+
+def test_commands_from_anyone_but_the_armed_gate_are_refused_and_the_arm_stays(node_process, ros_node):
+    """Defence in depth: a joint command from another node, or from the gate's node while its
+    status is DISARMED, or past a joint limit, never moves the arm; each refusal is counted."""
+    from egomimic_msgs.msg import GateStatus
+
+    d = DriverProbe(node_process, ros_node, gate_state=GateStatus.DISARMED)
+    q0 = d.states[-1][1]
+    far = START.copy()
+    far[0] += 1.7
+    t0 = d.now_s()
+    d.stream(far, 0.5)  # from the gate's node, but the gate is DISARMED
+    stranger = ros_node.create_publisher(JointState, "/eva/left/joint_command", qos.COMMAND)
+    assert wait_for(lambda: stranger.get_subscription_count() > 0, 10)
+    msg = JointState()
+    msg.name = [f"left_joint{i}" for i in range(1, 7)] + ["left_gripper"]
+    msg.position = [float(x) for x in far] + [0.5]
+    for _ in range(15):  # from a node that is not the gate at all
+        msg.header.stamp = ros_node.get_clock().now().to_msg()
+        stranger.publish(msg)
+        time.sleep(1 / 30)
+    d.status.publish(GateStatus(state=GateStatus.ARMED))
+    past = START.copy()
+    past[0] = X5_LIMITS.pos_max[0] + 0.05  # the gate's node, ARMED, but past the joint limit
+    d.stream(past, 0.3)
+
+    def counts():
+        latest = [v for _, _, v in d.diag]
+        return latest[-1] if latest else {}
+    assert wait_for(lambda: int(counts().get("refused.gate_not_armed", 0)) > 5
+                    and int(counts().get("refused.foreign_publisher", 0)) + int(counts().get("refused.unknown_publisher", 0)) > 5
+                    and int(counts().get("refused.outside_limits", 0)) > 3, 5.0), counts()
+    q = np.array([s[1] for s in d.since(t0)])
+    assert np.max(np.abs(q - q0)) <= 10 * NOISE_RAD, f"the arm moved {np.max(np.abs(q - q0)):.4f} rad"

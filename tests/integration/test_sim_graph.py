@@ -33,3 +33,55 @@ def test_killing_a_node_ends_in_a_safe_stop(tmp_path, victim):
 def test_bad_launch_argument_is_refused(tmp_path):
     rc, summary, out = run_launch(tmp_path, "backend:=robot", "--duration", "1", timeout_s=30)
     assert rc == 2 and "backend:='robot' is not one of" in out and summary is None
+
+
+def test_a_node_that_stops_answering_is_a_dead_node(tmp_path):
+    """The gate frozen (SIGSTOP): alive, but its status heartbeat stops. The launcher treats it
+    like a dead node within the heartbeat timeout: safe stop, exit 3, naming it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    import psutil
+
+    from .conftest import LAUNCH, REPO_ROOT
+
+    cmd = LAUNCH + ["eva_bimanual.launch.py", "--duration", "60", "--summary", "--summary-json", str(tmp_path / "s.json"),
+                    "--run-dir", str(tmp_path / "run"), "--quiet", "--heartbeat-timeout", "1.0"]
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+
+    def wait_line(text: str, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if any(text in line for line in list(lines)):
+                return True
+            time.sleep(0.05)
+        return False
+
+    gate = None
+    try:
+        assert wait_line("all 6 nodes up", 90), "".join(lines)[-3000:]
+        gate = next(p for p in psutil.Process(proc.pid).children(recursive=True) if "__node:=safety_gate" in p.cmdline())
+        t_stop = time.monotonic()
+        gate.suspend()
+        assert wait_line("SAFE STOP", 10), "".join(lines)[-3000:]
+        detected_s = time.monotonic() - t_stop
+        gate.resume()  # let it run its own shutdown
+        assert proc.wait(60) == 3, "".join(lines)[-3000:]
+    finally:
+        if gate is not None and gate.is_running():
+            gate.resume()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(30)
+    reader.join(5)
+    out = "".join(lines)
+    assert "required node safety_gate stopped answering" in out, out[-3000:]
+    print(f"frozen gate detected {detected_s:.2f} s after SIGSTOP")

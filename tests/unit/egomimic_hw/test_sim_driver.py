@@ -98,3 +98,72 @@ def test_driver_publishes_fk_pose(kin):
     state = driver.tick(0.0)
     assert np.allclose(state.ee_pose_hw, kin.forward(state.reading.joints_rad))
     assert 0.0 <= state.gripper_norm <= 1.0
+
+
+def test_driver_refuses_targets_outside_the_limits_and_holds(kin):
+    """Defence in depth: a command past a joint limit never reaches the controller; the arm
+    holds where it is instead of continuing to the previous target."""
+    driver, ctrl = make_driver(kin)
+    driver.tick(0.0)
+    assert driver.on_command(np.append(START + 0.2, 0.5), 0.0)
+    driver.tick(0.05)
+    past = np.append(START, 0.5)
+    past[0] = X5_LIMITS.pos_max[0] + 0.01
+    assert not driver.on_command(past, 0.05)
+    assert driver.counters.refusals["outside_limits"] == 1 and "joint1" in driver.refusal
+    state = driver.tick(0.06)
+    assert state.holding
+    held = driver.tick(1.0).reading.joints_rad
+    assert np.max(np.abs(held - (START + 0.2))) > 0.05, "after a refusal the arm must not go on to the old target"
+    assert np.all(held <= X5_LIMITS.pos_max)
+
+
+def test_driver_refuses_a_step_larger_than_the_speed_limits_allow(kin):
+    driver, _ = make_driver(kin)
+    driver.tick(0.0)
+    allowed = X5_LIMITS.vel_max * (DriverConfig(arm=Arm.LEFT).command_period_s + DriverConfig(arm=Arm.LEFT).preview_s)
+    ok = np.append(START + np.r_[allowed[0] * 0.95, np.zeros(5)], 0.5)
+    too_far = np.append(START + np.r_[allowed[0] * 1.05, np.zeros(5)], 0.5)
+    assert not driver.on_command(too_far, 0.0)
+    assert driver.counters.refusals["step_too_large"] == 1
+    assert driver.on_command(ok, 0.01)
+
+
+def test_driver_refuses_commands_before_its_first_measurement(kin):
+    driver, _ = make_driver(kin)
+    assert not driver.on_command(np.append(START, 0.5), 0.0)
+    assert driver.counters.refusals["no_state"] == 1
+
+
+class _TeleportingController:
+    """A controller whose measurement jumps (a corrupted encoder read): the driver must not
+    trust it."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.jump_at = None
+
+    def read(self, now_s):
+        r = self.inner.read(now_s)
+        if self.jump_at is not None and now_s >= self.jump_at:
+            from dataclasses import replace
+            return replace(r, joints_rad=r.joints_rad + np.r_[1.0, np.zeros(5)])
+        return r
+
+    def command(self, *args):
+        self.inner.command(*args)
+
+    def close(self):
+        self.inner.close()
+
+
+def test_driver_does_not_trust_an_implausible_measurement(kin):
+    ctrl = _TeleportingController(SimArx5Controller(SimConfig(joint_noise_std_rad=0.0)))
+    driver = ArmDriver(DriverConfig(arm=Arm.LEFT, gripper=GripperCalibration()), ctrl, kin)
+    for k in range(5):
+        driver.tick(k * 0.01)
+    ctrl.jump_at = 0.05
+    state = driver.tick(0.05)
+    assert state.holding and "implausible" in state.status and driver.counters.implausible_readings == 1
+    assert not driver.on_command(np.append(START, 0.5), 0.05)
+    assert driver.counters.refusals["implausible_state"] == 1

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from egomimic_hw.description import ARMS, Arm
+from egomimic_hw.description import ARMS, X5_LIMITS, Arm
 from egomimic_hw.kinematics import ArmKinematics
 from egomimic_safety.checks import ArmMeasurement, quat_angle
 from egomimic_safety.config import CLAMP, GateConfig
@@ -235,17 +235,47 @@ def test_stale_command_and_state_detected_by_watchdog(kin):
     gate.tick(0.15, 0.15)  # no command for 100 ms
     assert gate.state == GateState.HOLD and gate.reason.value == "STALE_COMMAND"
     gate = armed_gate(kin)
-    gate.tick(0.09, 0.09)  # state 90 ms old
+    for t in np.arange(0.09, 0.30, 1 / 30):  # the policy goes on; the state is late: nothing forwarded
+        assert gate.propose(proposal(kin, t), t, t) is None
+        gate.tick(t, t)
+    assert gate.state == GateState.ARMED and gate.deferred == 7 and gate.deferred_counts["STALE_STATE"] == 7
+    gate.tick(0.31, 0.31)  # 310 ms: the lateness persisted past state_hold_after_s
     assert gate.state == GateState.HOLD and gate.reason.value == "STALE_STATE"
 
 
+def test_late_state_defers_then_resumes_without_a_fault(kin):
+    """A driver stream delayed by a loaded machine: the commands in between are not forwarded
+    (counted), nothing latches, and forwarding resumes with fresh state."""
+    gate = armed_gate(kin)
+    assert gate.propose(proposal(kin, 0.05), 0.05, 0.05) is not None
+    assert gate.propose(proposal(kin, 0.15), 0.15, 0.15) is None  # state 150 ms old
+    gate.tick(0.16, 0.16)
+    measure(gate, kin, 0.17, mono=0.17)
+    out = gate.propose(proposal(kin, 0.18), 0.18, 0.18)
+    assert out is not None and gate.state == GateState.ARMED and gate.rejected == 0 and gate.deferred == 1
+
+
 def test_silence_is_measured_on_the_monotonic_clock(kin):
-    """A wall clock stepping back 5 s must not hide a dead producer (and stamps still age)."""
+    """A ROS clock that stands still (use_sim_time with /clock stopped) must not hide a dead
+    producer: the command's silence is measured on the monotonic clock. (A clock stepping back
+    is STATE_IMPLAUSIBLE first: next test.)"""
     gate = armed_gate(kin)
     gate.propose(proposal(kin, 0.05), 0.05, 0.05)
-    measure(gate, kin, -4.85, mono=0.15)  # the ROS clock jumped back 5 s; the driver stamps with it
-    gate.tick(-4.85, 0.15)  # monotonic: 100 ms since the last command
+    measure(gate, kin, 0.05 + 1e-6, mono=0.14)  # the driver stamps with the same frozen clock
+    gate.tick(0.05 + 1e-6, 0.15)  # monotonic: 100 ms since the last command
     assert gate.state == GateState.HOLD and gate.reason.value == "STALE_COMMAND"
+
+
+def test_state_stamps_going_back_with_the_clock_are_implausible(kin):
+    """A driver that stamps with a ROS clock that stepped back 5 s sends measurements older than
+    the last one: the gate cannot tell that from a replayed or second stream, so it holds
+    (fail closed) and the hold is the last plausible measurement."""
+    gate = armed_gate(kin)
+    gate.propose(proposal(kin, 0.05), 0.05, 0.05)
+    out = gate.update_measurement(Arm.LEFT, ArmMeasurement(Q + 0.001, 0.5, kin[Arm.LEFT].forward(Q + 0.001), -4.85), 0.15)
+    assert gate.state == GateState.HOLD and gate.reason.value == "STATE_IMPLAUSIBLE" and "before" in gate.detail
+    assert not gate.last_measurement_accepted
+    assert np.array_equal(out[Arm.LEFT], np.append(Q, 0.5)), "the hold is the last plausible measurement"
 
 
 @pytest.mark.parametrize("jump_s", [-5.0, -0.15, 0.08, 5.0])
@@ -282,11 +312,19 @@ def test_camera_health_gates_arming_and_holds(kin):
     out = gate.update_camera("left_wrist", CameraReport(False, "FROZEN: content unchanged 120 ms", 0.02), 0.02)
     assert gate.state == GateState.HOLD and gate.reason.value == "STALE_CAMERA" and out is not None
     gate = armed_gate(kin, cfg)
-    measure(gate, kin, 0.05)
-    cameras_ok(gate, 0.05, ["front_1", "left_wrist"])  # right_wrist went silent at t=0
-    gate.propose(proposal(kin, 0.05), 0.05, 0.05)
+    measure(gate, kin, 0.11)
+    cameras_ok(gate, 0.11, ["front_1", "left_wrist"])  # right_wrist went silent at t=0
+    assert gate.propose(proposal(kin, 0.11), 0.11, 0.11) is None  # late: deferred
     gate.tick(0.11, 0.11)
-    assert gate.state == GateState.HOLD and "right_wrist" in gate.detail
+    assert gate.state == GateState.ARMED and gate.deferred_counts["STALE_CAMERA"] == 1
+    measure(gate, kin, 0.31)
+    cameras_ok(gate, 0.31, ["front_1", "left_wrist"])
+    gate.propose(proposal(kin, 0.31), 0.31, 0.31)
+    gate.tick(0.31, 0.31)  # still silent past camera_hold_after_s
+    assert gate.state == GateState.HOLD and gate.reason.value == "STALE_CAMERA" and "right_wrist" in gate.detail
+    gate = armed_gate(kin, cfg)  # the camera node's own STALLED report is lateness too, judged by age
+    gate.update_camera("front_1", CameraReport(False, "STALLED: no frame for 90 ms", 0.0, late=True), 0.05)
+    assert gate.state == GateState.ARMED
 
 
 def test_observation_age_policy(kin):
@@ -334,7 +372,9 @@ def test_arming_waits_for_the_first_command_through_a_state_hiccup(kin):
     assert gate.request_arm(0.0, 0.0)[0]
     gate.tick(0.5, 0.5)  # state 500 ms old, no command yet: still waiting, nothing forwarded
     assert gate.state == GateState.ARMING
-    assert gate.propose(proposal(kin, 0.6), 0.6, 0.6) is None  # but a command on stale state fails
+    assert gate.propose(proposal(kin, 0.6), 0.6, 0.6) is None  # a command on stale state is not validated
+    assert gate.state == GateState.ARMING and gate.deferred_counts["STALE_STATE"] == 1
+    gate.tick(0.61, 0.61)  # the first command arrived, state is still 610 ms old: latched
     assert gate.state == GateState.DISARMED and gate.reason.value == "STALE_STATE"
     gate.tick(20.0, 20.0)
     assert gate.state == GateState.DISARMED
@@ -364,13 +404,14 @@ def test_non_finite_measurement_is_refused_and_never_held(kin, where):
         meas["ee_pose_hw"] = np.full(7, np.inf)
     else:
         meas["stamp_s"] = float("nan")
-    assert not gate.update_measurement(Arm.LEFT, ArmMeasurement(**meas), 0.03)
+    assert gate.update_measurement(Arm.LEFT, ArmMeasurement(**meas), 0.03) is None
+    assert not gate.last_measurement_accepted
     assert gate.refused_measurements["left"] == 1
     assert gate.propose(proposal(kin, 0.05), 0.05, 0.05) is not None  # the good state of t=0 is still fresh
     gate.tick(0.07, 0.07)
     assert gate.state == GateState.ARMED
-    gate.update_measurement(Arm.RIGHT, ArmMeasurement(Q, 0.5, kin[Arm.RIGHT].forward(Q), 0.09), 0.09)
-    out = gate.tick(0.09, 0.09)  # left: nothing usable for 90 ms
+    gate.update_measurement(Arm.RIGHT, ArmMeasurement(Q, 0.5, kin[Arm.RIGHT].forward(Q), 0.31), 0.31)
+    out = gate.tick(0.31, 0.31)  # left: nothing usable for 310 ms (past state_hold_after_s)
     assert gate.state == GateState.HOLD and gate.reason.value == "STALE_STATE" and "left" in gate.detail
     for arm in ARMS:
         assert np.all(np.isfinite(out[arm])) and np.array_equal(out[arm], np.append(Q, 0.5))
@@ -414,7 +455,9 @@ def test_a_command_on_state_received_long_ago_is_refused(kin):
     """The stamp may look fresh (the ROS clock stepped back), but nothing has arrived for 200 ms
     on the monotonic clock: the command check itself refuses it, not only the watchdog."""
     gate = armed_gate(kin)
-    gate.propose(proposal(kin, 0.05), 0.05, 0.2)  # now 0.05 on the ROS clock, 0.2 s after receipt
+    assert gate.propose(proposal(kin, 0.05), 0.05, 0.2) is None  # now 0.05 on the ROS clock, 0.2 s after receipt
+    assert gate.deferred_counts["STALE_STATE"] == 1 and gate.forwarded == 0, gate.detail
+    gate.tick(0.05, 0.31)
     assert gate.state == GateState.HOLD and gate.reason.value == "STALE_STATE", gate.detail
 
 
@@ -430,3 +473,55 @@ def test_camera_frame_stamp_from_the_future_is_stale(kin, ahead_s):
     gate.update_camera("front_1", CameraReport(True, "", 0.04 + ahead_s), 0.04)
     gate.propose(proposal(kin, 0.05), 0.05, 0.05)
     assert gate.state == GateState.HOLD and gate.reason.value == "STALE_CAMERA", gate.detail
+
+
+def test_spoofed_state_past_the_limits_holds_at_the_last_plausible_measurement(kin):
+    """The adversarial case: another publisher sends joints just past every limit. The gate
+    holds at once, and the hold is the last plausible measurement (never the spoofed one)."""
+    gate = armed_gate(kin)
+    spoof = np.array([3.0, 3.6, 3.3, 1.58, 1.6, 2.1])
+    out = gate.update_measurement(Arm.LEFT, ArmMeasurement(spoof, 0.5, kin[Arm.LEFT].forward(spoof), 0.02), 0.02)
+    assert gate.state == GateState.HOLD and gate.reason.value == "STATE_IMPLAUSIBLE" and "outside its limits" in gate.detail
+    for arm in ARMS:
+        assert np.array_equal(out[arm], np.append(Q, 0.5))
+    for k in range(20):  # the spoofer keeps going: every re-sent hold is still the plausible one
+        gate.update_measurement(Arm.LEFT, ArmMeasurement(spoof, 0.5, kin[Arm.LEFT].forward(spoof), 0.03 + k * 1e-3), 0.03)
+        sent = gate.tick(0.05 + k * 0.04, 0.05 + k * 0.04)
+        if sent:
+            assert np.array_equal(sent[Arm.LEFT], np.append(Q, 0.5))
+
+
+def test_unverified_sample_is_never_stored_but_faults_when_impossible(kin):
+    gate = armed_gate(kin)
+    assert gate.unverified_measurement(Arm.RIGHT, Q + 0.001, 0.02, 0.02) is None
+    assert gate.state == GateState.ARMED
+    out = gate.unverified_measurement(Arm.RIGHT, np.array([3.0, 3.6, 3.3, 1.58, 1.6, 2.1]), 0.03, 0.03)
+    assert gate.state == GateState.HOLD and gate.reason.value == "STATE_IMPLAUSIBLE" and "unidentified" in gate.detail
+    assert np.array_equal(out[Arm.RIGHT], np.append(Q, 0.5))
+
+
+def test_arming_is_refused_shortly_after_an_implausible_state(kin):
+    gate = SafetyGate(NO_CAMERAS, kin)
+    measure(gate, kin, 0.0)
+    gate.state_implausible(Arm.LEFT, "second publisher(s) on /eva/left/joint_states: ['/x']", 0.0)
+    measure(gate, kin, 0.5, mono=0.5)
+    ok, msg = gate.request_arm(0.5, 0.5)
+    assert not ok and "second publisher" in msg
+    measure(gate, kin, 1.1, mono=1.1)
+    ok, msg = gate.request_arm(1.1, 1.1)
+    assert ok, msg
+
+
+def test_hold_target_is_clamped_inside_the_joint_bounds(kin):
+    """A measurement within the plausibility margin but past the gate's bounds (an arm resting
+    at a limit) is held at the bound, never past it."""
+    from egomimic_safety.checks import joint_bounds
+
+    gate = armed_gate(kin)
+    q = Q.copy()
+    q[5] = X5_LIMITS.pos_max[5] + 0.02  # plausible (margin 0.05) but outside the gate's bounds
+    gate.update_measurement(Arm.LEFT, ArmMeasurement(q, 0.5, kin[Arm.LEFT].forward(q), 2.0), 2.0)
+    gate.estop()
+    out = gate.tick(2.0, 2.0)
+    lo, hi = joint_bounds(gate.config)
+    assert out[Arm.LEFT][5] == pytest.approx(hi[5]) and np.all(out[Arm.LEFT][:6] <= hi)

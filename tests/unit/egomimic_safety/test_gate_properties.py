@@ -7,9 +7,14 @@ joint-space targets across a limit, floods), watchdog ticks through silences, ca
 and operator calls:
 - every forwarded command passes the independent oracle (egomimic_safety.oracle) against the
   measured joints at that instant and the previous forwarded command (speed x elapsed time);
-- only ARMED forwards; HOLD/ESTOP send exactly the last finite joints the gate measured before
-  the fault (gripper clamped to [0, 1]); nothing leaves HOLD/ESTOP except reset(), and reset()
-  only goes to DISARMED;
+- a measurement is accepted exactly when it is finite and plausible by this test's own
+  statement of the rules (within the limits + margin, no faster than 1.5x the joint speed
+  limits + noise since the last accepted one, stamp not going back); an implausible one is a
+  fault (STATE_IMPLAUSIBLE);
+- only ARMED forwards; HOLD/ESTOP send exactly the last accepted joints the gate measured
+  before the fault, clamped inside the gate's joint bounds (gripper clamped to [0, 1]); no
+  output of any kind ever carries a joint outside those bounds; nothing leaves HOLD/ESTOP
+  except reset(), and reset() only goes to DISARMED;
 - no exception escapes, none is even caught inside (INTERNAL_ERROR never happens), and the
   gate is deterministic (same inputs, same outputs).
 A guard test checks the generators reach every reason code and every clamp path (else the
@@ -31,7 +36,7 @@ from scipy.spatial.transform import Rotation
 
 from egomimic_hw.description import ARMS, X5_LIMITS
 from egomimic_hw.kinematics import ArmKinematics
-from egomimic_safety.checks import ArmCommand, ArmMeasurement
+from egomimic_safety.checks import ArmCommand, ArmMeasurement, joint_bounds
 from egomimic_safety.config import CLAMP, REJECT, GateConfig
 from egomimic_safety.gate import CameraReport, GateState, Proposal, SafetyGate
 from egomimic_safety.oracle import audit_command
@@ -149,7 +154,7 @@ EVENTS = {
     "measure": st.tuples(st.just("measure"), st.sampled_from(["jitter", "far", "nonfinite", "future", "gripper"]),
                          st.floats(-0.05, 0.05)),
     "tick": st.tuples(st.just("tick")),
-    "gap": st.tuples(st.just("gap"), st.floats(0.03, 0.3), st.booleans(), st.booleans()),
+    "gap": st.tuples(st.just("gap"), st.floats(0.03, 0.5), st.booleans(), st.booleans(), st.booleans()),
     "flood": st.tuples(st.just("flood"), st.integers(5, 12), st.floats(0.001, 0.013)),
     "camera": st.tuples(st.just("camera"), st.booleans()),
     "service": st.tuples(st.just("service"), st.sampled_from(["arm", "disarm", "estop", "reset"])),
@@ -195,27 +200,48 @@ def run(config_index: int, start_spec, events, coverage: dict | None = None) -> 
     "clamped" (reasons of clamps on commands that went through)."""
     config = CONFIGS[config_index]
     gate = SafetyGate(config, KINS)
+    lo, hi = joint_bounds(config)
     t = 100.0
     q_meas = {arm: start_joints(start_spec) for arm in ARMS}
     driver_target: dict = {}
     """A perfect driver: the arm goes where it was last commanded (until pushed by a measure event)."""
     gate_meas = {}
-    """What the gate holds as measured (the last finite measurement it accepted): (joints, gripper)."""
+    """What the gate holds as measured (the last measurement it accepted): (joints, gripper)."""
+    accepted: dict = {}
+    """Per arm: (stamp, joints) of the last measurement the rules accept (this test's own copy)."""
     gripper_meas = 0.5
     last_forwarded: dict = {}
     last_forwarded_stamp = None
     hold_expected = None
     trace = []
 
+    def plausible(arm, q, stamp) -> bool:
+        """The measured-state rules, restated independently of egomimic_safety.plausibility."""
+        if not np.all(np.isfinite(q)):
+            return False
+        margin = config.state_limit_margin_rad
+        if np.any(q < X5_LIMITS.pos_min - margin) or np.any(q > X5_LIMITS.pos_max + margin):
+            return False
+        if arm not in accepted:
+            return True
+        dt = stamp - accepted[arm][0]
+        step = np.abs(q - accepted[arm][1])
+        if dt == 0:
+            return bool(np.all(step <= config.state_noise_rad))
+        return dt > 0 and bool(np.all(step <= X5_LIMITS.vel_max * config.state_speed_factor * dt + config.state_noise_rad))
+
     def measure(stamp_offset=0.0, joints=None):
         for arm in ARMS:
             q = q_meas[arm] if joints is None else joints
             meas = ArmMeasurement(q.copy(), gripper_meas, KIN.forward(q) if np.all(np.isfinite(q)) else np.full(7, np.nan),
                                   t + stamp_offset)
-            if gate.update_measurement(arm, meas, t):
+            expected = plausible(arm, q, t + stamp_offset)
+            act("measure", lambda: (gate.update_measurement(arm, meas, t), None))
+            assert gate.last_measurement_accepted == expected, (
+                f"measurement {q.tolist()} at {t + stamp_offset}: accepted {gate.last_measurement_accepted}, the rules say {expected}")
+            if expected:
+                accepted[arm] = (t + stamp_offset, q.copy())
                 gate_meas[arm] = (q.copy(), gripper_meas)
-            else:
-                assert not np.all(np.isfinite(q)), "a finite measurement was refused"
 
     def camera(ok=True):
         gate.update_camera("front_1", CameraReport(ok, "" if ok else "FROZEN", t), t)
@@ -228,10 +254,12 @@ def run(config_index: int, start_spec, events, coverage: dict | None = None) -> 
         if before in (GateState.HOLD, GateState.ESTOP):
             assert after in (GateState.HOLD, GateState.ESTOP) or (name == "reset" and after == GateState.DISARMED)
         if after in (GateState.HOLD, GateState.ESTOP) and hold_expected is None:
-            hold_expected = {a: np.append(j, np.clip(g, 0.0, 1.0)) for a, (j, g) in decision_meas.items()}
+            hold_expected = {a: np.append(np.clip(j, lo, hi), np.clip(g, 0.0, 1.0)) for a, (j, g) in decision_meas.items()}
         if after not in (GateState.HOLD, GateState.ESTOP):
             hold_expected = None
         if out is not None:
+            for a, values in out.items():
+                assert np.all(values[:6] >= lo) and np.all(values[:6] <= hi), f"{a.value}: a joint target outside the limits"
             if after in (GateState.HOLD, GateState.ESTOP):
                 for a in ARMS:
                     assert np.all(np.isfinite(out[a])), "a non-finite hold"
@@ -320,14 +348,19 @@ def run(config_index: int, start_spec, events, coverage: dict | None = None) -> 
         elif kind == "tick":
             act("tick", lambda: (gate.tick(t, t), None))
         elif kind == "gap":  # time passes with the watchdog running; state / cameras may go silent
-            _, duration, state_flows, cameras_flow = ev
+            _, duration, state_flows, cameras_flow, commands_flow = ev
             end = t + duration
+            k = 0
             while t < end:
                 t += 0.01
+                k += 1
                 if state_flows:
                     measure()
                 if cameras_flow:
                     camera()
+                if commands_flow and k % 3 == 0:  # the policy goes on at ~33 Hz: lateness, not silence
+                    still = {"dxyz": [0.0, 0.0, 0.0], "quat": "same", "frame": "hw", "gripper": 0.5}
+                    act("propose", lambda: propose(still, still, 0.0, 0.0))
                 act("tick", lambda: (gate.tick(t, t), None))
         elif kind == "camera":
             act("camera", lambda: (gate.update_camera("front_1", CameraReport(ev[1], "" if ev[1] else "FROZEN", t), t), None))

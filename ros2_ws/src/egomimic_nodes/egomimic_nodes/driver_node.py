@@ -5,6 +5,14 @@ Why one process per arm: each arm has its own CAN bus and SDK controller; a cras
 one must not take the other's hold loop with it. The gate checks both arms' freshness before
 forwarding anything, so bimanual atomicity does not need a shared process.
 
+Who may command the arm (defence in depth behind the gate; `require_gate`, default true):
+a joint command is applied only when it was published by the gate's node (`gate_node`, in
+this node's namespace; checked per message by publisher id, see sources.py) and the gate's
+latched `safety/status`, also from that node, says ARMED, HOLD or ESTOP (HOLD and ESTOP send
+hold targets). Anything else is refused with a counted reason and the arm holds where it is.
+ArmDriver then checks the values (joint range, step from the measured position). Without DDS
+security a process can still take the gate's node name: README "Safety" says what that means.
+
 Lifecycle (physical meaning): unconfigured/inactive: the controller may exist, nothing is
 published and no command is applied; active: state published at `rate_hz`, commands applied,
 the command watchdog running. Topics (relative to the robot namespace):
@@ -28,6 +36,7 @@ from rclpy.lifecycle import State, TransitionCallbackReturn
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 
+from egomimic_msgs.msg import GateStatus
 from egomimic_hw.description import CALIBRATED_GRIPPERS, DEFAULT_CAN_INTERFACE, Arm, GripperCalibration
 from egomimic_hw.driver.arm_driver import ArmDriver, DriverConfig
 from egomimic_hw.driver.arx5 import Arx5Gains
@@ -37,7 +46,11 @@ from egomimic_hw.kinematics import ArmKinematics
 from egomimic_nodes import diagnostics, qos
 from egomimic_nodes.msg_convert import pose_stamped
 from egomimic_nodes.params import declare_config
+from egomimic_nodes.sources import SourceCheck, node_fqn
 from egomimic_nodes.spin import run_node
+
+COMMANDING_STATES = (GateStatus.ARMED, GateStatus.HOLD, GateStatus.ESTOP)
+"""Gate states in which its joint commands are applied (HOLD/ESTOP send the hold target)."""
 
 
 class DriverNode(LifecycleNode):
@@ -50,7 +63,10 @@ class DriverNode(LifecycleNode):
         self.declare_parameter("gripper_open_m", -1.0)
         self.declare_parameter("gripper_close_m", -1.0)
         self.declare_parameter("seed", 0)
+        self.declare_parameter("gate_node", "safety_gate")
+        self.declare_parameter("require_gate", True)
         self._driver: ArmDriver | None = None
+        self._gate_state: int | None = None
         self._t0 = time.monotonic()
         self._active = False
 
@@ -88,12 +104,22 @@ class DriverNode(LifecycleNode):
         self._pub_joints = self.create_lifecycle_publisher(JointState, f"{self.arm.value}/joint_states", qos.SENSOR)
         self._pub_pose = self.create_lifecycle_publisher(PoseStamped, f"{self.arm.value}/ee_pose", qos.SENSOR)
         self._pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self._sub = self.create_subscription(JointState, f"{self.arm.value}/joint_command", self._on_command, qos.COMMAND)
+        self._require_gate = bool(self.get_parameter("require_gate").value)
+        gate_fqn = node_fqn(self.get_namespace(), str(self.get_parameter("gate_node").value))
+        command_topic = self.resolve_topic_name(f"{self.arm.value}/joint_command")
+        self._command_source = SourceCheck(self, command_topic, gate_fqn)
+        self._status_source = SourceCheck(self, self.resolve_topic_name("safety/status"), gate_fqn)
+        self._status_sub = self.create_subscription(GateStatus, "safety/status", self._on_gate_status, qos.LATCHED)
+        self._sub = self.create_subscription(JointState, command_topic, self._on_command, qos.COMMAND)
+        self._last_measured_at: float | None = None
+        self._last_stamp = None
         self._srv = self.create_service(Trigger, f"{self.arm.value}/home", self._on_home)
         self._timer = self.create_timer(1.0 / rate_hz, self._on_tick)
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics)
         self._last_state = None
-        self.get_logger().info(f"configured: arm={self.arm.value} backend={backend} rate={rate_hz} Hz")
+        self.get_logger().info(f"configured: arm={self.arm.value} backend={backend} rate={rate_hz} Hz; commands accepted "
+                               + (f"only from {gate_fqn} while it is ARMED/HOLD/ESTOP" if self._require_gate
+                                  else "from ANY publisher (require_gate:=false: tests and bench rigs only)"))
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: State) -> TransitionCallbackReturn:
@@ -122,19 +148,40 @@ class DriverNode(LifecycleNode):
     def _now_s(self) -> float:
         return time.monotonic() - self._t0
 
-    def _on_command(self, msg: JointState) -> None:
+    def _on_gate_status(self, msg: GateStatus, info) -> None:
+        verdict = self._status_source.verdict(info)
+        if not verdict.ok:
+            self.get_logger().error(f"ignored: {verdict.why}", throttle_duration_sec=2.0)
+            return
+        self._gate_state = int(msg.state)
+
+    def _on_command(self, msg: JointState, info) -> None:
         if not self._active or self._driver is None:
             return
+        now_s = self._now_s()
+        if self._require_gate:
+            verdict = self._command_source.verdict(info)
+            if not verdict.ok:
+                self._refuse("foreign_publisher" if verdict.foreign else "unknown_publisher", verdict.why, now_s)
+                return
+            if self._gate_state not in COMMANDING_STATES:
+                state = "no status received" if self._gate_state is None else f"state {self._gate_state}"
+                self._refuse("gate_not_armed", f"gate is not ARMED/HOLD/ESTOP ({state})", now_s)
+                return
         positions = np.asarray(msg.position, dtype=float)
         if msg.name and list(msg.name) != self._names:
             index = {n: i for i, n in enumerate(msg.name)}
             if set(index) != set(self._names):
-                self._driver.counters.commands_received += 1
-                self._driver.counters.commands_refused += 1
-                self._driver.refusal = f"joint names {list(msg.name)} do not match {self._names}"
+                self._refuse("joint_names", f"joint names {list(msg.name)} do not match {self._names}", now_s)
                 return
             positions = positions[[index[n] for n in self._names]]
-        self._driver.on_command(positions, self._now_s())
+        if not self._driver.on_command(positions, now_s):
+            self.get_logger().error(f"command refused: {self._driver.refusal}", throttle_duration_sec=2.0)
+
+    def _refuse(self, key: str, why: str, now_s: float) -> None:
+        self._driver.counters.commands_received += 1
+        self._driver.refuse(key, why, now_s)
+        self.get_logger().error(f"command refused: {why}", throttle_duration_sec=2.0)
 
     def _on_tick(self) -> None:
         if not self._active or self._driver is None:
@@ -148,8 +195,7 @@ class DriverNode(LifecycleNode):
             self._publish_diagnostics()  # say at once why the arm holds or faulted, not at the next 1 Hz report
         if state.reading.fault:
             return  # a silent joint_states stream is the fault signal, besides /diagnostics
-        age_ns = int(max(0.0, now_s - state.reading.measured_at_s) * 1e9)
-        stamp = (self.get_clock().now() - Duration(nanoseconds=age_ns)).to_msg()  # measurement time
+        stamp = self._measurement_stamp(now_s, state.reading.measured_at_s)
         js = JointState()
         js.header.stamp = stamp
         js.header.frame_id = self.arm.hw_frame
@@ -158,6 +204,19 @@ class DriverNode(LifecycleNode):
         js.velocity = [float(x) for x in state.reading.joint_velocities_rad_s] + [0.0]
         self._pub_joints.publish(js)
         self._pub_pose.publish(pose_stamped(state.ee_pose_hw, self.arm.hw_frame, stamp))
+
+    def _measurement_stamp(self, now_s: float, measured_at_s: float):
+        """The ROS time of the measurement. A second read of the same measurement gets the same
+        stamp, and stamps never go backwards (two clock reads per sample would otherwise jitter
+        by microseconds): consumers treat a stamp going backwards as an implausible state."""
+        if measured_at_s == self._last_measured_at and self._last_stamp is not None:
+            return self._last_stamp.to_msg()
+        age_ns = int(max(0.0, now_s - measured_at_s) * 1e9)
+        stamp = self.get_clock().now() - Duration(nanoseconds=age_ns)
+        if self._last_stamp is not None and stamp <= self._last_stamp:
+            stamp = self._last_stamp + Duration(nanoseconds=1)
+        self._last_measured_at, self._last_stamp = measured_at_s, stamp
+        return stamp.to_msg()
 
     def _on_home(self, request, response):
         if self._driver is None or not self._active:
@@ -186,6 +245,9 @@ class DriverNode(LifecycleNode):
             "commands_received": c.commands_received,
             "commands_applied": c.commands_applied,
             "commands_refused": c.commands_refused,
+            **{f"refused.{k}": v for k, v in sorted(c.refusals.items())},
+            "implausible_readings": c.implausible_readings,
+            "gate_state": "unknown" if self._gate_state is None else self._gate_state,
             "watchdog_holds": c.watchdog_holds,
             "last_watchdog_delay_ms": round(c.last_watchdog_delay_s * 1e3, 2),
             "last_refusal": self._driver.refusal,

@@ -17,6 +17,20 @@ measured joints, so the gate never compares against a pose from another instant.
 exception in a callback or a service handler becomes a HOLD (INTERNAL_ERROR) whose target goes
 out at once, never a dead gate.
 
+Measured state is trusted only from the arm's driver: each joint_states sample must come from
+the driver node's writer (publisher id, see sources.py) and pass the plausibility checks of
+egomimic_safety.plausibility; a second publisher on a state topic is looked for twice a second.
+Either is STATE_IMPLAUSIBLE.
+
+`safety/estop` is served by a companion node (`<name>_estop`) spun by its own executor on its own
+thread, so it answers within milliseconds even while the main callbacks are saturated (a
+command flood, a burst of service calls). Every access to the gate takes one lock; a decision
+holds it for about a millisecond.
+
+On SIGINT/SIGTERM (and when the launcher dies: spin.py) a gate that is not DISARMED latches
+ESTOP and sends its hold target before it exits 0; a DISARMED gate sends nothing (the drivers'
+watchdogs hold).
+
 joint_command stamps: a forwarded command carries the stamp of the proposal it answers (the
 control tick it is for: rate limits are speeds x the difference of these stamps, so an auditor
 of the drivers' input can check them); a hold target carries the time it is sent.
@@ -27,12 +41,15 @@ plus `required_cameras` (string array; an empty list requires none) and `watchdo
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import ParameterDescriptor, ParameterType
 from rclpy.clock import Clock, ClockType
+from rclpy.duration import Duration
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
@@ -44,6 +61,7 @@ from egomimic_msgs.msg import BimanualCommand, CameraHealth, GateStatus
 from egomimic_nodes import diagnostics, qos
 from egomimic_nodes.msg_convert import pose_to_array, stamp_to_s
 from egomimic_nodes.params import declare_config
+from egomimic_nodes.sources import SourceCheck, node_fqn
 from egomimic_nodes.spin import run_node
 from egomimic_safety.checks import ArmCommand, ArmMeasurement
 from egomimic_safety.config import GateConfig
@@ -62,23 +80,43 @@ class GateNode(Node):
         rate_hz = float(self.declare_parameter("watchdog_rate_hz", 100.0).value)
         if not 10.0 <= rate_hz <= 1000.0:
             raise ConfigError(f"watchdog_rate_hz must be in [10, 1000], got {rate_hz}")
+        check_sources = bool(self.declare_parameter("check_state_publishers", True, ParameterDescriptor(
+            description="accept joint_states only from the driver nodes (driver_<arm> in this namespace); "
+                        "false only for in-process adapter tests")).value)
         self._kin = {arm: ArmKinematics() for arm in ARMS}  # one solver per arm, shared with the gate
         self.gate = SafetyGate(config, self._kin)
+        self._lock = threading.Lock()
+        """Serializes every access to self.gate: the estop thread and the main callbacks."""
         self._pub_cmd = {arm: self.create_publisher(JointState, f"{arm.value}/joint_command", qos.COMMAND) for arm in ARMS}
+        self._state_sources: dict[Arm, SourceCheck] = {}
         for arm in ARMS:
-            self.create_subscription(JointState, f"{arm.value}/joint_states", self._joint_cb(arm), qos.SENSOR)
+            topic = self.resolve_topic_name(f"{arm.value}/joint_states")
+            if check_sources:
+                self._state_sources[arm] = SourceCheck(self, topic, node_fqn(self.get_namespace(), f"driver_{arm.value}"))
+            self.create_subscription(JointState, topic, self._joint_cb(arm), qos.SENSOR)
         for cam in config.required_cameras:
             self.create_subscription(CameraHealth, f"cameras/{cam}/health", self._health_cb(cam), qos.SENSOR)
         self.create_subscription(BimanualCommand, "command/proposed", self._on_proposed, qos.COMMAND)
         self._pub_status = self.create_publisher(GateStatus, "safety/status", qos.LATCHED)
         self._pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        for name, fn in (("arm", self._srv_arm), ("disarm", self.gate.disarm), ("estop", self.gate.estop), ("reset", self.gate.reset)):
+        for name, fn in (("arm", self._srv_arm), ("disarm", self.gate.disarm), ("reset", self.gate.reset)):
             self.create_service(Trigger, f"safety/{name}", self._service(name, fn))
         self._last_published = None
+        # use_global_arguments=False: the command line's `-r __node:=` remap would otherwise
+        # rename this companion to the gate's own name too.
+        self._estop_node = Node(f"{self.get_name()}_estop", namespace=self.get_namespace(), context=self.context,
+                                use_global_arguments=False)
+        self._estop_node.create_service(Trigger, self.resolve_topic_name("safety/estop"), self._service("estop", self.gate.estop))
+        self._estop_executor = SingleThreadedExecutor(context=self.context)
+        self._estop_executor.add_node(self._estop_node)
+        self._estop_thread = threading.Thread(target=self._spin_estop, name="estop", daemon=True)
+        self._estop_thread.start()
         steady = Clock(clock_type=ClockType.STEADY_TIME)  # never the ROS clock: see the module docstring
         self.watchdog_timer = self.create_timer(1.0 / rate_hz, self._on_watchdog, clock=steady)
-        self.create_timer(0.5, self._publish_status, clock=steady)
-        self.create_timer(1.0, self._publish_diagnostics, clock=steady)
+        if self._state_sources:
+            self.create_timer(0.5, self._check_state_publishers, clock=steady)
+        self.create_timer(0.5, self._locked(self._publish_status), clock=steady)
+        self.create_timer(1.0, self._locked(self._publish_diagnostics), clock=steady)
         self._publish_status()
         self.get_logger().info(
             f"safety gate up: DISARMED; cameras required: {list(config.required_cameras) or 'none'}; "
@@ -87,34 +125,68 @@ class GateNode(Node):
     def _now_s(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
 
-    def _guarded(self, what: str, fn) -> None:
-        """Run one callback's work; an exception is a HOLD, and the status goes out at once."""
+    def _locked(self, fn):
+        def run():
+            with self._lock:
+                fn()
+        return run
+
+    def _spin_estop(self) -> None:
         try:
-            self._send(fn())
-        except Exception as exc:  # noqa: BLE001 - the gate must hold, not crash
-            self._send(self.gate.internal_error(f"{what}: {type(exc).__name__}: {exc}", time.monotonic()))
-        self._status_if_changed()
+            self._estop_executor.spin()
+        except Exception:  # noqa: BLE001 - context shutdown ends the spin
+            pass
+
+    def _guarded(self, what: str, fn) -> None:
+        """Run one callback's work under the gate lock; an exception is a HOLD, and the status
+        goes out at once."""
+        with self._lock:
+            try:
+                self._send(fn())
+            except Exception as exc:  # noqa: BLE001 - the gate must hold, not crash
+                self._send(self.gate.internal_error(f"{what}: {type(exc).__name__}: {exc}", time.monotonic()))
+            self._status_if_changed()
 
     def _joint_cb(self, arm: Arm):
         names = arm.joint_names
+        source = self._state_sources.get(arm)
 
-        def cb(msg: JointState) -> None:
+        def cb(msg: JointState, info):
             positions = np.asarray(msg.position, dtype=float)
+            if source is not None:
+                verdict = source.verdict(info)
+                if not verdict.ok:
+                    self.get_logger().error(f"refused: {verdict.why}", throttle_duration_sec=2.0)
+                    if verdict.foreign:
+                        return self.gate.state_implausible(arm, verdict.why, time.monotonic())
+                    if positions.shape == (JOINTS_PER_ARM + 1,):
+                        return self.gate.unverified_measurement(arm, positions[:JOINTS_PER_ARM], stamp_to_s(msg.header.stamp),
+                                                                time.monotonic())
+                    return None
             if list(msg.name) != names or positions.shape != (JOINTS_PER_ARM + 1,) or not np.all(np.isfinite(positions)):
                 self.get_logger().error(f"malformed {arm.value}/joint_states ignored", throttle_duration_sec=2.0)
-                return
+                return None
             joints = positions[:JOINTS_PER_ARM]
-            self.gate.update_measurement(arm, ArmMeasurement(
+            return self.gate.update_measurement(arm, ArmMeasurement(
                 joints_rad=joints,
                 gripper_norm=float(positions[JOINTS_PER_ARM]),
                 ee_pose_hw=self._kin[arm].forward(joints),
                 stamp_s=stamp_to_s(msg.header.stamp),
             ), time.monotonic())
-        return lambda msg: self._guarded(f"{arm.value}/joint_states", lambda: cb(msg))
+        return lambda msg, info: self._guarded(f"{arm.value}/joint_states", lambda: cb(msg, info))
+
+    def _check_state_publishers(self) -> None:
+        """A second publisher on a state topic is a fault even before it sends anything."""
+        for arm, source in self._state_sources.items():
+            foreign = source.foreign_publishers()
+            if foreign:
+                detail = f"second publisher(s) on {source.topic}: {foreign} (only {source.expected} may publish)"
+                self._guarded("state publishers", lambda arm=arm, detail=detail: self.gate.state_implausible(arm, detail, time.monotonic()))
 
     def _health_cb(self, camera: str):
         def cb(msg: CameraHealth):
             report = CameraReport(ok=msg.state == CameraHealth.OK, detail=msg.detail,
+                                  late=msg.state in (CameraHealth.STALLED, CameraHealth.STARTING),
                                   last_frame_stamp_s=stamp_to_s(msg.last_frame_stamp))
             return self.gate.update_camera(camera, report, time.monotonic())
         return lambda msg: self._guarded(f"cameras/{camera}/health", lambda: cb(msg))
@@ -161,17 +233,39 @@ class GateNode(Node):
 
     def _service(self, name, fn):
         def cb(request, response):
-            try:
-                ok, message = fn()
-            except Exception as exc:  # noqa: BLE001 - the gate must hold, not crash
-                self._send(self.gate.internal_error(f"safety/{name}: {type(exc).__name__}: {exc}", time.monotonic()))
-                ok, message = False, f"internal error: {exc}"
-            response.success, response.message = bool(ok), message
+            with self._lock:
+                try:
+                    ok, message = fn()
+                except Exception as exc:  # noqa: BLE001 - the gate must hold, not crash
+                    self._send(self.gate.internal_error(f"safety/{name}: {type(exc).__name__}: {exc}", time.monotonic()))
+                    ok, message = False, f"internal error: {exc}"
+                response.success, response.message = bool(ok), message
+                self._send(self.gate.tick(self._now_s(), time.monotonic()))  # ESTOP's hold goes out now
+                self._publish_status()
             self.get_logger().info(f"safety/{name}: {'ok' if ok else 'refused'}: {message}")
-            self._on_watchdog()  # ESTOP's hold goes out now, not at the next tick
-            self._publish_status()
             return response
         return cb
+
+    def on_exit(self) -> None:
+        """Shutdown (signal, or the launcher gone): a gate that may have commanded the arms
+        latches ESTOP and sends its hold target; a DISARMED one sends nothing. Waits briefly
+        for the drivers to acknowledge, then the node is destroyed."""
+        with self._lock:
+            if self.gate.state != GateState.DISARMED:
+                self.gate.estop()
+                self.gate.detail = "gate shutting down: emergency stop latched, holding measured joints"
+                self._send(self.gate.hold_target)
+            self._publish_status()
+        for pub in (*self._pub_cmd.values(), self._pub_status):
+            try:
+                pub.wait_for_all_acked(Duration(seconds=0.2))
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
+
+    def destroy_node(self) -> None:
+        self._estop_executor.shutdown(timeout_sec=0.5)
+        self._estop_node.destroy_node()
+        super().destroy_node()
 
     def _status_msg(self) -> GateStatus:
         g = self.gate
@@ -200,7 +294,8 @@ class GateNode(Node):
         g = self.gate
         level = {GateState.HOLD: diagnostics.ERROR, GateState.ESTOP: diagnostics.ERROR}.get(g.state, diagnostics.OK)
         values = {"state": g.state.name, "reason": g.reason.value if g.reason else "", "forwarded": g.forwarded,
-                  "rejected": g.rejected, "clamped": g.clamped}
+                  "rejected": g.rejected, "clamped": g.clamped, "deferred": g.deferred, "last_deferral": g.last_deferral}
+        values.update({f"deferred.{k}": v for k, v in sorted(g.deferred_counts.items())})
         values.update({f"refused_measurements.{k}": v for k, v in sorted(g.refused_measurements.items())})
         values.update({f"reason.{k}": v for k, v in sorted(g.reason_counts.items())})
         self._pub_diag.publish(diagnostics.array(self, diagnostics.status("safety_gate", "safety_gate", level, g.detail, values)))

@@ -1,11 +1,32 @@
-"""`main()` plumbing shared by every node: init, spin, and a clean exit on SIGINT/SIGTERM."""
+"""`main()` plumbing shared by every node: init, spin, and a clean exit on SIGINT/SIGTERM or
+when the launcher that started the node disappears.
+
+Signals are handled here, not by rclpy: rclpy's handler shuts the context down first, after
+which a node can no longer publish, yet a gate that is stopping must still send its last hold.
+So SIGINT/SIGTERM only ask the spin loop to stop; the node's `on_exit()` then runs with the
+context alive, and the context is shut down last.
+
+Nodes die with their launcher: `egomimic-launch` sets EGOMIMIC_LAUNCHER_PID for its children.
+Such a node asks the kernel for SIGTERM when its parent dies (prctl PR_SET_PDEATHSIG) and also
+checks its parent pid on every spin, so a SIGKILLed launcher never leaves an armed, unsupervised
+graph: the gate latches ESTOP and sends its hold, the drivers hold, and every node exits.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
 import sys
 
 import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.signals import SignalHandlerOptions
+
+LAUNCHER_PID_ENV = "EGOMIMIC_LAUNCHER_PID"
+SPIN_TIMEOUT_S = 0.1
+"""The spin loop wakes at least this often to see a signal or a dead parent."""
+PR_SET_PDEATHSIG = 1
 
 USAGE = """usage: python -m {module} [--help] --ros-args [-r __ns:=/eva] [-r __node:=NAME] [-p NAME:=VALUE ...]
                         [--params-file FILE.yaml]
@@ -35,24 +56,73 @@ def make_executor():
     return SingleThreadedExecutor()
 
 
+def say(line: str) -> None:
+    """Print to stderr without ever raising or blocking: a full disk or a full pipe drops the
+    line (the launcher gives each node a non-blocking pipe), it never stops the node."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def launcher_pid() -> int | None:
+    value = os.environ.get(LAUNCHER_PID_ENV, "")
+    return int(value) if value.isdigit() else None
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Ask the kernel to send `sig` when the parent exits (Linux; elsewhere the spin loop's
+    parent-pid check still applies)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+class StopRequest:
+    """Why the spin loop should end ('' while it should not)."""
+
+    def __init__(self):
+        self.reason = ""
+
+    def __call__(self, signum, _frame) -> None:
+        self.reason = self.reason or signal.Signals(signum).name
+
+
 def run_node(factory, args=None) -> int:
-    """Create the node with `factory()`, spin until shutdown, call its `on_exit()` if any."""
+    """Create the node with `factory()`, spin until a signal or the launcher's death, call its
+    `on_exit()` if any (context still alive), then destroy it and shut down."""
     argv = list(args if args is not None else sys.argv)
     if wants_help(argv):
         print_help(factory)
         return 0
-    rclpy.init(args=argv)
+    stop = StopRequest()
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    parent = launcher_pid()
+    if parent is not None:
+        die_with_parent()
+        if os.getppid() != parent:
+            say(f"[FATAL] the launcher (pid {parent}) is gone before start-up; exiting")
+            return 1
+    rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
     node = None
     code = 0
     try:
         node = factory()
         executor = make_executor()
         executor.add_node(node)
-        executor.spin()
+        while not stop.reason and rclpy.ok():
+            executor.spin_once(timeout_sec=SPIN_TIMEOUT_S)
+            if parent is not None and os.getppid() != parent:
+                stop.reason = f"the launcher (pid {parent}) is gone"
+        if stop.reason:
+            say(f"[INFO] stopping: {stop.reason}")
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception as exc:  # noqa: BLE001 - report, exit non-zero, let the launcher react
-        print(f"[FATAL] {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        say(f"[FATAL] {type(exc).__name__}: {exc}")
         code = 1
     finally:
         if node is not None:
@@ -61,7 +131,7 @@ def run_node(factory, args=None) -> int:
                 try:
                     on_exit()
                 except Exception as exc:  # noqa: BLE001
-                    print(f"[ERROR] on_exit: {exc}", file=sys.stderr, flush=True)
+                    say(f"[ERROR] on_exit: {exc}")
             node.destroy_node()
         rclpy.try_shutdown()
     return code

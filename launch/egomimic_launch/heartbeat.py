@@ -1,0 +1,63 @@
+"""Heartbeats: a node that stops answering is treated like a node that died.
+
+A process can be alive and useless: stopped by a debugger or SIGSTOP, blocked in a system call,
+spinning in a loop. The launcher listens to the streams that prove the safety-relevant nodes
+work (the gate's `safety/status`, published on every change and at 2 Hz, and each driver's
+`joint_states` at 100 Hz) without deserializing them, and reports the first one silent for
+longer than the timeout. The gate itself holds within 100 ms of a silent driver; this is what
+makes the launcher stop the graph when the gate is the one that went silent.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from sensor_msgs.msg import JointState
+
+from egomimic_msgs.msg import GateStatus
+
+
+class Heartbeats:
+    def __init__(self, node, graph):
+        """Subscribes at once (so the late-joiner status arrives); judged only after start()."""
+        from egomimic_nodes import qos
+
+        ns = "/" + graph.namespace.strip("/") if graph.namespace.strip("/") else ""
+        self._lock = threading.Lock()
+        self._last: dict[str, float] = {}
+        self._topics: dict[str, str] = {}
+        self._started = False
+        names = {spec.name for spec in graph.nodes}
+        sources = [("safety_gate", GateStatus, f"{ns}/safety/status", qos.LATCHED)]
+        sources += [(f"driver_{arm}", JointState, f"{ns}/{arm}/joint_states", qos.SENSOR) for arm in ("left", "right")]
+        for name, msg_type, topic, profile in sources:
+            if name in names:
+                self._topics[name] = topic
+                node.create_subscription(msg_type, topic, self._beat(name), profile, raw=True)
+
+    def _beat(self, name: str):
+        def cb(_raw) -> None:
+            with self._lock:
+                self._last[name] = time.monotonic()
+        return cb
+
+    def start(self) -> None:
+        """From now on silence counts; every source starts with a fresh beat."""
+        now = time.monotonic()
+        with self._lock:
+            for name in self._topics:
+                self._last[name] = max(self._last.get(name, now), now)
+            self._started = True
+
+    def silent(self, timeout_s: float) -> tuple[str, str] | None:
+        """(node, what) for the first source silent longer than `timeout_s`, else None."""
+        if not self._started:
+            return None
+        now = time.monotonic()
+        with self._lock:
+            for name, topic in self._topics.items():
+                age = now - self._last[name]
+                if age > timeout_s:
+                    return name, f"no {topic} for {age:.1f} s, heartbeat timeout {timeout_s:.1f} s"
+        return None

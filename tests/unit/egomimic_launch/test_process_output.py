@@ -1,0 +1,71 @@
+"""Liveness never depends on logging: a node writing far more than any pipe holds, while its log
+file cannot take a byte (a full disk), neither blocks nor stops the launcher's reader."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from egomimic_bringup.graph import NodeSpec
+from egomimic_launch.process import NodeProcess, safe_print
+
+CHATTY = '''
+import sys, time
+lines, failed = 40000, 0
+for i in range(lines):
+    try:
+        sys.stdout.write(f"line {i} " + "x" * 100 + "\\n")
+        sys.stdout.flush()
+    except BlockingIOError:
+        failed += 1  # the pipe was full: the line is dropped, the node goes on
+sys.stderr.write(f"done: {lines} lines, {failed} dropped by the node\\n")
+'''
+
+
+def test_a_node_never_blocks_on_a_full_disk_and_the_reader_never_stops(tmp_path):
+    (tmp_path / "chatty.py").write_text(CHATTY)
+    run_dir = tmp_path / "run"
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "logs" / "chatty.log").symlink_to("/dev/full")  # every write: ENOSPC, like a full disk
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), PYTHONUNBUFFERED="1")
+    proc = NodeProcess(NodeSpec("chatty", "chatty", ""), run_dir, env, echo=False)
+    t0 = time.monotonic()
+    code = proc.proc.wait(timeout=60)
+    elapsed = time.monotonic() - t0
+    proc._reader.join(timeout=10)
+    assert code == 0
+    assert not proc._reader.is_alive(), "the reader thread did not reach the end of the output"
+    assert proc.lines > 1000, proc.lines
+    assert proc.dropped_lines == proc.lines, "every line met a full disk: each one must be counted as dropped"
+    assert "log write failed" in proc.log_error
+    print(f"4 MB of output in {elapsed:.2f} s; {proc.lines} lines read, {proc.dropped_lines} dropped on the full disk")
+
+
+def test_the_node_side_of_the_pipe_does_not_block(tmp_path):
+    """With nobody reading, a writer fills the pipe and then gets EAGAIN instead of blocking."""
+    from egomimic_launch.process import nonblocking_pipe
+
+    r, w = nonblocking_pipe()
+    try:
+        written = 0
+        try:
+            while True:
+                written += os.write(w, b"x" * 4096)
+        except BlockingIOError:
+            pass
+        assert written >= 64 * 1024
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_safe_print_survives_a_full_stdout():
+    script = ("import sys; sys.stdout = open('/dev/full', 'w', buffering=1)\n"
+              "from egomimic_launch.process import safe_print\n"
+              "print('ok' if safe_print('x' * 10000) is False else 'raised?', file=sys.stderr)\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                       cwd=Path(__file__).resolve().parents[3])
+    assert r.returncode == 0 and r.stderr.strip().endswith("ok"), r.stderr
