@@ -33,14 +33,27 @@ class GateConfig:
     """The policy / gate rate (30 Hz upstream); per-step limits are speeds divided by it."""
     max_command_age_s: float = 0.1
     """A proposed command whose stamp is older than this is stale (MoveIt Servo's 0.1 s)."""
+    max_command_late_s: float = 0.3
+    """A command older than max_command_age_s but not older than this arrived late (a loaded
+    machine delayed it): it is not forwarded (deferred, counted) and is no fault by itself. Older
+    than this, or not after the last accepted stamp, is a producer fault (a clock jump, a
+    replay): STALE_COMMAND."""
+    deferral_hold_after_s: float = 0.3
+    """ARMED, commands arriving, yet none forwarded for this long because each was deferred
+    (late state, camera or command): the lateness is persistent, HOLD with the last deferral's
+    reason. The same safety argument as state_hold_after_s: nothing is forwarded meanwhile."""
     max_command_future_s: float = 0.05
     """A command stamped further than this in the future is refused (a producer clock jump);
     the same bound applies to measured-state stamps (STALE_STATE) and camera frame stamps
     (STALE_CAMERA): a stamp from the future would otherwise look fresh for as long as it leads."""
-    command_timeout_s: float = 0.09
-    """ARMED with no command received for this long (monotonic) -> HOLD (STALE_COMMAND): 2.7
-    control periods, so with the 100 Hz watchdog a dead producer is held within 100 ms of its
-    last command and within the issue's 110 ms of its death (MoveIt Servo uses 0.1 s)."""
+    command_timeout_s: float = 0.3
+    """ARMED with no command received for this long (monotonic) -> HOLD (STALE_COMMAND). Silence
+    shorter than this is a late producer, not a fault: there is nothing to forward, and each
+    driver already holds its measured position 100 ms after its last command (its own
+    watchdog), so the arm is held physically at 100 ms either way; the gate latches (and sends
+    its own hold) at 0.3 s, 9 control periods, so that a policy delayed by a loaded machine does
+    not stop the robot. A dead producer is held by the gate within 310 ms (with the 100 Hz
+    watchdog) and by the drivers within 110 ms."""
     arming_timeout_s: float = 10.0
     """ARMING waits this long for the first proposed command (the operator arms, then starts
     the policy), then gives up with STALE_COMMAND and returns to DISARMED."""
@@ -151,7 +164,8 @@ class GateConfig:
                      "command_timeout_s", "max_state_age_s", "max_camera_age_s", "rate_limit_max_dt_periods"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"gate parameter {name} must be > 0, got {getattr(self, name)}")
-        for late, hold in (("max_state_age_s", "state_hold_after_s"), ("max_camera_age_s", "camera_hold_after_s")):
+        for late, hold in (("max_state_age_s", "state_hold_after_s"), ("max_camera_age_s", "camera_hold_after_s"),
+                           ("max_command_age_s", "max_command_late_s")):
             if getattr(self, hold) < getattr(self, late):
                 raise ConfigError(f"gate parameter {hold} ({getattr(self, hold)}) must be >= {late} ({getattr(self, late)})")
         if self.max_command_rate_hz < self.control_rate_hz:

@@ -100,6 +100,9 @@ class SafetyGate:
         self.deferred_counts: Counter[str] = Counter()
         """Commands not forwarded because state or a camera was a little late, per reason."""
         self.last_deferral = ""
+        self._last_deferral_reason = Reason.STALE_COMMAND
+        self._deferring_since_mono: float | None = None
+        """When the current run of deferred commands began (None: the last command was forwarded)."""
         self.transitions = 0
         self.reason_counts: Counter[str] = Counter()
         self.refused_measurements: Counter[str] = Counter()
@@ -218,6 +221,10 @@ class SafetyGate:
                 silent_s = mono_s - self._last_command_mono
                 if silent_s > self.config.command_timeout_s:
                     return self._fault(Reason.STALE_COMMAND, f"no command for {silent_s * 1e3:.0f} ms", mono_s)
+                since = self._deferring_since_mono
+                if since is not None and mono_s - since > self.config.deferral_hold_after_s:
+                    return self._fault(self._last_deferral_reason, f"nothing forwarded for {(mono_s - since) * 1e3:.0f} ms: "
+                                       f"{self.last_deferral}", mono_s)
                 return None
             if self.state in (GateState.HOLD, GateState.ESTOP) and self._hold is not None:
                 due = self._hold_due_mono
@@ -256,6 +263,7 @@ class SafetyGate:
         self._last_command_mono = mono_s  # the command watchdog starts now
         self._start_checked = False
         self._proposal_seen = False
+        self._deferring_since_mono = None
         self._prev_pose = {}
         self._prev_stamp_s = None
         self._recent_stamps.clear()
@@ -308,15 +316,18 @@ class SafetyGate:
             return self._reject(Reason.COMMAND_RATE, f"{in_window} commands stamped within {cfg.command_rate_window_s * 1e3:.0f} ms "
                                 f"(limit {cfg.max_commands_per_window}: {cfg.max_command_rate_hz:.0f} Hz)", mono_s)
         age = now_s - stamp
-        if not np.isfinite(age) or age > cfg.max_command_age_s or -age > cfg.max_command_future_s:
+        if not np.isfinite(age) or age > cfg.max_command_late_s or -age > cfg.max_command_future_s:
             return self._reject(Reason.STALE_COMMAND, f"command stamp is {age * 1e3:.0f} ms old "
-                                f"(limits {cfg.max_command_age_s * 1e3:.0f} ms old, {cfg.max_command_future_s * 1e3:.0f} ms ahead)", mono_s)
+                                f"(limits {cfg.max_command_late_s * 1e3:.0f} ms old, {cfg.max_command_future_s * 1e3:.0f} ms ahead)", mono_s)
         if self._prev_stamp_s is not None and stamp <= self._prev_stamp_s:
             return self._reject(Reason.STALE_COMMAND, f"command stamp {stamp:.6f} not after the last accepted {self._prev_stamp_s:.6f}", mono_s)
+        if age > cfg.max_command_age_s:
+            return self._defer(Reason.STALE_COMMAND, f"command arrived {age * 1e3:.0f} ms after its stamp "
+                                                     f"(limit {cfg.max_command_age_s * 1e3:.0f} ms)", mono_s)
         camera, transient = self._camera_problem(now_s, mono_s, self.config.max_camera_age_s)
         if camera:
             if transient:
-                return self._defer(Reason.STALE_CAMERA, camera)
+                return self._defer(Reason.STALE_CAMERA, camera, mono_s)
             return self._reject(Reason.STALE_CAMERA, camera, mono_s)
         obs = float(proposal.observation_stamp_s)
         if obs != 0.0:
@@ -336,7 +347,7 @@ class SafetyGate:
             verdict = check_arm(arm, cmd, self._meas.get(arm), self._prev_pose.get(arm), dt_s, now_s, silent_s, cfg, self._kin[arm])
             if not verdict.ok:
                 if verdict.transient:
-                    return self._defer(verdict.reason, verdict.detail)
+                    return self._defer(verdict.reason, verdict.detail, mono_s)
                 return self._reject(verdict.reason, verdict.detail, mono_s)
             if self.state == GateState.ARMING and not self._start_checked:
                 dist_m, dist_rad = start_pose_distance(cmd, self._meas[arm])
@@ -350,6 +361,7 @@ class SafetyGate:
         # Both arms passed: only now does either become the reference for the next step.
         self._prev_pose = poses
         self._prev_stamp_s = stamp
+        self._deferring_since_mono = None
         if clamps:
             self.clamped += 1
             for reason in sorted(clamps):
@@ -398,11 +410,15 @@ class SafetyGate:
                 return f"camera {cam}: {report.detail or 'frames late'}", True
         return "", False
 
-    def _defer(self, reason: Reason, detail: str) -> JointCommands | None:
-        """Not forwarded now, not a fault (see the module docstring: transient vs persistent)."""
+    def _defer(self, reason: Reason, detail: str, mono_s: float) -> JointCommands | None:
+        """Not forwarded now, not a fault (see the module docstring: transient vs persistent);
+        the watchdog latches HOLD if nothing can be forwarded for deferral_hold_after_s."""
         self.deferred += 1
         self.deferred_counts[reason.value] += 1
         self.last_deferral = detail
+        self._last_deferral_reason = reason
+        if self._deferring_since_mono is None:
+            self._deferring_since_mono = mono_s
         return None
 
     def _reject(self, reason: Reason, detail: str, mono_s: float) -> JointCommands | None:

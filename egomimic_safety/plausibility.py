@@ -92,9 +92,10 @@ class StateMonitor:
         if not (np.all(np.isfinite(q)) and math.isfinite(t)):
             return f"non-finite sample {q.tolist()} at {t}"
         cfg, lim = self.config, self.config.limits
-        beyond = np.maximum(lim.pos_min - q, q - lim.pos_max)
-        j = int(np.argmax(beyond))
-        if beyond[j] > cfg.limit_margin_rad:
+        outside = (q < lim.pos_min - cfg.limit_margin_rad) | (q > lim.pos_max + cfg.limit_margin_rad)
+        if outside.any():
+            beyond = np.maximum(lim.pos_min - q, q - lim.pos_max)
+            j = int(np.argmax(np.where(outside, beyond, -np.inf)))
             return (f"joint{j + 1} measured {q[j]:.3f} rad, {beyond[j]:.3f} rad outside its limits "
                     f"[{lim.pos_min[j]:.3f}, {lim.pos_max[j]:.3f}] (margin {cfg.limit_margin_rad} rad)")
         if self.last is None:

@@ -39,15 +39,18 @@ class LauncherClient:
 
     def graph_nodes_running(self, graph, wait_s: float) -> list[str]:
         """Nodes of `graph` (by name, in its namespace, companions like `safety_gate_estop`
-        included) that are already running: listens up to `wait_s` for discovery, returns as
-        soon as one is seen."""
+        included) that are already running: listens up to `wait_s` for discovery, and 0.5 s
+        more once one is seen, to name the others too."""
         ns = "/" + graph.namespace.strip("/") if graph.namespace.strip("/") else "/"
         names = {spec.name for spec in graph.nodes}
         deadline = time.monotonic() + wait_s
+        first_seen = None
         while True:
             found = sorted(f"{n_ns.rstrip('/')}/{n}" for n, n_ns in self.node.get_node_names_and_namespaces()
                            if n_ns == ns and (n in names or n.split("_estop")[0] in names))
-            if found or time.monotonic() >= deadline:
+            if found and first_seen is None:
+                first_seen = time.monotonic()  # listen a little longer to name them all
+            if time.monotonic() >= deadline or (first_seen is not None and time.monotonic() - first_seen >= 0.5):
                 return found
             time.sleep(0.05)
 

@@ -5,9 +5,10 @@ test process is the policy. Each fault runs EGOMIMIC_FAULT_TRIALS seeded trials 
 EGOMIMIC_FAULT_SEED changes the seed) with randomized timing and magnitude: reset, arm, stream
 valid commands for a random time, inject, then require
 - the expected state (and reason) stamped by the gate within 110 ms of the fault (a silent
-  driver or a stalled camera: within the documented persistence bounds, stale_state_bound and
-  stale_camera_bound, since a late stream is first held back and only latches when it stays
-  late),
+  driver, a stalled camera or a silent policy: within the documented persistence bounds,
+  stale_state_bound, stale_camera_bound and command_timeout_s + one watchdog period, since a
+  late stream is first held back, the drivers hold on their own at 100 ms, and the gate
+  latches only when it stays late),
 - ZERO joint commands outside the limits among all the drivers received (independent oracle),
 - no automatic resume: valid commands keep coming for 150 ms after the fault, the state stays
   and only the hold target reaches the drivers;
@@ -24,7 +25,6 @@ of the session and goes to out/faults/summary.json.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -110,6 +110,8 @@ def arm_and_stream(rig: Rig, rng) -> dict[Arm, np.ndarray]:
     anchor = {a: rig.measured_pose(a) for a in ARMS}
     rig.start_stream(anchor)
     armed = rig.wait_state({"ARMED"}, t_arm, 3.0)
+    if armed is None and rig.statuses[-1].reason in ("STALE_COMMAND", "STALE_STATE", "STALE_CAMERA"):
+        raise RigHiccup(f"arming failed before any fault (the machine stalled the rig or a stream): {rig.statuses[-1]}")
     assert armed, rig.statuses[-1]
     rig.armed_stamp_s = armed.stamp_s
     time.sleep(rng.uniform(0.05, 0.35))
@@ -154,16 +156,21 @@ def check_hold(rig: Rig, fault: str, arm: Arm, values_after: list, t_fault: floa
     """HOLD/ESTOP actively commands the measured joints: at least MIN_HOLDS hold commands
     within NO_RESUME_S of the gate's decision, each exactly a sample the arm's driver published
     (the gate holds the last plausible measurement it received), clamped inside the gate's joint
-    bounds, measured between max_state_age_s before the fault and the decision."""
+    bounds, measured between state_hold_after_s before the fault (state that late is still
+    only deferring) and the decision."""
     assert values_after, f"{fault}: {arm.value}: no hold command after {status.state} (the arms have no brakes)"
     hold = values_after[0]
     assert np.all(np.isfinite(hold)), f"{fault}: {arm.value}: non-finite hold {hold.tolist()}"
-    holds = [c for c in rig.commands_since(t_fault)
-             if c.arm == arm and c.recv_s <= status.stamp_s + NO_RESUME_S and np.array_equal(c.values, hold)]
-    assert len(holds) >= MIN_HOLDS, f"{fault}: {arm.value}: {len(holds)} hold commands within {NO_RESUME_S * 1e3:.0f} ms"
+    def holds():  # sent (header stamp) within NO_RESUME_S of the decision; this rig may receive them late
+        return [c for c in rig.commands_since(t_fault)
+                if c.arm == arm and c.stamp_s <= status.stamp_s + NO_RESUME_S and np.array_equal(c.values, hold)]
+    deadline = time.time() + 1.0
+    while len(holds()) < MIN_HOLDS and time.time() < deadline:
+        time.sleep(0.01)
+    assert len(holds()) >= MIN_HOLDS, f"{fault}: {arm.value}: {len(holds())} hold commands within {NO_RESUME_S * 1e3:.0f} ms"
     lo, hi = joint_bounds(rig.config)
-    since = t_fault - rig.config.max_state_age_s - DRIVER_PERIOD_S
-    samples = rig.joint_samples(arm, since, status.stamp_s)
+    since = t_fault - rig.config.state_hold_after_s - DRIVER_PERIOD_S  # late state is still the gate's newest
+    samples = rig.joint_samples(arm, since, status.stamp_s, wait_s=0.3)  # a frozen driver has none after the fault
     assert samples, f"{fault}: {arm.value}: no measured joints around the fault"
     measured = [np.append(np.clip(j.positions[:6], lo, hi), np.clip(j.positions[6], 0.0, 1.0)) for j in samples]
     assert any(np.array_equal(m, hold) for m in measured), (
@@ -253,7 +260,7 @@ def test_quaternion_sign_flip_passes(rig):
         flipped = {a: np.concatenate([p[:3], -p[3:]]) for a, p in anchor.items()}
         rig.set_stream_pose(flipped)
         t_flip = time.time()
-        time.sleep(0.3)
+        time.sleep(0.5)
         assert rig.state() == "ARMED", f"q -> -q was refused: {rig.statuses[-1]}"
         after = [c for c in rig.commands_since(t_flip + 0.05)]
         assert len(after) >= 12, "the flipped commands were not forwarded"
@@ -307,14 +314,15 @@ def test_joint_limit_target(rig):
         arm = random_arm(rng)
         q = {a: rig.measured_joints(a) for a in ARMS}
         goal = 1.97
-        while abs(q[arm][5] - goal) > 1e-6:
-            q[arm][5] += float(np.clip(goal - q[arm][5], -0.04, 0.04))
+        while abs(q[arm][5] - goal) > 1e-6:  # 0.75 rad/s: under the 1.8 rad/s limit even when a late
+            q[arm][5] += float(np.clip(goal - q[arm][5], -0.025, 0.025))  # command shrinks dt to 14 ms
             rig.set_stream_pose({a: rig.kin[a].forward(q[a]) for a in ARMS})
             time.sleep(PERIOD_S)
         deadline = time.time() + 3.0
         while abs(rig.measured_joints(arm)[5] - goal) > 0.005 and time.time() < deadline:
             time.sleep(0.02)
-        assert rig.state() == "ARMED", rig.statuses[-1]
+        if rig.state() != "ARMED":  # before any fault: the rig's stream stalled (load)
+            raise RigHiccup(f"joint_limit: the gate left ARMED during the approach: {rig.statuses[-1]}")
         over = q[arm].copy()
         over[5] = 2.0 + rng.uniform(0.005, 0.025)
         target = rig.kin[arm].forward(over)
@@ -331,7 +339,8 @@ def test_stale_command_policy_stopped(rig):
         arm_and_stream(rig, rng)
         time.sleep(rng.uniform(0.0, PERIOD_S))  # random phase within the period
         t_fault = rig.stop_stream()
-        conclude(rig, "stale_command", t_start, t_fault, {"HOLD"}, {"STALE_COMMAND"})
+        conclude(rig, "stale_command", t_start, t_fault, {"HOLD"}, {"STALE_COMMAND"},
+                 deadline_s=rig.config.command_timeout_s + WATCHDOG_PERIOD_S)
 
 
 def test_stale_state_driver_frozen(rig):
@@ -392,7 +401,9 @@ def test_stalled_camera(rig):
 
 def test_clock_jump(rig):
     for rng in trials("clock_jump"):
-        jump = float(rng.choice([-1.0, 1.0])) * rng.uniform(0.15, 5.0)
+        # Back by more than max_command_late_s (0.3 s): a command 0.1-0.3 s old is only late (held
+        # back, not a fault); ahead by more than max_command_future_s (0.05 s).
+        jump = float(rng.choice([-rng.uniform(0.35, 5.0), rng.uniform(0.15, 5.0)]))
 
         def mutate(msg):
             ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec + int(jump * 1e9)
@@ -464,14 +475,18 @@ def test_reset_then_arm_without_fresh_start_pose(rig):
         assert rig.call("reset")[0]
         rig.armed_stamp_s = None  # the HOLD above was this trial's own doing; the fault is the re-arm
         t_start = time.time()
-        assert rig.call("arm")[0]
+        deadline = time.time() + 5.0
+        while not (ok := rig.call("arm"))[0] and time.time() < deadline:  # fresh state needed to arm
+            time.sleep(0.1)
+        assert ok[0], ok[1]
         arm = random_arm(rng)
         far = {a: rig.measured_pose(a) for a in ARMS}
         far[arm][:3] += unit(rng) * rng.uniform(0.035, 0.07)  # the stale pre-fault plan, offset
         t_fault = time.time()
         rig.start_stream(far)
         conclude(rig, "rearm_far_start", t_start, t_fault, {"DISARMED"}, {"START_TOO_FAR"}, keep_streaming=False)
-        assert not rig.commands_since(t_start), "a command reached a driver although arming failed"
+        late = [c for c in rig.commands_since(t_start) if c.stamp_s >= t_start]  # not the old HOLD's re-sends in flight
+        assert not late, "a command reached a driver although arming failed"
 
 
 # -- trust and liveness (spoofed state, foreign commands, e-stop under load, a second launch) ------
@@ -503,12 +518,16 @@ def motion_bound(rig: Rig, arm: Arm, before_s: float, t0: float) -> float:
     return float(period) + 6 * 2e-5
 
 
-def assert_no_motion(rig: Rig, fault: str, t_fault: float, until_s: float) -> None:
+def assert_no_motion(rig: Rig, fault: str, t_fault: float, until_s: float, may_fall_silent: bool = False) -> None:
+    """`may_fall_silent`: the driver may exit right after the fault (the launcher died), so
+    there may be no sample after it; whatever was published must still not have moved."""
     for arm in ARMS:
         bound = motion_bound(rig, arm, t_fault - 0.5, t_fault)
         ref = rig.joint_samples(arm, t_fault - 0.05, t_fault)
         after = rig.joint_samples(arm, t_fault, until_s)
-        assert ref and after, f"{fault}: {arm.value}: no measured joints around the fault"
+        assert ref and (after or may_fall_silent), f"{fault}: {arm.value}: no measured joints around the fault"
+        if not after:
+            continue
         drift = max(float(np.max(np.abs(s.positions[:6] - ref[-1].positions[:6]))) for s in after)
         assert drift <= bound, f"{fault}: {arm.value}: the arm moved {drift:.5f} rad (one control period: {bound:.5f} rad)"
 
@@ -607,42 +626,36 @@ def test_direct_joint_command_from_another_publisher(rig):
 
 def test_estop_answers_within_50ms_under_a_2khz_flood(rig):
     """safety/estop is served on its own thread: it answers while the gate's main callbacks
-    take a 2 kHz command flood."""
+    take a 2 kHz command flood (from another process, so the flood runs at its rate)."""
+    import json
+    import subprocess
+    import sys
+
     for rng in trials("estop_flood_2khz"):
         t_start = time.time()
         anchor = arm_and_stream(rig, rng)
         rig.stop_stream()
-        msg = rig.make_command(anchor)
-        flooding = threading.Event()
-        flooding.set()
-        published = [0]
-
-        def flood():
-            next_t = time.perf_counter()
-            while flooding.is_set():
-                stamp = time.time()
-                ns = int(stamp * 1e9)
-                msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(ns, 1_000_000_000)
-                rig.pub.publish(msg)
-                published[0] += 1
-                next_t += 0.0005
-                time.sleep(max(0.0, next_t - time.perf_counter()))
-        thread = threading.Thread(target=flood, daemon=True)
-        t_fault = time.time()
-        thread.start()
+        poses = json.dumps({a.value: [float(v) for v in p] for a, p in anchor.items()})
+        flood = subprocess.Popen([sys.executable, str(Path(__file__).with_name("flood.py")), "2000", "2.5", poses],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
-            time.sleep(0.1)
+            assert flood.stdout.readline().strip() == "flooding", "the flood did not start"
+            t_fault = time.time()
+            time.sleep(0.2)
             estop = rig.estop_latencies(2 * ESTOP_CALLS)
+            out = flood.communicate(timeout=30)[0]
         finally:
-            flooding.clear()
-            thread.join(2.0)
-        rate = published[0] / (time.time() - t_fault)
+            if flood.poll() is None:
+                flood.kill()
+        words = out.split()
+        n, seconds = int(words[words.index("published") + 1]), float(words[words.index("in") + 1])
+        rate = n / seconds
         assert rig.wait_state({"ESTOP"}, t_fault, 2.0), f"no ESTOP: {rig.statuses[-1]}"
         cmds = rig.commands_since(t_start)
         bad = [c for c in cmds if c.violations]
         RESULTS.append(TrialResult("estop_flood_2khz", "ESTOP", "ESTOP", float("nan"), float("nan"), len(cmds), len(bad),
                                    [v for c in bad for v in c.violations][:3], note=f"flood at {rate:.0f} Hz").with_estop(estop))
-        assert rate >= 1500, f"the flood ran at {rate:.0f} Hz only"
+        assert rate >= 1900, f"the flood ran at {rate:.0f} Hz only"
         assert not bad
         assert_estop_fast("estop_flood_2khz", estop)
 
@@ -658,6 +671,9 @@ def test_second_launch_refuses_while_the_graph_runs(rig, tmp_path):
                            "--run-dir", str(tmp_path / "run"), "--quiet"], capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parents[2])
     assert proc.returncode == 6, proc.stdout + proc.stderr
-    for name in ("/eva/safety_gate", "/eva/driver_left", "/eva/driver_right"):
-        assert name in proc.stderr, proc.stderr
+    import re
+
+    named = re.search(r"ROS_DOMAIN_ID=\d+: (.*?)\. Stop", proc.stderr).group(1).split(", ")
+    graph = {"/eva/driver_left", "/eva/driver_right", "/eva/frames", "/eva/cameras", "/eva/safety_gate", "/eva/safety_gate_estop"}
+    assert len(named) >= 2 and set(named) <= graph, proc.stderr
     assert rig.launcher.poll() is None and rig.state() == state

@@ -229,11 +229,13 @@ def test_stale_command_and_state_detected_by_watchdog(kin):
     gate = armed_gate(kin)
     measure(gate, kin, 0.05)
     gate.propose(proposal(kin, 0.05), 0.05, 0.05)
-    gate.tick(0.12, 0.12)
-    assert gate.state == GateState.ARMED  # 70 ms of silence
-    measure(gate, kin, 0.16)
-    gate.tick(0.15, 0.15)  # no command for 100 ms
+    for t in np.arange(0.06, 0.45, 0.01):  # state keeps coming, commands do not
+        measure(gate, kin, t, mono=t)
+        gate.tick(t, t)
+        if gate.state != GateState.ARMED:
+            break
     assert gate.state == GateState.HOLD and gate.reason.value == "STALE_COMMAND"
+    assert t == pytest.approx(0.05 + gate.config.command_timeout_s + 0.01)  # the first tick past the timeout
     gate = armed_gate(kin)
     for t in np.arange(0.09, 0.30, 1 / 30):  # the policy goes on; the state is late: nothing forwarded
         assert gate.propose(proposal(kin, t), t, t) is None
@@ -261,8 +263,8 @@ def test_silence_is_measured_on_the_monotonic_clock(kin):
     is STATE_IMPLAUSIBLE first: next test.)"""
     gate = armed_gate(kin)
     gate.propose(proposal(kin, 0.05), 0.05, 0.05)
-    measure(gate, kin, 0.05 + 1e-6, mono=0.14)  # the driver stamps with the same frozen clock
-    gate.tick(0.05 + 1e-6, 0.15)  # monotonic: 100 ms since the last command
+    measure(gate, kin, 0.05 + 1e-6, mono=0.35)  # the driver stamps with the same frozen clock
+    gate.tick(0.05 + 1e-6, 0.36)  # monotonic: 310 ms since the last command
     assert gate.state == GateState.HOLD and gate.reason.value == "STALE_COMMAND"
 
 
@@ -525,3 +527,21 @@ def test_hold_target_is_clamped_inside_the_joint_bounds(kin):
     out = gate.tick(2.0, 2.0)
     lo, hi = joint_bounds(gate.config)
     assert out[Arm.LEFT][5] == pytest.approx(hi[5]) and np.all(out[Arm.LEFT][:6] <= hi)
+
+
+def test_a_late_command_is_held_back_and_persistent_lateness_latches(kin):
+    """A command delivered 150 ms after its stamp (a loaded machine) is not forwarded, and is no
+    fault; when every command stays that late for deferral_hold_after_s the gate holds."""
+    gate = armed_gate(kin)
+    t = 0.05
+    assert gate.propose(proposal(kin, t), t, t) is not None
+    for k in range(1, 12):  # 11 commands at 30 Hz, each arriving 150 ms after its stamp
+        stamp = 0.05 + k / 30
+        t = stamp + 0.15
+        measure(gate, kin, t, mono=t)
+        assert gate.propose(proposal(kin, stamp), t, t) is None
+        gate.tick(t, t)
+        if gate.state != GateState.ARMED:
+            break
+    assert gate.state == GateState.HOLD and gate.reason.value == "STALE_COMMAND" and "nothing forwarded" in gate.detail
+    assert gate.rejected == 0 and gate.deferred_counts["STALE_COMMAND"] >= 9

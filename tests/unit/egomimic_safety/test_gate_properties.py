@@ -90,7 +90,7 @@ delta = weighted((2, small), (1, medium), (1, st.floats(-1.0, 1.0)), (1, special
 def start(draw):
     """Where the arms are when the sequence starts: the work pose, a wrist joint within
     +-0.05 rad of a limit (either side, so inside and past the gate's margin), or stretched."""
-    kind = draw(st.sampled_from(["work"] * 4 + ["near_limit"] * 2 + ["stretched"]))
+    kind = draw(st.sampled_from(["work"] * 4 + ["near_limit"] * 2 + ["stretched"] * 2))
     if kind == "work":
         return ("work",)
     if kind == "stretched":

@@ -50,6 +50,8 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
     LaunchArgument("auto_arm", "", "call safety/arm once the graph is up ('' = true with sim, false with arx5)",
                    ("", "true", "false")),
     LaunchArgument("params_file", "", "a YAML file overriding node parameters (applied last)"),
+    LaunchArgument("realtime", "true", "run the gate (SCHED_FIFO) and the drivers (niceness -5) at a higher "
+                   "scheduling priority than the rest, where permitted; logged either way", ("true", "false")),
 )
 
 
@@ -73,6 +75,9 @@ class NodeSpec:
     starts, so the policy's first command is the one checked against the start pose)."""
     required: bool = True
     """A required node that exits takes the whole system to a safe stop."""
+    priority: str = ""
+    """With the `realtime` launch argument: "fifo" (the gate: SCHED_FIFO where permitted) or
+    "nice" (the drivers: a lower niceness); "" runs at normal priority. See egomimic_nodes.spin."""
     description: str = ""
 
 
@@ -127,6 +132,7 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
         nodes.append(NodeSpec(
             f"driver_{arm}", f"{NODE_PACKAGE}.driver_node", ns,
             {"arm": arm, "backend": args["backend"]}, files, lifecycle=True,
+            priority="nice" if args["realtime"] == "true" else "",
             description=f"ARX5 driver, {arm} arm ({args['backend']} backend)",
         ))
     nodes.append(NodeSpec("frames", f"{NODE_PACKAGE}.frames_node", ns, {}, files,
@@ -154,6 +160,7 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
     # camera health) can succeed at once; before the policy, so ARMING sees its first command.
     nodes.append(NodeSpec("safety_gate", f"{NODE_PACKAGE}.gate_node", ns, {"required_cameras": list(cameras)},
                           files, arm_after=True,
+                          priority="fifo" if args["realtime"] == "true" else "",
                           description="safety gate (only publisher of joint commands)"))
     if args["policy"] != "none":
         nodes.append(NodeSpec("policy", f"{NODE_PACKAGE}.policy_node", ns,

@@ -8,15 +8,15 @@ forwarding anything, so bimanual atomicity does not need a shared process.
 Who may command the arm (defence in depth behind the gate; `require_gate`, default true):
 a joint command is applied only when it was published by the gate's node (`gate_node`, in
 this node's namespace; checked per message by publisher id, see sources.py) and the gate's
-latched `safety/status`, also from that node, says ARMED, HOLD or ESTOP (HOLD and ESTOP send
-hold targets). Anything else is refused with a counted reason and the arm holds where it is.
+latched `safety/status`, also from that node, is not DISARMED (see COMMANDING_STATES). Anything else is refused with a counted reason and the arm holds where it is.
 ArmDriver then checks the values (joint range, step from the measured position). Without DDS
 security a process can still take the gate's node name: README "Safety" says what that means.
 
 Lifecycle (physical meaning): unconfigured/inactive: the controller may exist, nothing is
 published and no command is applied; active: state published at `rate_hz`, commands applied,
 the command watchdog running. Topics (relative to the robot namespace):
-  pub  <arm>/joint_states (sensor_msgs/JointState), <arm>/ee_pose (PoseStamped, <arm>_base)
+  pub  <arm>/joint_states (sensor_msgs/JointState, rate_hz: 100 Hz), <arm>/ee_pose (PoseStamped,
+       <arm>_base, every round(rate_hz / pose_rate_hz)-th tick: 50 Hz)
   sub  <arm>/joint_command (sensor_msgs/JointState, 6 joints + gripper normalized)
   srv  <arm>/home (std_srvs/Trigger): drive to the all-zero home pose (operator action)
   pub  /diagnostics
@@ -27,7 +27,6 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import rclpy
 from rclpy.duration import Duration
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
@@ -49,8 +48,11 @@ from egomimic_nodes.params import declare_config
 from egomimic_nodes.sources import SourceCheck, node_fqn
 from egomimic_nodes.spin import run_node
 
-COMMANDING_STATES = (GateStatus.ARMED, GateStatus.HOLD, GateStatus.ESTOP)
-"""Gate states in which its joint commands are applied (HOLD/ESTOP send the hold target)."""
+COMMANDING_STATES = (GateStatus.ARMING, GateStatus.ARMED, GateStatus.HOLD, GateStatus.ESTOP)
+"""Gate states in which its joint commands are applied: ARMED forwards, HOLD/ESTOP send the hold
+target. ARMING is accepted because status and commands are separate topics with no order
+between them: the first forwarded command can overtake the ARMED status. The gate never
+commands while DISARMED, so a command then is from something else or from the past."""
 
 
 class DriverNode(LifecycleNode):
@@ -59,6 +61,7 @@ class DriverNode(LifecycleNode):
         self.declare_parameter("arm", "left")
         self.declare_parameter("backend", "sim")
         self.declare_parameter("rate_hz", 100.0)
+        self.declare_parameter("pose_rate_hz", 50.0)  # ee_pose: what its consumers (30 Hz) need, not every tick
         self.declare_parameter("can_interface", "")
         self.declare_parameter("gripper_open_m", -1.0)
         self.declare_parameter("gripper_close_m", -1.0)
@@ -100,6 +103,9 @@ class DriverNode(LifecycleNode):
             self.get_logger().error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
         self._rate_hz = rate_hz
+        pose_rate_hz = float(self.get_parameter("pose_rate_hz").value)
+        self._pose_every = max(1, round(rate_hz / pose_rate_hz)) if pose_rate_hz > 0 else 1
+        self._ticks = 0
         self._names = self.arm.joint_names
         self._pub_joints = self.create_lifecycle_publisher(JointState, f"{self.arm.value}/joint_states", qos.SENSOR)
         self._pub_pose = self.create_lifecycle_publisher(PoseStamped, f"{self.arm.value}/ee_pose", qos.SENSOR)
@@ -118,7 +124,7 @@ class DriverNode(LifecycleNode):
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics)
         self._last_state = None
         self.get_logger().info(f"configured: arm={self.arm.value} backend={backend} rate={rate_hz} Hz; commands accepted "
-                               + (f"only from {gate_fqn} while it is ARMED/HOLD/ESTOP" if self._require_gate
+                               + (f"only from {gate_fqn} while it is not DISARMED" if self._require_gate
                                   else "from ANY publisher (require_gate:=false: tests and bench rigs only)"))
         return TransitionCallbackReturn.SUCCESS
 
@@ -166,7 +172,7 @@ class DriverNode(LifecycleNode):
                 return
             if self._gate_state not in COMMANDING_STATES:
                 state = "no status received" if self._gate_state is None else f"state {self._gate_state}"
-                self._refuse("gate_not_armed", f"gate is not ARMED/HOLD/ESTOP ({state})", now_s)
+                self._refuse("gate_not_armed", f"the gate is not commanding ({state})", now_s)
                 return
         positions = np.asarray(msg.position, dtype=float)
         if msg.name and list(msg.name) != self._names:
@@ -203,7 +209,9 @@ class DriverNode(LifecycleNode):
         js.position = [float(x) for x in state.reading.joints_rad] + [state.gripper_norm]
         js.velocity = [float(x) for x in state.reading.joint_velocities_rad_s] + [0.0]
         self._pub_joints.publish(js)
-        self._pub_pose.publish(pose_stamped(state.ee_pose_hw, self.arm.hw_frame, stamp))
+        self._ticks += 1
+        if self._ticks % self._pose_every == 0:
+            self._pub_pose.publish(pose_stamped(state.ee_pose_hw, self.arm.hw_frame, stamp))
 
     def _measurement_stamp(self, now_s: float, measured_at_s: float):
         """The ROS time of the measurement. A second read of the same measurement gets the same

@@ -1,0 +1,77 @@
+"""The launcher SIGKILLed while the graph is armed and commanding: the gate latches ESTOP and
+sends its hold, the drivers hold, every node is gone within 3 s, nothing moves. Each trial gets
+its own graph (its own module, so no other graph shares the namespace and domain)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from egomimic_hw.description import ARMS, CAMERAS
+from egomimic_safety.checks import joint_bounds
+
+from .conftest import RESULTS, TrialResult
+from .rig import Rig
+from .test_gate_faults import ESTOP_CALLS, arm_and_stream, assert_estop_fast, assert_no_motion, trials
+from .test_launcher_faults import wait_cameras
+
+pytestmark = pytest.mark.integration
+
+
+def _start_armed_graph(tmp, rng) -> Rig:
+    r = Rig(tmp, CAMERAS)
+    assert r.wait_ready(90), (tmp / "launch.log").read_text()[-3000:]
+    wait_cameras(r, tmp / "launch.log")
+    arm_and_stream(r, rng)
+    return r
+
+
+def test_launcher_sigkill_stops_the_whole_graph_safely(tmp_path):
+    """SIGKILL the launcher while armed and commanding: no orphan is left after 3 s, the gate
+    announced ESTOP and held, nothing outside the limits reached a driver, and the arms did not
+    move beyond one control period of their measured trajectory."""
+    for i, rng in enumerate(trials("launcher_sigkill")):
+        tmp = tmp_path / f"trial{i}"
+        tmp.mkdir()
+        rig = _start_armed_graph(tmp, rng)
+        try:
+            t_start = rig.armed_stamp_s
+            estop_before = rig.estop_latencies(ESTOP_CALLS)  # e-stop latency while armed (state ESTOP after)
+            rig.call("reset")
+            arm_and_stream(rig, rng)
+            nodes = [p for p in psutil.Process(rig.launcher.pid).children(recursive=True)]
+            assert len(nodes) >= 5, [p.cmdline() for p in nodes]
+            t_fault = time.time()
+            os.kill(rig.launcher.pid, signal.SIGKILL)
+            rig.launcher.wait()
+            gone, alive = psutil.wait_procs(nodes, timeout=3.0)
+            t_gone = time.time()
+            names = [" ".join(p.cmdline()[-4:]) for p in alive if p.is_running()]
+            for p in alive:
+                p.kill()
+            assert not alive, f"launcher_sigkill: nodes alive 3 s after the launcher died: {names}"
+            rig.stop_stream()
+            estop = rig.wait_state({"ESTOP"}, t_fault - 0.001, 1.0)
+            assert estop is not None, f"launcher_sigkill: the gate did not announce ESTOP: {rig.statuses[-1]}"
+            lo, hi = joint_bounds(rig.config)
+            for arm in ARMS:  # a hold is exactly a measured sample (clamped); a forwarded command is an IK solution
+                measured = [np.append(np.clip(j.positions[:6], lo, hi), np.clip(j.positions[6], 0.0, 1.0))
+                            for j in rig.joint_samples(arm, t_fault - 0.2, t_gone)]
+                holds = [c for c in rig.commands_since(t_fault) if c.arm == arm
+                         and any(np.array_equal(c.values, m) for m in measured)]
+                assert holds, f"launcher_sigkill: {arm.value}: no hold command after the launcher died"
+            assert_no_motion(rig, "launcher_sigkill", t_fault, t_gone, may_fall_silent=True)
+            cmds = rig.commands_since(t_start)
+            bad = [c for c in cmds if c.violations]
+            RESULTS.append(TrialResult("launcher_sigkill", "ESTOP", estop.reason, estop.stamp_s - t_fault,
+                                       estop.recv_s - t_fault, len(cmds), len(bad), [v for c in bad for v in c.violations][:3],
+                                       note=f"all {len(nodes)} nodes gone {t_gone - t_fault:.2f} s after the kill").with_estop(estop_before))
+            assert not bad, f"launcher_sigkill: commands outside limits: {RESULTS[-1].examples}"
+            assert_estop_fast("launcher_sigkill", estop_before)
+        finally:
+            rig.close()
