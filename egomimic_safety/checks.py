@@ -101,6 +101,18 @@ def check_structure(arm: Arm, cmd: ArmCommand, config: GateConfig) -> np.ndarray
     return pose
 
 
+def structure_problem(arm: Arm, cmd: ArmCommand, config: GateConfig) -> tuple[Reason, str] | None:
+    """check_structure as a value: (reason, detail) of a malformed command, or None. The gate
+    runs it before deciding that a command is merely late, so a late command is never a way
+    around the content checks."""
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            check_structure(arm, cmd, config)
+    except _Refusal as refusal:
+        return refusal.reason, f"{arm.value}: {refusal.detail}"
+    return None
+
+
 def check_state_fresh(meas: ArmMeasurement | None, now_s: float, silent_s: float, config: GateConfig) -> ArmMeasurement:
     """The measured state must be recent by its stamp (ROS clock, not from the future beyond
     max_command_future_s: a driver clock jump) AND by its receipt (`silent_s`: monotonic time

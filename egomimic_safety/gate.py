@@ -44,7 +44,8 @@ import numpy as np
 
 from egomimic_hw.description import ARMS, JOINTS_PER_ARM, Arm
 from egomimic_hw.kinematics import ArmKinematics
-from egomimic_safety.checks import ArmCommand, ArmMeasurement, check_arm, joint_bounds, start_pose_distance
+from egomimic_safety.checks import (ArmCommand, ArmMeasurement, check_arm, joint_bounds, start_pose_distance,
+                                    structure_problem)
 from egomimic_safety.config import GateConfig
 from egomimic_safety.plausibility import StateMonitor
 from egomimic_safety.reasons import Reason
@@ -321,6 +322,13 @@ class SafetyGate:
                                 f"(limits {cfg.max_command_late_s * 1e3:.0f} ms old, {cfg.max_command_future_s * 1e3:.0f} ms ahead)", mono_s)
         if self._prev_stamp_s is not None and stamp <= self._prev_stamp_s:
             return self._reject(Reason.STALE_COMMAND, f"command stamp {stamp:.6f} not after the last accepted {self._prev_stamp_s:.6f}", mono_s)
+        for arm in ARMS:  # content first: being late never hides a malformed command
+            cmd = proposal.arms.get(arm)
+            if cmd is None:
+                return self._reject(Reason.SHAPE, f"{arm.value}: missing from the bimanual command", mono_s)
+            problem = structure_problem(arm, cmd, cfg)
+            if problem:
+                return self._reject(problem[0], problem[1], mono_s)
         if age > cfg.max_command_age_s:
             return self._defer(Reason.STALE_COMMAND, f"command arrived {age * 1e3:.0f} ms after its stamp "
                                                      f"(limit {cfg.max_command_age_s * 1e3:.0f} ms)", mono_s)

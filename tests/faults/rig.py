@@ -261,20 +261,18 @@ class Rig:
         r = future.result()
         return bool(r.success), r.message
 
-    def estop_latencies(self, n: int, pause_s: float = 0.01) -> list[float]:
-        """Round-trip times (s) of `n` safety/estop calls, each answered (else inf)."""
-        client = self.srv["estop"]
-        assert client.wait_for_service(timeout_sec=3.0), "safety/estop is not served"
-        out = []
-        for _ in range(n):
-            done = threading.Event()
-            t0 = time.perf_counter()
-            future = client.call_async(self._Trigger.Request())
-            future.add_done_callback(lambda _f: done.set())
-            ok = done.wait(2.0) and future.result().success
-            out.append(time.perf_counter() - t0 if ok else float("inf"))
-            time.sleep(pause_s)
-        return out
+    def estop_latencies(self, n: int, pause_s: float = 0.02) -> list[float]:
+        """Round trips (s) of `n` safety/estop calls from a probe process of their own
+        (tests/faults/estop_probe.py: what an operator's button sees, without this busy rig's
+        own queueing); an unanswered call counts as 2 s."""
+        import json
+
+        probe = Path(__file__).with_name("estop_probe.py")
+        out = subprocess.run([sys.executable, str(probe), str(n), str(pause_s)], capture_output=True, text=True,
+                             timeout=60 + 3 * n, env=dict(os.environ))
+        data = json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {"error": out.stderr[-2000:]}
+        assert "latencies_ms" in data, f"e-stop probe failed: {data}"
+        return [x / 1e3 for x in data["latencies_ms"]]
 
     def set_camera_fault(self, value: str) -> bool:
         from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
@@ -374,11 +372,14 @@ class Rig:
         return box.get("t", float("nan"))
 
     def _stream_loop(self) -> None:
+        """30 Hz, each command stamped with its tick (as the policy's executor stamps them): a
+        rig that stalls and catches up sends late commands, never two stamped 1 ms apart."""
         next_t = time.monotonic()
+        offset = time.time() - time.monotonic()
         while self._streaming.is_set():
             with self.lock:
                 poses, mutate, self._mutate = self._stream_pose, self._mutate, None
-            msg = self.make_command(poses)
+            msg = self.make_command(poses, stamp_s=next_t + offset)
             if mutate is not None:
                 msg = mutate(msg)
             self.pub.publish(msg)

@@ -121,11 +121,11 @@ def test_targets_at_the_joint_limits_are_reached_and_never_exceeded(node_process
     d = DriverProbe(node_process, ros_node)
     hi, lo = np.asarray(X5_LIMITS.pos_max), np.asarray(X5_LIMITS.pos_min)
     t0 = d.now_s()
-    for frac in (1 / 3, 2 / 3, 1.0):
+    for frac, seconds in ((1 / 3, 1.0), (2 / 3, 1.0), (1.0, 2.0)):
         target = START.copy()
         target[0] = START[0] + frac * (hi[0] - START[0])
         target[3] = START[3] + frac * (lo[3] - START[3])
-        d.stream(target, 1.0)
+        d.stream(target, seconds)
     q = np.array([s[1] for s in d.since(t0)])
     assert np.all(q <= hi + 5 * NOISE_RAD) and np.all(q >= lo - 5 * NOISE_RAD)
     final = q[-20:].mean(axis=0)

@@ -545,3 +545,12 @@ def test_a_late_command_is_held_back_and_persistent_lateness_latches(kin):
             break
     assert gate.state == GateState.HOLD and gate.reason.value == "STALE_COMMAND" and "nothing forwarded" in gate.detail
     assert gate.rejected == 0 and gate.deferred_counts["STALE_COMMAND"] >= 9
+
+
+def test_a_late_command_is_still_checked_for_content(kin):
+    """Lateness defers a command, but a late NaN is still a NaN: refused, HOLD."""
+    gate = armed_gate(kin)
+    p = proposal(kin, 0.05)
+    p.arms[Arm.LEFT].pose[0] = np.nan
+    out = gate.propose(p, 0.2, 0.2)  # 150 ms late
+    assert gate.state == GateState.HOLD and gate.reason.value == "NONFINITE" and out is not None
