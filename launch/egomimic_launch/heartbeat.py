@@ -3,8 +3,9 @@
 A process can be alive and useless: stopped by a debugger or SIGSTOP, blocked in a system call,
 spinning in a loop. The launcher listens to the streams that prove the safety-relevant nodes
 work (the gate's `safety/status`, published on every change and at 2 Hz, and each driver's
-`joint_states` at 100 Hz) without deserializing them, and reports the first one silent for
-longer than the timeout. The gate itself holds within 100 ms of a silent driver; this is what
+`joint_states` at 100 Hz) and reports the first one silent for longer than the timeout. The
+samples are taken raw in a batch on each check (egomimic_nodes/taken.py), never deserialized
+and never one executor callback each: a beat is the DDS reception time of the newest sample. The gate itself holds within 100 ms of a silent driver; this is what
 makes the launcher stop the graph when the gate is the one that went silent.
 """
 
@@ -22,25 +23,33 @@ class Heartbeats:
     def __init__(self, node, graph):
         """Subscribes at once (so the late-joiner status arrives); judged only after start()."""
         from egomimic_nodes import qos
+        from egomimic_nodes.taken import TakenSubscriptions
 
         ns = "/" + graph.namespace.strip("/") if graph.namespace.strip("/") else ""
         self._lock = threading.Lock()
         self._last: dict[str, float] = {}
         self._topics: dict[str, str] = {}
+        self._subs = {}
         self._started = False
+        self._taken = TakenSubscriptions(node.context, f"{node.get_name()}_heartbeat")
         names = {spec.name for spec in graph.nodes}
         sources = [("safety_gate", GateStatus, f"{ns}/safety/status", qos.LATCHED)]
         sources += [(f"driver_{arm}", JointState, f"{ns}/{arm}/joint_states", qos.SENSOR) for arm in ("left", "right")]
         for name, msg_type, topic, profile in sources:
             if name in names:
                 self._topics[name] = topic
-                node.create_subscription(msg_type, topic, self._beat(name), profile, raw=True)
+                self._subs[name] = self._taken.subscribe(msg_type, topic, profile, raw=True)
 
-    def _beat(self, name: str):
-        def cb(_raw) -> None:
-            with self._lock:
-                self._last[name] = time.monotonic()
-        return cb
+    def _take(self) -> None:
+        """A beat per source with a new sample: when DDS received the newest one (system clock,
+        turned into this process's monotonic clock)."""
+        offset = time.monotonic() - time.time()
+        for name, sub in self._subs.items():
+            taken = self._taken.take(sub, limit=1000)
+            if taken:
+                received = taken[-1][1].get("received_timestamp") or time.time_ns()
+                with self._lock:
+                    self._last[name] = max(self._last.get(name, 0.0), min(received * 1e-9 + offset, time.monotonic()))
 
     def start(self) -> None:
         """From now on silence counts; every source starts with a fresh beat."""
@@ -54,6 +63,7 @@ class Heartbeats:
         """(node, what) for the first source silent longer than `timeout_s`, else None."""
         if not self._started:
             return None
+        self._take()
         now = time.monotonic()
         with self._lock:
             for name, topic in self._topics.items():

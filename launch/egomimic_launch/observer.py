@@ -14,6 +14,7 @@ import time
 
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
+from rclpy.qos import QoSProfile
 from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import CameraInfo, Image, JointState
 
@@ -21,6 +22,9 @@ from egomimic_hw.description import ARMS, CAMERAS
 from egomimic_msgs.msg import BimanualCommand, GateStatus
 
 _STAMP = struct.Struct("<iI")
+OBSERVER_DEPTH = 200
+"""Reader history of the small streams: 2 s of a 100 Hz stream."""
+OBSERVER_IMAGE_DEPTH = 10
 
 
 def header_stamp_s(raw: bytes) -> float:
@@ -60,29 +64,41 @@ class GraphObserver:
         self.cmd_path = {arm.value: ([], []) for arm in ARMS}
         self.meas_path = {arm.value: ([], []) for arm in ARMS}
         ns = "/" + namespace.strip("/")
-        # The few small messages whose content matters are deserialized from the same raw
-        # bytes: one subscription per topic keeps the observer light on 2 cores.
+        # The streams are taken raw in a batch on each poll() (egomimic_nodes/taken.py), never one
+        # executor callback per sample; arrival = the DDS reception time in the message info, so
+        # a poll that comes late changes no rate and no latency. The few small messages whose
+        # content matters are deserialized from the same raw bytes.
+        from egomimic_nodes.taken import TakenSubscriptions
+
+        self._taken = TakenSubscriptions(node.context, f"{node.get_name()}_observer")
+        self._streams = []
         content = {f"{ns}/policy/action": (BimanualCommand, self._on_action)}
         for arm in ARMS:
             content[f"{ns}/{arm.value}/ee_pose_dataset"] = (PoseStamped, self._meas_cb(arm.value))
         for topic, msg_type, hz in watched_streams(namespace):
             self.arrivals[topic], self.latencies[topic], self.nominal[topic] = [], [], hz
             profile = qos.COMMAND if msg_type is BimanualCommand or "joint_command" in topic else qos.SENSOR
-            node.create_subscription(msg_type, topic, self._raw_cb(topic, content.get(topic)), profile, raw=True)
+            # A history deep enough for the time between two polls, with margin for a stalled
+            # launcher: 2 s of the small streams, 10 frames (330 ms) of the images.
+            depth = OBSERVER_IMAGE_DEPTH if msg_type is Image else OBSERVER_DEPTH
+            profile = QoSProfile(history=profile.history, depth=depth, reliability=profile.reliability,
+                                 durability=profile.durability)
+            self._streams.append((topic, self._taken.subscribe(msg_type, topic, profile, raw=True), content.get(topic)))
         node.create_subscription(GateStatus, f"{ns}/safety/status", self._on_status, qos.LATCHED)
         node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 50)
 
-    def _raw_cb(self, topic: str, content):
-        arrivals, latencies = self.arrivals[topic], self.latencies[topic]
-
-        def cb(raw: bytes) -> None:
-            now = time.time()
-            arrivals.append(now)
-            latencies.append(now - header_stamp_s(raw))
-            if content is not None:
-                msg_type, handler = content
-                handler(deserialize_message(raw, msg_type))
-        return cb
+    def poll(self) -> None:
+        """Account every sample received since the last poll."""
+        with self.lock:
+            for topic, sub, content in self._streams:
+                arrivals, latencies = self.arrivals[topic], self.latencies[topic]
+                for raw, info in self._taken.take(sub, limit=10_000):
+                    received = (info.get("received_timestamp") or time.time_ns()) * 1e-9
+                    arrivals.append(received)
+                    latencies.append(received - header_stamp_s(raw))
+                    if content is not None:
+                        msg_type, handler = content
+                        handler(deserialize_message(raw, msg_type))
 
     def _on_status(self, msg: GateStatus) -> None:
         with self.lock:

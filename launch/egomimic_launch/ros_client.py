@@ -39,7 +39,7 @@ class LauncherClient:
 
     def graph_nodes_running(self, graph, wait_s: float) -> list[str]:
         """Nodes of `graph` (by name, in its namespace, companions like `safety_gate_estop`
-        included) that are already running: listens up to `wait_s` for discovery, and 0.5 s
+        and `safety_gate_state` included) that are already running: listens up to `wait_s` for discovery, and 0.5 s
         more once one is seen, to name the others too."""
         ns = "/" + graph.namespace.strip("/") if graph.namespace.strip("/") else "/"
         names = {spec.name for spec in graph.nodes}
@@ -47,7 +47,7 @@ class LauncherClient:
         first_seen = None
         while True:
             found = sorted(f"{n_ns.rstrip('/')}/{n}" for n, n_ns in self.node.get_node_names_and_namespaces()
-                           if n_ns == ns and (n in names or n.split("_estop")[0] in names))
+                           if n_ns == ns and (n in names or n.rsplit("_", 1)[0] in names))
             if found and first_seen is None:
                 first_seen = time.monotonic()  # listen a little longer to name them all
             if time.monotonic() >= deadline or (first_seen is not None and time.monotonic() - first_seen >= 0.5):

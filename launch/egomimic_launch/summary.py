@@ -38,9 +38,12 @@ class RunMonitor:
         self.t_begin = t_up + SETTLE_S
 
     def end(self, t: float) -> None:
+        self.obs.poll()
         self.t_end = t
 
     def progress(self) -> None:
+        """Called about every 0.1 s: account the samples, print a line every 2 s."""
+        self.obs.poll()
         now = time.monotonic()
         if now < self._next_progress:
             return
@@ -55,6 +58,7 @@ class RunMonitor:
 
     def report(self, launcher, run_dir: Path, json_path: Path | None) -> bool:
         o = self.obs
+        o.poll()
         window = (self.t_begin or 0.0, self.t_end or time.time())
         streams = [stream_stats(t, o.nominal[t], o.arrivals[t], o.latencies[t], window) for t in o.arrivals]
         tracks = [tracking_stats(a, *o.cmd_path[a], *o.meas_path[a]) for a in ("left", "right")]

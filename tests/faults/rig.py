@@ -63,6 +63,10 @@ class CommandRecord:
     violations: list[str] = field(default_factory=list)
     stamp_s: float = float("nan")
     """Header stamp: the proposal's stamp for a forwarded command, the send time for a hold."""
+    without_rate: list[str] | None = None
+    """The violations without the rate check, kept while the command was not recognised as a
+    hold on arrival: the measured sample a hold copies travels on another topic and may arrive
+    after the hold (commands_since() looks again)."""
 
 
 @dataclass(frozen=True)
@@ -242,10 +246,13 @@ class Rig:
                 violations = audit_command(arm, values, measured, self.config, self.kin[arm])
             else:  # rate limits: speed x the difference of the two commands' stamps
                 violations = audit_command(arm, values, measured, self.config, self.kin[arm], prev[1], stamp - prev[0])
+            without_rate = None
+            if violations and not is_hold and prev is not None and measured is not None:
+                without_rate = audit_command(arm, values, measured, self.config, self.kin[arm])
             with self.lock:
                 if not is_hold:
                     self._prev_cmd[arm] = (stamp, values)
-                self.commands.append(CommandRecord(now, arm, values, violations, stamp))
+                self.commands.append(CommandRecord(now, arm, values, violations, stamp, without_rate))
         return cb
 
     # -- services ------------------------------------------------------------------------------
@@ -317,7 +324,12 @@ class Rig:
 
     def commands_since(self, t: float) -> list[CommandRecord]:
         with self.lock:
-            return [c for c in self.commands if c.recv_s >= t]
+            out = [c for c in self.commands if c.recv_s >= t]
+            for c in out:  # a hold recognised late: its measured sample arrived after it
+                if c.without_rate is not None and any(np.array_equal(c.values[:6], j.positions[:6])
+                                                      for j in self.joint_history[c.arm]):
+                    c.violations, c.without_rate = c.without_rate, None
+            return out
 
     def measured_pose(self, arm: Arm) -> np.ndarray:
         with self.lock:

@@ -372,10 +372,12 @@ def _camera_trial(rig: Rig, rng, fault: str, how: str) -> None:
         assert rig.set_camera_fault(f"{how}:{cam}")
     try:
         t_fault = t_inject
-        if how == "freeze":  # the fault is observable once the camera node reports it
+        if how == "freeze":  # the fault is observable once the camera node reports FROZEN (0.3 s of
+            # unchanged content); a STALLED report before it is a late frame, which the gate rightly
+            # treats as transient
             deadline = time.time() + 2.0
             while time.time() < deadline:
-                bad = [s for (_, s, st) in list(rig.health[cam]) if st != CameraHealth.OK and s >= t_inject]
+                bad = [s for (_, s, st) in list(rig.health[cam]) if st == CameraHealth.FROZEN and s >= t_inject]
                 if bad:
                     t_fault = bad[0]
                     break
@@ -416,7 +418,9 @@ def test_command_flood_1khz(rig):
     for rng in trials("flood_1khz"):
         t_start = time.time()
         anchor = arm_and_stream(rig, rng)
-        t_fault = time.time()
+        # The flood replaces the stream (one producer gone wild): two producers interleaving
+        # their stamps would be caught as STALE_COMMAND instead, a different fault.
+        t_fault = rig.stop_stream()
         end = t_fault + rng.uniform(0.2, 0.4)
         while time.time() < end:
             rig.pub.publish(rig.make_command(anchor))

@@ -72,7 +72,9 @@ def _feed_state(node) -> None:
         msg = JointState()
         msg.name = arm.joint_names
         msg.position = [float(v) for v in Q] + [0.5]
-        _callback(node, "sub", f"{arm.value}/joint_states")(msg, None)  # stamp 0: the stopped ROS clock
+        # joint_states are taken by the watchdog, not delivered (gate_node): its per-sample handler
+        handler = next(cb for a, _sub, cb in node._state_subs if a == arm)
+        handler(msg, None)  # stamp 0: the stopped ROS clock
     health = CameraHealth()
     health.state = CameraHealth.OK
     _callback(node, "sub", "cameras/front_1/health")(health)

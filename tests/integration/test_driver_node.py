@@ -49,6 +49,15 @@ class DriverProbe:
             future = client.call_async(ChangeState.Request(transition=Transition(id=tid)))
             assert wait_for(future.done, 20) and future.result().success, f"transition {tid} failed"
         assert wait_for(lambda: len(self.states) > 20 and self.pub.get_subscription_count() > 0, 20)
+        # Like the gate, re-send the status until the driver has taken it: a sample from a writer
+        # whose node the driver's ROS graph does not know yet is ignored (sources.py), and the
+        # latched copy is delivered only once. Its diagnostics (1 Hz) say what it took.
+        expected = str(GateStatus.ARMED if gate_state is None else gate_state)
+
+        def taken() -> bool:
+            self.status.publish(GateStatus(state=int(expected)))
+            return any(v.get("gate_state") == expected for _, _, v in self.diag)
+        assert wait_for(taken, 20), f"the driver never took the gate status {expected}: {self.diag[-1:]}"
 
     def _on_state(self, msg):
         stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9

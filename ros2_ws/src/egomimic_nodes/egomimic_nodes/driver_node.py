@@ -56,6 +56,8 @@ commands while DISARMED, so a command then is from something else or from the pa
 
 
 class DriverNode(LifecycleNode):
+    WAITSET_EXECUTOR = True  # lifecycle node; its command callbacks take the message info: spin.make_executor
+
     def __init__(self):
         super().__init__("driver")
         self.declare_parameter("arm", "left")

@@ -22,6 +22,13 @@ the driver node's writer (publisher id, see sources.py) and pass the plausibilit
 egomimic_safety.plausibility; a second publisher on a state topic is looked for twice a second.
 Either is STATE_IMPLAUSIBLE.
 
+Joint states are taken, not delivered: their readers sit on a companion node (`<name>_state`)
+that no executor spins, and the node drains them on every watchdog tick and before every
+decision and arm/disarm/reset. A decision therefore always sees the newest sample, an
+implausible or spoofed sample faults within one watchdog period (10 ms), and the main node can
+run on rclpy's EventsExecutor (spin.make_executor), which cannot pass a callback the message
+info that the publisher check needs. The two 100 Hz streams cost no executor wake-ups.
+
 `safety/estop` is served by a companion node (`<name>_estop`) spun by its own executor on its own
 thread, so it answers within milliseconds even while the main callbacks are saturated (a
 command flood, a burst of service calls). Every access to the gate takes one lock; a decision
@@ -52,6 +59,7 @@ from rclpy.clock import Clock, ClockType
 from rclpy.duration import Duration
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 
@@ -64,15 +72,21 @@ from egomimic_nodes.msg_convert import pose_to_array, stamp_to_s
 from egomimic_nodes.params import declare_config
 from egomimic_nodes.sources import SourceCheck, node_fqn
 from egomimic_nodes.spin import run_node
+from egomimic_nodes.taken import TakenSubscriptions
 from egomimic_safety.checks import ArmCommand, ArmMeasurement
 from egomimic_safety.config import GateConfig
 from egomimic_safety.gate import CameraReport, GateState, Proposal, SafetyGate
+
+STATE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=20, reliability=ReliabilityPolicy.RELIABLE)
+"""The polled joint_states readers: 200 ms of samples at 100 Hz, so a tick that comes late
+still sees every sample's stamp and position for the speed check."""
 
 
 class GateNode(Node):
     def __init__(self, **node_options):
         """`node_options`: rclpy Node keyword arguments (context, parameter_overrides), for
         tests that run the node in process; the launched node passes none."""
+
         super().__init__("safety_gate", **node_options)
         cameras = self.declare_parameter("required_cameras", list(CAMERAS), ParameterDescriptor(
             type=ParameterType.PARAMETER_STRING_ARRAY,
@@ -93,11 +107,14 @@ class GateNode(Node):
         is not fair: under a command flood the main thread would re-take it every time)."""
         self._pub_cmd = {arm: self.create_publisher(JointState, f"{arm.value}/joint_command", qos.COMMAND) for arm in ARMS}
         self._state_sources: dict[Arm, SourceCheck] = {}
+        # Joint states are taken, not delivered (see the module docstring and taken.py).
+        self._states = TakenSubscriptions(self.context, f"{self.get_name()}_state", self.get_namespace())
+        self._state_subs = []
         for arm in ARMS:
             topic = self.resolve_topic_name(f"{arm.value}/joint_states")
             if check_sources:
                 self._state_sources[arm] = SourceCheck(self, topic, node_fqn(self.get_namespace(), f"driver_{arm.value}"))
-            self.create_subscription(JointState, topic, self._joint_cb(arm), qos.SENSOR)
+            self._state_subs.append((arm, self._states.subscribe(JointState, topic, STATE_QOS), self._joint_cb(arm)))
         for cam in config.required_cameras:
             self.create_subscription(CameraHealth, f"cameras/{cam}/health", self._health_cb(cam), qos.SENSOR)
         self.create_subscription(BimanualCommand, "command/proposed", self._on_proposed, qos.COMMAND)
@@ -154,6 +171,12 @@ class GateNode(Node):
             except Exception as exc:  # noqa: BLE001 - the gate must hold, not crash
                 self._send(self.gate.internal_error(f"{what}: {type(exc).__name__}: {exc}", time.monotonic()))
             self._status_if_changed()
+
+    def _take_states(self) -> None:
+        """Process every joint_states sample waiting in the readers, oldest first."""
+        for _arm, sub, cb in self._state_subs:
+            for msg, info in self._states.take(sub):
+                cb(msg, info)
 
     def _joint_cb(self, arm: Arm):
         names = arm.joint_names
@@ -218,9 +241,11 @@ class GateNode(Node):
                 self._send(out, msg.header.stamp)  # forwarded: stamped with the tick it is for
                 return None
             return out  # a hold target (or nothing)
+        self._take_states()  # decide on the newest measurement
         self._guarded("command/proposed", decide)
 
     def _on_watchdog(self) -> None:
+        self._take_states()
         self._guarded("watchdog", lambda: self.gate.tick(self._now_s(), time.monotonic()))
 
     def _send(self, commands, stamp=None) -> None:
@@ -243,6 +268,8 @@ class GateNode(Node):
         def cb(request, response):
             if name == "estop":
                 self._estop_waiting.set()
+            else:
+                self._take_states()  # arm on the newest measurement
             try:
                 self._lock.acquire()
             finally:
@@ -281,6 +308,7 @@ class GateNode(Node):
     def destroy_node(self) -> None:
         self._estop_executor.shutdown(timeout_sec=0.5)
         self._estop_node.destroy_node()
+        self._states.destroy()
         super().destroy_node()
 
     def _status_msg(self) -> GateStatus:

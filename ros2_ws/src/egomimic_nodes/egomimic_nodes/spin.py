@@ -31,6 +31,8 @@ LAUNCHER_PID_ENV = "EGOMIMIC_LAUNCHER_PID"
 SPIN_TIMEOUT_S = 0.1
 """The spin loop wakes at least this often to see a signal or a dead parent."""
 PR_SET_PDEATHSIG = 1
+EXECUTOR_ENV = "EGOMIMIC_EXECUTOR"
+"""`single` forces the SingleThreadedExecutor on every node (a comparison run: bench/graph_cpu.py)."""
 PRIORITY_ENV = "EGOMIMIC_PRIORITY"
 """`fifo` (the gate), `nice` (the drivers) or empty; set by the launcher (graph.NodeSpec.priority)."""
 FIFO_PRIORITY = 10
@@ -66,9 +68,17 @@ def print_help(factory) -> None:
     print(USAGE.format(module=name))
 
 
-def make_executor():
-    """SingleThreadedExecutor. rclpy's experimental EventsExecutor cut CPU per node, but in our
-    runs a lifecycle node under it hung at 100 % CPU in `configure`: not for a robot driver."""
+def make_executor(node=None):
+    """rclpy's EventsExecutor (C++, about a third of the Python executor's cost per callback on
+    this machine: bench/graph_cpu.py) unless the node says `WAITSET_EXECUTOR = True`. Two kinds
+    must stay on the SingleThreadedExecutor: lifecycle nodes (under the EventsExecutor a
+    lifecycle node hung at 100 % CPU in `configure`) and nodes whose subscription callbacks take
+    the message info (the publisher GID of sources.py): the EventsExecutor in Kilted raises
+    `SystemError: null argument to internal routine` on those."""
+    if node is not None and not getattr(node, "WAITSET_EXECUTOR", False) and os.environ.get(EXECUTOR_ENV) != "single":
+        from rclpy.experimental import EventsExecutor
+
+        return EventsExecutor(context=node.context)
     return SingleThreadedExecutor()
 
 
@@ -147,7 +157,7 @@ def run_node(factory, args=None) -> int:
     code = 0
     try:
         node = factory()
-        executor = make_executor()
+        executor = make_executor(node)
         executor.add_node(node)
         while not stop.reason and rclpy.ok():
             executor.spin_once(timeout_sec=SPIN_TIMEOUT_S)
