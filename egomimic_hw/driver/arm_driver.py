@@ -74,7 +74,8 @@ class DriverState:
 
     reading: ArmReading
     gripper_norm: float
-    ee_pose_hw: np.ndarray
+    ee_pose_hw: np.ndarray | None
+    """FK of the measured joints; None on ticks that publish no pose (tick(with_pose=False))."""
     holding: bool
     """True while the watchdog holds the measured position."""
     status: str
@@ -145,8 +146,9 @@ class ArmDriver:
                                       f"({X5_LIMITS.vel_max[j]} rad/s x {self.config.command_period_s + self.config.preview_s:.3f} s)")
         return "", ""
 
-    def tick(self, now_s: float) -> DriverState:
-        """Read the arm, run the watchdog, compute FK; called at the publication rate."""
+    def tick(self, now_s: float, with_pose: bool = True) -> DriverState:
+        """Read the arm, run the watchdog, compute FK (only `with_pose`: the node publishes the
+        pose at a lower rate than the joints); called at the publication rate."""
         reading = self._ctrl.read(now_s)
         self._last_reading = reading
         if not reading.fault:
@@ -175,7 +177,7 @@ class ArmDriver:
         return DriverState(
             reading=reading,
             gripper_norm=self.config.gripper.to_norm(reading.gripper_m),
-            ee_pose_hw=self._kin.forward(reading.joints_rad),
+            ee_pose_hw=self._kin.forward(reading.joints_rad) if with_pose else None,
             holding=self._holding,
             status=status,
         )

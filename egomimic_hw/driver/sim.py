@@ -88,6 +88,7 @@ class SimArx5Controller:
         self.fault = ""
         self.loop_steps = 0
         self.clipped_steps = 0
+        self._gain: dict[float, float] = {}  # first-order tracking gain per substep length
         """Substeps in which the speed or position clip changed the output (what the SDK did)."""
 
     # -- SDK-like API -------------------------------------------------------------------------
@@ -143,11 +144,13 @@ class SimArx5Controller:
         desired = x0 + alpha * (x1 - x0)
         step = np.clip(desired - self._output, -self._step_max, self._step_max)
         new_output = np.clip(self._output + step, self._pos_min, self._pos_max)
-        if not np.allclose(new_output, desired, atol=1e-12):
+        if np.max(np.abs(new_output - desired)) > 1e-12:
             self.clipped_steps += 1
         self._output = new_output
-        tau = self.config.tracking_time_constant_s
-        gain = 1.0 if tau <= 0 else 1.0 - np.exp(-dt / tau)
+        gain = self._gain.get(dt)
+        if gain is None:
+            tau = self.config.tracking_time_constant_s
+            gain = self._gain[dt] = 1.0 if tau <= 0 else 1.0 - float(np.exp(-dt / tau))
         previous = self._measured
         self._measured = previous + gain * (self._output - previous)
         self._velocity = (self._measured - previous) / dt

@@ -681,6 +681,7 @@ def test_second_launch_refuses_while_the_graph_runs(rig, tmp_path):
     import re
 
     named = re.search(r"ROS_DOMAIN_ID=\d+: (.*?)\. Stop", proc.stderr).group(1).split(", ")
-    graph = {"/eva/driver_left", "/eva/driver_right", "/eva/frames", "/eva/cameras", "/eva/safety_gate", "/eva/safety_gate_estop"}
+    graph = {"/eva/driver_left", "/eva/driver_right", "/eva/frames", "/eva/cameras", "/eva/safety_gate", "/eva/safety_gate_estop",
+             "/eva/safety_gate_state"}
     assert len(named) >= 2 and set(named) <= graph, proc.stderr
     assert rig.launcher.poll() is None and rig.state() == state

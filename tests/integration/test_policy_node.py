@@ -111,13 +111,23 @@ def test_slow_model_keeps_the_tick_and_inputs_lost_stop_publishing(node_process,
     by_id = {c.chunk_id: c for c in rec.chunks}
     executed = [a for a in window if a.chunk_id in by_id]
     assert executed, "policy/chunk did not carry the chunks being executed"
+    fade_ns = (8 + 1) * PERIOD_NS  # the executor's crossfade_rows (8) and one period of slack
     for a in executed:
         c = by_id[a.chunk_id]
         assert c.observation_stamp == a.observation_stamp and len(c.rows) == 30
         assert a.row >= 4  # rows 0..4 (150 ms at 30 Hz) had passed when the chunk arrived
-        # The action lies on the chunk's path around its row (within one row either side: the
-        # tick falls between rows, and a crossfade with the previous chunk adds a little).
-        near = [c.rows[i].left.pose.position.z for i in range(max(a.row - 1, 0), min(a.row + 2, len(c.rows)))]
+        # The action lies on the path around its tick (its row, the one before and the one after:
+        # the tick falls between rows) of its chunk or, inside a crossfade, between that path and
+        # the paths of the chunks it fades from (those executed within one crossfade before;
+        # with a 150 ms model and a 267 ms fade, fades overlap; an old chunk that ends before the
+        # tick fades out held at its last row: scheduler.py).
+        t = stamp_to_ns(a.header.stamp)
+        recent = {b.chunk_id for b in rec.actions if t - fade_ns <= stamp_to_ns(b.header.stamp) <= t} | {a.chunk_id}
+        paths = [by_id[i] for i in recent if i in by_id]
+        near = [r.left.pose.position.z for p in paths for r in p.rows
+                if -2 * PERIOD_NS <= stamp_to_ns(r.header.stamp) - t <= PERIOD_NS]
+        assert near, (a.row, "no row of its chunk around the tick")
+        near += [p.rows[-1].left.pose.position.z for p in paths if stamp_to_ns(p.rows[-1].header.stamp) < t]
         assert min(near) - 2e-4 <= a.left.pose.position.z <= max(near) + 2e-4, (a.row, near, a.left.pose.position.z)
     d = rec.diags[-1]
     assert float(d["latency_p50_ms"]) >= 150.0 and int(d["rows_dropped_late"]) > 0 and d["status"] == "running"

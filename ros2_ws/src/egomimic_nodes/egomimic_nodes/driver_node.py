@@ -195,7 +195,8 @@ class DriverNode(LifecycleNode):
         if not self._active or self._driver is None:
             return
         now_s = self._now_s()
-        state = self._driver.tick(now_s)
+        with_pose = (self._ticks + 1) % self._pose_every == 0
+        state = self._driver.tick(now_s, with_pose=with_pose)
         changed = self._last_state is None or (state.holding, state.reading.fault) != (
             self._last_state.holding, self._last_state.reading.fault)
         self._last_state = state
@@ -212,7 +213,7 @@ class DriverNode(LifecycleNode):
         js.velocity = [float(x) for x in state.reading.joint_velocities_rad_s] + [0.0]
         self._pub_joints.publish(js)
         self._ticks += 1
-        if self._ticks % self._pose_every == 0:
+        if with_pose:
             self._pub_pose.publish(pose_stamped(state.ee_pose_hw, self.arm.hw_frame, stamp))
 
     def _measurement_stamp(self, now_s: float, measured_at_s: float):

@@ -1,0 +1,106 @@
+"""CPU of the whole simulated graph, per node and in total, launcher included.
+
+    .venv/bin/python bench/graph_cpu.py [--seconds 20] [--policy scripted]
+
+Runs the graph twice in one go, the same way `make run` does (synthetic cameras, simulated
+arms, the policy armed by auto_arm), and reads each process's CPU time from /proc over the
+same window after start-up:
+  1. baseline: every node on rclpy's SingleThreadedExecutor (EGOMIMIC_EXECUTOR=single);
+  2. ours: spin.make_executor's choice (EventsExecutor where it works).
+Both runs already take the gate's joint_states and the launcher's streams in batches
+(egomimic_nodes/taken.py); the executor is the one switch this bench flips. It prints per-node
+CPU in % of one core for both, the ratio ours/baseline, and the total against issue 13's target
+of 75 % of one core. CPU shares are only comparable on an otherwise idle machine: the bench
+says the load average it started at.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+TARGET_PCT = 75.0
+
+
+def node_processes(launcher: psutil.Process) -> dict[str, psutil.Process]:
+    procs = {"launcher": launcher}
+    for child in launcher.children(recursive=True):
+        try:
+            cmd = child.cmdline()
+        except psutil.Error:
+            continue
+        name = next((a.split(":=", 1)[1] for a in cmd if a.startswith("__node:=")), None)
+        if name:
+            procs[name] = child
+    return procs
+
+
+def cpu_seconds(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return t.user + t.system
+
+
+def measure(executor: str, seconds: float, settle_s: float, policy: str, domain: int) -> dict[str, float]:
+    env = dict(os.environ, ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", ROS_DOMAIN_ID=str(domain),
+               FASTDDS_DEFAULT_PROFILES_FILE=str(REPO / "config" / "fastdds_local.xml"))
+    if executor:
+        env["EGOMIMIC_EXECUTOR"] = executor
+    else:
+        env.pop("EGOMIMIC_EXECUTOR", None)
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "egomimic_launch.cli", "eva_bimanual.launch.py", f"policy:={policy}",
+               "auto_arm:=true", "--quiet", "--run-dir", str(Path(tmp) / "run"), "--duration", str(settle_s + seconds + 30)]
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        try:
+            launcher = psutil.Process(proc.pid)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and len(node_processes(launcher)) < 6:
+                time.sleep(0.2)
+            time.sleep(settle_s)  # start-up (imports, discovery, arming) is not the steady state
+            procs = node_processes(launcher)
+            before = {n: cpu_seconds(p) for n, p in procs.items()}
+            t0 = time.monotonic()
+            time.sleep(seconds)
+            elapsed = time.monotonic() - t0
+            return {n: 100.0 * (cpu_seconds(p) - before[n]) / elapsed for n, p in procs.items() if p.is_running()}
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=20.0, help="measurement window per run (default 20)")
+    ap.add_argument("--settle", type=float, default=8.0, help="seconds after all nodes are up before measuring")
+    ap.add_argument("--policy", default="scripted", help="policy launch argument (default scripted)")
+    ap.add_argument("--domain", type=int, default=91, help="ROS_DOMAIN_ID of the runs (default 91)")
+    a = ap.parse_args()
+    load = os.getloadavg()[0]
+    print(f"graph CPU, {a.seconds:.0f} s window, policy {a.policy}, {psutil.cpu_count()} cores, load average at start {load:.2f}")
+    base = measure("single", a.seconds, a.settle, a.policy, a.domain)
+    ours = measure("", a.seconds, a.settle, a.policy, a.domain)
+    names = sorted(set(base) | set(ours), key=lambda n: -ours.get(n, 0.0))
+    print(f"{'process':<16}{'baseline %':>12}{'ours %':>10}{'ours/base':>11}")
+    for n in names:
+        b, o = base.get(n, float("nan")), ours.get(n, float("nan"))
+        print(f"{n:<16}{b:>12.1f}{o:>10.1f}{o / b if b else float('nan'):>11.2f}")
+    tb, to = sum(base.values()), sum(ours.values())
+    print(f"{'total':<16}{tb:>12.1f}{to:>10.1f}{to / tb:>11.2f}")
+    print(f"target: whole graph <= {TARGET_PCT:.0f} % of one core: ours is {to / TARGET_PCT:.2f}x the target "
+          f"({'met' if to <= TARGET_PCT else 'NOT met'})")
+
+
+if __name__ == "__main__":
+    main()
