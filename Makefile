@@ -75,6 +75,7 @@ bench: $(STAMP) ## benchmarks print ratios and absolute figures and write JSON u
 	$(PY) bench/gate_decision.py --out out/bench/gate_decision.json
 	$(PY) bench/async_chunking.py --out out/bench/async_chunking.json
 	$(PY) bench/remote_overhead.py --out out/bench/remote_overhead.json
+	$(PY) bench/graph_cpu.py --domain 96 --out out/bench/graph_cpu.json
 
 shm-clean:
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/fastdds shm clean

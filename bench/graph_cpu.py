@@ -17,6 +17,7 @@ says the load average it started at.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -85,7 +86,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0, help="measurement window per run (default 20)")
     ap.add_argument("--settle", type=float, default=8.0, help="seconds after all nodes are up before measuring")
     ap.add_argument("--policy", default="scripted", help="policy launch argument (default scripted)")
-    ap.add_argument("--domain", type=int, default=91, help="ROS_DOMAIN_ID of the runs (default 91)")
+    ap.add_argument("--domain", type=int, default=96, help="ROS_DOMAIN_ID of the runs (default 96)")
+    ap.add_argument("--out", type=Path, help="also write the figures as JSON here")
     a = ap.parse_args()
     load = os.getloadavg()[0]
     print(f"graph CPU, {a.seconds:.0f} s window, policy {a.policy}, {psutil.cpu_count()} cores, load average at start {load:.2f}")
@@ -100,6 +102,11 @@ def main() -> None:
     print(f"{'total':<16}{tb:>12.1f}{to:>10.1f}{to / tb:>11.2f}")
     print(f"target: whole graph <= {TARGET_PCT:.0f} % of one core: ours is {to / TARGET_PCT:.2f}x the target "
           f"({'met' if to <= TARGET_PCT else 'NOT met'})")
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps({"window_s": a.seconds, "policy": a.policy, "load_at_start": load,
+                                     "baseline_pct": base, "ours_pct": ours, "baseline_total_pct": tb,
+                                     "ours_total_pct": to, "target_pct": TARGET_PCT}, indent=2))
 
 
 if __name__ == "__main__":
