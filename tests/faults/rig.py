@@ -55,6 +55,16 @@ class Status:
     detail: str
 
 
+POLL_PERIOD_S = 0.005
+"""How often the rig takes joint states and health reports (their times are DDS reception times)."""
+
+
+def received_s(info) -> float:
+    """DDS reception time of a taken sample (system clock, s)."""
+    ns = info.get("received_timestamp") if info else None
+    return ns * 1e-9 if ns else time.time()
+
+
 @dataclass
 class CommandRecord:
     recv_s: float
@@ -124,6 +134,10 @@ class Rig:
         self._streaming = threading.Event()
         self._mutate = None
         self.last_publish_s = 0.0
+        self.estop_resends = 0
+        self.last_estop_gate_s: list[float] = []
+        """The gate's own handling time of each call of the last estop_latencies()."""
+        """E-stop requests the probe sent again because the first was not answered in 25 ms."""
 
         self.ctx = rclpy.Context()
         rclpy.init(context=self.ctx, args=["--ros-args", "--disable-external-lib-logs"])
@@ -163,15 +177,32 @@ class Rig:
         # Deep queues: a rig that stalls (load) must still see every sample and command, since
         # holds are checked against the exact samples the driver published.
         deep = QoSProfile(depth=500, reliability=ReliabilityPolicy.RELIABLE)
+        # The 100 Hz joint states and 30 Hz health reports are taken in batches by a poll thread
+        # (egomimic_nodes/taken.py; receive time = DDS reception time): an executor callback per
+        # sample would make this rig one of the busiest processes on the machine it measures.
+        from egomimic_nodes.taken import TakenSubscriptions
+
+        self._taken = TakenSubscriptions(self.ctx, f"fault_rig_{os.getpid()}_taken")
+        self._polled = []
         for arm in ARMS:
-            n.create_subscription(JointState, f"/eva/{arm.value}/joint_states", self._joint_cb(arm), deep)
+            self._polled.append((self._taken.subscribe(JointState, f"/eva/{arm.value}/joint_states", deep), self._joint_cb(arm)))
             n.create_subscription(JointState, f"/eva/{arm.value}/joint_command", self._command_cb(arm), deep)
         for cam in CAMERAS:
-            n.create_subscription(CameraHealth, f"/eva/cameras/{cam}/health", self._health_cb(cam), qos.SENSOR)
+            health_qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+            self._polled.append((self._taken.subscribe(CameraHealth, f"/eva/cameras/{cam}/health", health_qos), self._health_cb(cam)))
+        self._stop_poll = threading.Event()
+        self._poll_thread = threading.Thread(target=self._poll_forever, name="rig-poll", daemon=True)
+        self._poll_thread.start()
         self.pub = n.create_publisher(BimanualCommand, "/eva/command/proposed", qos.COMMAND)
         self.srv = {name: n.create_client(Trigger, f"/eva/safety/{name}") for name in ("arm", "disarm", "estop", "reset")}
         self.param_client = n.create_client(SetParameters, "/eva/cameras/set_parameters")
         self._Trigger, self._BimanualCommand = Trigger, BimanualCommand
+
+    def _poll_forever(self):
+        while not self._stop_poll.wait(POLL_PERIOD_S):
+            for sub, cb in self._polled:
+                for msg, info in self._taken.take(sub):
+                    cb(msg, info)
 
     def _on_status(self, msg):
         s = Status(time.time(), msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, STATES[msg.state], msg.reason, msg.detail)
@@ -196,7 +227,7 @@ class Rig:
             if not self.state_source[arm].verdict(info).ok:
                 self.foreign_states += 1
                 return
-            now = time.time()
+            now = received_s(info)
             positions = np.asarray(msg.position, dtype=float)
             with self.lock:
                 self.joints[arm] = positions[:6].copy()
@@ -219,9 +250,9 @@ class Rig:
             return [j for j in self.joint_history[arm] if since_stamp_s <= j.stamp_s <= until_stamp_s]
 
     def _health_cb(self, cam):
-        def cb(msg):
+        def cb(msg, info):
             with self.lock:
-                self.health[cam].append((time.time(), msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, msg.state))
+                self.health[cam].append((received_s(info), msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, msg.state))
                 del self.health[cam][:-200]
         return cb
 
@@ -279,6 +310,11 @@ class Rig:
                              timeout=60 + 3 * n, env=dict(os.environ))
         data = json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {"error": out.stderr[-2000:]}
         assert "latencies_ms" in data, f"e-stop probe failed: {data}"
+        from .conftest import ESTOP_RESENDS
+
+        self.estop_resends += int(data.get("resends", 0))
+        ESTOP_RESENDS.append(int(data.get("resends", 0)))
+        self.last_estop_gate_s = [x / 1e3 for x in data.get("gate_ms", [])]
         return [x / 1e3 for x in data["latencies_ms"]]
 
     def set_camera_fault(self, value: str) -> bool:
@@ -446,6 +482,9 @@ class Rig:
                 self.launcher.kill()
                 self.launcher.wait()
         self.log.close()
+        self._stop_poll.set()
+        self._poll_thread.join(2.0)
+        self._taken.destroy()
         self.executor.shutdown(timeout_sec=1.0)
         self.node.destroy_node()
         import rclpy

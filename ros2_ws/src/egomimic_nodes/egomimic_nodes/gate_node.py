@@ -266,6 +266,7 @@ class GateNode(Node):
 
     def _service(self, name, fn):
         def cb(request, response):
+            t_in = time.perf_counter()
             if name == "estop":
                 self._estop_waiting.set()
             else:
@@ -285,6 +286,8 @@ class GateNode(Node):
                 self._publish_status()
             finally:
                 self._lock.release()
+            if name == "estop":  # the gate's own share of the round trip, for the operator and the battery
+                response.message += f" [answered in {(time.perf_counter() - t_in) * 1e3:.1f} ms]"
             self.get_logger().info(f"safety/{name}: {'ok' if ok else 'refused'}: {message}")
             return response
         return cb
