@@ -37,9 +37,10 @@ from egomimic_launch.process import NodeProcess, safe_print
 EXIT_OK, EXIT_USAGE, EXIT_SAFE_STOP, EXIT_LOOP_DID_NOT_RUN, EXIT_START_FAILED, EXIT_ALREADY_RUNNING = 0, 2, 3, 4, 5, 6
 NODE_START_TIMEOUT_S = 30.0
 ARM_TIMEOUT_S = 10.0
-DISCOVERY_WAIT_S = 1.5
-"""How long the launcher listens for a previous graph before starting (DDS discovery of
-running nodes on this machine takes a few hundred ms)."""
+DISCOVERY_WAIT_S = 3.0
+"""How long the launcher listens for a previous graph before starting. DDS discovery of running
+nodes takes a few hundred ms on an idle machine, but 1.5 s was once not enough on a loaded one
+(fault battery): a second graph would have started. It returns 0.5 s after the first node seen."""
 HEARTBEAT_TIMEOUT_S = 1.5
 """Default --heartbeat-timeout: 3 periods of the gate's 2 Hz status, 150 of a driver's 100 Hz."""
 

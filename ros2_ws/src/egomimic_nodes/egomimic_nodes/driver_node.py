@@ -195,6 +195,7 @@ class DriverNode(LifecycleNode):
         if not self._active or self._driver is None:
             return
         now_s = self._now_s()
+        ros_now = self.get_clock().now()  # read with now_s: the stamp must not move with the work below
         with_pose = (self._ticks + 1) % self._pose_every == 0
         state = self._driver.tick(now_s, with_pose=with_pose)
         changed = self._last_state is None or (state.holding, state.reading.fault) != (
@@ -204,7 +205,7 @@ class DriverNode(LifecycleNode):
             self._publish_diagnostics()  # say at once why the arm holds or faulted, not at the next 1 Hz report
         if state.reading.fault:
             return  # a silent joint_states stream is the fault signal, besides /diagnostics
-        stamp = self._measurement_stamp(now_s, state.reading.measured_at_s)
+        stamp = self._measurement_stamp(now_s, state.reading.measured_at_s, ros_now)
         js = JointState()
         js.header.stamp = stamp
         js.header.frame_id = self.arm.hw_frame
@@ -216,14 +217,17 @@ class DriverNode(LifecycleNode):
         if with_pose:
             self._pub_pose.publish(pose_stamped(state.ee_pose_hw, self.arm.hw_frame, stamp))
 
-    def _measurement_stamp(self, now_s: float, measured_at_s: float):
+    def _measurement_stamp(self, now_s: float, measured_at_s: float, ros_now):
         """The ROS time of the measurement. A second read of the same measurement gets the same
         stamp, and stamps never go backwards (two clock reads per sample would otherwise jitter
-        by microseconds): consumers treat a stamp going backwards as an implausible state."""
+        by microseconds): consumers treat a stamp going backwards as an implausible state.
+        `ros_now` is the ROS time read right beside `now_s`, before the tick's work: a ROS time
+        read after it would shift every stamp by that work's duration, which varies with load,
+        and speeds computed from the stamps would be off by as much."""
         if measured_at_s == self._last_measured_at and self._last_stamp is not None:
             return self._last_stamp.to_msg()
         age_ns = int(max(0.0, now_s - measured_at_s) * 1e9)
-        stamp = self.get_clock().now() - Duration(nanoseconds=age_ns)
+        stamp = ros_now - Duration(nanoseconds=age_ns)  # ros_now was read together with now_s
         if self._last_stamp is not None and stamp <= self._last_stamp:
             stamp = self._last_stamp + Duration(nanoseconds=1)
         self._last_measured_at, self._last_stamp = measured_at_s, stamp
