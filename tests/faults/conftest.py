@@ -49,8 +49,11 @@ class RigHiccup(Exception):
     """The gate left ARMED before the fault was injected: this test process (which streams the
     commands) stalled for longer than the gate's command timeout, e.g. on a loaded machine. The
     gate was right to hold; the trial measured nothing about the injected fault, so the test is
-    re-run (at most MAX_ATTEMPTS times, every hiccup listed in the summary). Never raised after
-    the fault: anything after it is the gate's behaviour and is asserted."""
+    re-run (at most MAX_ATTEMPTS times, every hiccup listed in the summary). After the fault it
+    is raised in one case only: the gate held for the silence of a stream the fault did not
+    touch (another driver, a camera) and the rig itself saw that stream silent for the whole hold
+    window (tests/faults/rig.py silent_streams), so the whole machine stalled; the trial then
+    measured the stall, not the fault. Everything else after the fault is asserted."""
 
 
 def pytest_pyfunc_call(pyfuncitem):
@@ -117,7 +120,7 @@ def pytest_terminal_summary(terminalreporter):
     out = REPO_ROOT / "out" / "faults" / "summary.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tr.write_line(f"test-rig hiccups (re-run, not gate failures): {len(HICCUPS)}")
-    tr.write_line(f"e-stop requests re-sent by the probe (no answer within 25 ms): {sum(ESTOP_RESENDS)} "
+    tr.write_line(f"e-stop requests re-sent by the probe (no answer within 15 ms): {sum(ESTOP_RESENDS)} "
                   f"of {sum(len(r.estop_ms) for r in RESULTS)} calls")
     for h in HICCUPS:
         tr.write_line(f"  {h}")

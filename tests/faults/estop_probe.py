@@ -7,15 +7,15 @@ every stream), so measuring from it would add its own queueing to the gate's lat
 that gets no answer within 2 s counts as 2000 ms.
 
 Before the first e-stop, WARMUP_CALLS calls of the e-stop node's list_parameters (same node,
-same executor thread, nothing latched) let this new participant's discovery with every node of
-the graph settle, which an operator's console, started long before the e-stop is pressed, has
+same executor thread, nothing latched) from each participant let its discovery with every node
+of the graph settle, which an operator's console, started long before the e-stop is pressed, has
 behind it. The first counted call is still the one that latches ESTOP.
 
 Each answer carries the gate's own handling time (callback entry to reply, lock wait included:
 "[answered in X ms]"), printed as gate_ms beside the round trips.
 
 Like an operator console should, the probe re-sends an e-stop that is not answered within
-RESEND_S, on another client (see below), and counts the time to the first answer."""
+RESEND_S, through another DDS participant (see main), and counts the time to the first answer."""
 
 from __future__ import annotations
 
@@ -31,36 +31,64 @@ from rclpy.executors import SingleThreadedExecutor
 from std_srvs.srv import Trigger
 
 WARMUP_CALLS = 3
-RESEND_S = 0.025
+RESEND_S = 0.015
 """An unanswered e-stop is sent again after this long (e-stop is idempotent)."""
-CLIENTS = 3
+PARTICIPANTS = 2
+
+
+class Participant:
+    """One rclpy context (one DDS participant) with its node, executor thread and e-stop client."""
+
+    def __init__(self, name: str):
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node(name, context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self.spinner = threading.Thread(target=self.executor.spin, daemon=True)
+        self.spinner.start()
+        self.client = self.node.create_client(Trigger, "/eva/safety/estop")
+
+    def warm_up(self, calls: int, pause_s: float) -> None:
+        warm = self.node.create_client(ListParameters, "/eva/safety_gate_estop/list_parameters")
+        if warm.wait_for_service(timeout_sec=5):
+            for _ in range(calls):
+                done = threading.Event()
+                warm.call_async(ListParameters.Request()).add_done_callback(lambda _f: done.set())
+                done.wait(2.0)
+                time.sleep(pause_s)
+
+    def close(self) -> None:
+        # Leave DDS cleanly: a process that dies with its spin thread still inside the middleware
+        # aborts ("terminate called without an active exception") and leaves its participant and
+        # shared-memory port for the graph to keep writing to until its lease expires.
+        self.executor.shutdown()
+        self.spinner.join(2.0)
+        self.node.destroy_node()
+        rclpy.try_shutdown(context=self.context)
 
 
 def main() -> None:
     n, pause_s = int(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else 0.02
-    rclpy.init()
-    node = rclpy.create_node("estop_probe")
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    threading.Thread(target=executor.spin, daemon=True).start()
-    client = node.create_client(Trigger, "/eva/safety/estop")
-    if not client.wait_for_service(timeout_sec=20):
-        print(json.dumps({"error": "safety/estop is not served"}), flush=True)
-        return
-    warm = node.create_client(ListParameters, "/eva/safety_gate_estop/list_parameters")
-    if warm.wait_for_service(timeout_sec=5):
-        for _ in range(WARMUP_CALLS):
-            done = threading.Event()
-            warm.call_async(ListParameters.Request()).add_done_callback(lambda _f: done.set())
-            done.wait(2.0)
-            time.sleep(pause_s)
-    # A reliable reply stream is ordered: one reply lost in transport holds every later reply to
-    # the same client until DDS repairs the gap (we measured 300 ms of silence while the gate
-    # answered every resent request within 3 ms). A resend therefore goes out on the next of
-    # CLIENTS independent clients, whose replies do not queue behind the lost one.
-    clients = [client] + [node.create_client(Trigger, "/eva/safety/estop") for _ in range(CLIENTS - 1)]
-    for c in clients[1:]:
-        c.wait_for_service(timeout_sec=5)
+    # About 1 reply in 200 reached a single participant 240-330 ms after the gate wrote it (DDS
+    # source vs reception timestamps), every reply to that participant held back together,
+    # while the gate answered each resent request within 3 ms. A resend therefore alternates
+    # between PARTICIPANTS independent DDS participants (rclpy contexts).
+    participants = [Participant(f"estop_probe_{i}") for i in range(PARTICIPANTS)]
+    try:
+        for p in participants:
+            if not p.client.wait_for_service(timeout_sec=20):
+                print(json.dumps({"error": "safety/estop is not served"}), flush=True)
+                return
+            p.warm_up(WARMUP_CALLS, pause_s)
+        clients = [p.client for p in participants]
+        measure(clients, n, pause_s)
+    finally:
+        for p in participants:
+            p.close()
+
+
+def measure(clients, n: int, pause_s: float) -> None:
     latencies, gate_ms = [], []
     resends = 0
     for _ in range(n):
@@ -81,9 +109,6 @@ def main() -> None:
         gate_ms.append(float(found.group(1)) if found else 2000.0)
         time.sleep(pause_s)
     print(json.dumps({"latencies_ms": latencies, "gate_ms": gate_ms, "resends": resends}), flush=True)
-    executor.shutdown()
-    node.destroy_node()
-    rclpy.try_shutdown()
 
 
 if __name__ == "__main__":

@@ -137,7 +137,7 @@ class Rig:
         self.estop_resends = 0
         self.last_estop_gate_s: list[float] = []
         """The gate's own handling time of each call of the last estop_latencies()."""
-        """E-stop requests the probe sent again because the first was not answered in 25 ms."""
+        """E-stop requests the probe sent again because the first was not answered in 15 ms."""
 
         self.ctx = rclpy.Context()
         rclpy.init(context=self.ctx, args=["--ros-args", "--disable-external-lib-logs"])
@@ -248,6 +248,29 @@ class Rig:
             time.sleep(0.005)
         with self.lock:
             return [j for j in self.joint_history[arm] if since_stamp_s <= j.stamp_s <= until_stamp_s]
+
+    def silent_streams(self, reason: str, detail: str, at_s: float) -> list[str]:
+        """The streams named in a STALE_STATE / STALE_CAMERA decision taken at `at_s` that this
+        rig, independently of the gate, also saw silent for the whole hold window before it:
+        no sample published (stamps) or none received here (DDS reception times) in
+        [at_s - hold, at_s]. Evidence of a stall of the machine, not of the gate's judgement."""
+        if reason == "STALE_STATE":
+            hold = self.config.state_hold_after_s
+            with self.lock:
+                records = {a.value: [(j.recv_s, j.stamp_s) for j in self.joint_history[a]] for a in ARMS if a.value in detail}
+        elif reason == "STALE_CAMERA":
+            hold = self.config.camera_hold_after_s
+            with self.lock:
+                records = {c: [(r, s) for (r, s, _) in self.health[c]] for c in CAMERAS if c in detail}
+        else:
+            return []
+        silent = []
+        for name, rec in records.items():
+            published = any(at_s - hold <= s <= at_s for _, s in rec)
+            received = any(at_s - hold <= r <= at_s for r, _ in rec)
+            if rec and not (published and received):
+                silent.append(name)
+        return silent
 
     def _health_cb(self, cam):
         def cb(msg, info):

@@ -129,6 +129,12 @@ def conclude(rig: Rig, fault: str, t_start: float, t_fault: float, states: set[s
     status = rig.wait_state(states, t_fault - 0.001, 3.0)
     assert status is not None, f"{fault}: never reached {states}; last: {rig.statuses[-1]}"
     if reasons is not None:
+        silent = [] if status.reason in reasons else rig.silent_streams(status.reason, status.detail, status.stamp_s)
+        if silent:  # the gate held for a real silence of a stream the fault did not touch
+            bad = [c for c in rig.commands_since(t_start) if c.violations]
+            assert not bad, f"{fault}: commands outside limits reached the drivers: {bad[0].violations}"
+            raise RigHiccup(f"{fault}: the gate held for {status.reason} ({status.detail}) and this rig saw {', '.join(silent)} "
+                            f"silent for that whole window too: the machine stalled, the injected fault was not what was measured")
         assert status.reason in reasons, f"{fault}: reason {status.reason} ({status.detail}), expected {reasons}"
     if keep_streaming and rig._stream_thread is None:
         rig.start_stream({a: rig.measured_pose(a) for a in ARMS})
@@ -497,7 +503,8 @@ def test_reset_then_arm_without_fresh_start_pose(rig):
 # -- trust and liveness (spoofed state, foreign commands, e-stop under load, a second launch) ------
 SPOOF = np.array([3.0, 3.6, 3.3, 1.58, 1.6, 2.1])
 """Each joint just past its X5 limit (the adversarial report's values)."""
-ESTOP_CALLS = 10
+ESTOP_CALLS = 34
+"""E-stop calls per trial: 3 trials give 102 per row, so the row's p99 is not just its worst call."""
 ESTOP_P99_S = 0.050
 ESTOP_ANSWERED_S = 1.0
 
@@ -543,17 +550,24 @@ def p99(values) -> float:
 
 
 def assert_estop_fast(fault: str, latencies, gate_s) -> None:
-    """The gate answers every e-stop within ESTOP_P99_S at p99 (its own handling time, lock wait
-    included, reported in each answer), and every call gets its answer within ESTOP_ANSWERED_S.
-
-    The round trip seen by the probe process is reported (summary column) but its p99 is not
-    asserted: on this 2-core machine about 1 call in 100 waited ~300 ms for its reply while the
-    gate had answered it, and every re-sent request, within 3 ms (reply delivery to the client;
-    cause not found yet: issue 10's note)."""
+    """Per trial: the gate answers every e-stop within ESTOP_P99_S at p99 (its own handling time,
+    lock wait included, reported in each answer), and every call gets its answer within
+    ESTOP_ANSWERED_S."""
     assert len(gate_s) == len(latencies), f"{fault}: the gate's answers carry no handling time"
     assert p99(gate_s) <= ESTOP_P99_S, f"{fault}: safety/estop answered in {p99(gate_s) * 1e3:.1f} ms at p99 by the gate " \
                                        f"(limit {ESTOP_P99_S * 1e3:.0f} ms)"
     assert max(latencies) <= ESTOP_ANSWERED_S, f"{fault}: a safety/estop call waited {max(latencies) * 1e3:.0f} ms for its answer"
+
+
+def assert_estop_round_trip(fault: str) -> None:
+    """Per row (the trials' calls pooled, at least 100): the round trip seen by the probe
+    process, the operator's view, is within ESTOP_P99_S at p99. The probe sends through two DDS
+    participants (estop_probe.py), as an operator console should: a reply can reach one
+    participant ~300 ms late while the other gets its own within milliseconds."""
+    ms = [x for r in RESULTS if r.fault == fault for x in r.estop_ms]
+    assert len(ms) >= 100, f"{fault}: {len(ms)} e-stop calls measured, too few for a p99"
+    assert p99(ms) <= ESTOP_P99_S * 1e3, (f"{fault}: safety/estop round trip {p99(ms):.1f} ms at p99 over {len(ms)} calls "
+                                          f"(limit {ESTOP_P99_S * 1e3:.0f} ms)")
 
 
 def test_spoofed_state_at_the_limits(rig):
@@ -587,6 +601,7 @@ def test_spoofed_state_at_the_limits(rig):
         estop = rig.estop_latencies(ESTOP_CALLS)
         RESULTS[-1] = result.with_estop(estop, rig.last_estop_gate_s).with_note(f"{rig.foreign_states} spoofed samples kept out of the measured trajectory")
         assert_estop_fast("spoofed_state", estop, rig.last_estop_gate_s)
+    assert_estop_round_trip("spoofed_state")
 
 
 def test_direct_joint_command_from_another_publisher(rig):
@@ -643,6 +658,7 @@ def test_direct_joint_command_from_another_publisher(rig):
                                    note=f"{sent} foreign commands refused by the driver").with_estop(estop, rig.last_estop_gate_s))
         assert not bad, f"direct_command: commands outside limits: {RESULTS[-1].examples}"
         assert_estop_fast("direct_command", estop, rig.last_estop_gate_s)
+    assert_estop_round_trip("direct_command")
 
 
 def test_estop_answers_within_50ms_under_a_2khz_flood(rig):
@@ -657,7 +673,7 @@ def test_estop_answers_within_50ms_under_a_2khz_flood(rig):
         anchor = arm_and_stream(rig, rng)
         rig.stop_stream()
         poses = json.dumps({a.value: [float(v) for v in p] for a, p in anchor.items()})
-        flood = subprocess.Popen([sys.executable, str(Path(__file__).with_name("flood.py")), "2000", "2.5", poses],
+        flood = subprocess.Popen([sys.executable, str(Path(__file__).with_name("flood.py")), "2000", "4.0", poses],
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             # Fast DDS may log to stdout first (e.g. a shared-memory port it could not lock)
@@ -686,6 +702,7 @@ def test_estop_answers_within_50ms_under_a_2khz_flood(rig):
         assert rate >= 1500, f"the flood ran at {rate:.0f} Hz only (2 kHz asked; this machine could not produce it)"
         assert not bad
         assert_estop_fast("estop_flood_2khz", estop, rig.last_estop_gate_s)
+    assert_estop_round_trip("estop_flood_2khz")
 
 
 def test_second_launch_refuses_while_the_graph_runs(rig, tmp_path):

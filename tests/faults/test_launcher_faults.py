@@ -16,8 +16,8 @@ from egomimic_hw.description import CAMERAS
 
 from .conftest import RESULTS
 from .rig import Rig
-from .test_gate_faults import (ESTOP_CALLS, arm_and_stream, assert_estop_fast, conclude, pose_of, random_arm, set_pose,
-                               trials)
+from .test_gate_faults import (ESTOP_CALLS, arm_and_stream, assert_estop_fast, assert_estop_round_trip, conclude, pose_of,
+                               random_arm, set_pose, trials)
 
 pytestmark = pytest.mark.integration
 
@@ -93,5 +93,6 @@ def test_full_disk_under_the_run_directory(rig):
         while len(rig.statuses) < before + 2 and time.time() < deadline:
             time.sleep(0.05)
         assert len(rig.statuses) >= before + 2, "the gate stopped publishing its status"
+    assert_estop_round_trip("full_disk")
 
 

@@ -17,7 +17,7 @@ from egomimic_safety.checks import joint_bounds
 
 from .conftest import RESULTS, TrialResult
 from .rig import Rig
-from .test_gate_faults import ESTOP_CALLS, arm_and_stream, assert_estop_fast, assert_no_motion, trials
+from .test_gate_faults import ESTOP_CALLS, arm_and_stream, assert_estop_fast, assert_estop_round_trip, assert_no_motion, trials
 from .test_launcher_faults import wait_cameras
 
 pytestmark = pytest.mark.integration
@@ -76,3 +76,4 @@ def test_launcher_sigkill_stops_the_whole_graph_safely(tmp_path):
             assert_estop_fast("launcher_sigkill", estop_before, gate_before)
         finally:
             rig.close()
+    assert_estop_round_trip("launcher_sigkill")
