@@ -13,9 +13,7 @@ else starts (raise_priority), so a busy machine delays cameras, policy and monit
 Nodes die with their launcher: `egomimic-launch` sets EGOMIMIC_LAUNCHER_PID for its children.
 Such a node asks the kernel for SIGTERM when its parent dies (prctl PR_SET_PDEATHSIG) and also
 checks its parent pid on every spin, so a SIGKILLed launcher never leaves an armed, unsupervised
-graph: the gate latches ESTOP and sends its hold, the drivers hold, and every node exits. A
-watcher thread ends the process EXIT_GRACE_S after the launcher's death if that normal exit
-has not finished (exit_when_orphaned).
+graph: the gate latches ESTOP and sends its hold, the drivers hold, and every node exits.
 """
 
 from __future__ import annotations
@@ -24,8 +22,6 @@ import ctypes
 import os
 import signal
 import sys
-import threading
-import time
 
 import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
@@ -35,10 +31,6 @@ LAUNCHER_PID_ENV = "EGOMIMIC_LAUNCHER_PID"
 SPIN_TIMEOUT_S = 0.1
 """The spin loop wakes at least this often to see a signal or a dead parent."""
 PR_SET_PDEATHSIG = 1
-EXIT_GRACE_S = 1.5
-"""A node still running this long after its launcher died exits hard (os._exit): its hold goes
-out at once on the normal path, and a teardown stuck in the middleware must not leave it alive
-(the battery found a driver still running 3 s after a launcher SIGKILL on a loaded machine)."""
 EXECUTOR_ENV = "EGOMIMIC_EXECUTOR"
 """`single` forces the SingleThreadedExecutor on every node (a comparison run: bench/graph_cpu.py)."""
 PRIORITY_ENV = "EGOMIMIC_PRIORITY"
@@ -114,19 +106,6 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         pass
 
 
-def exit_when_orphaned(parent: int, grace_s: float = EXIT_GRACE_S) -> None:
-    """A watcher thread, independent of the spin loop: once the launcher `parent` is gone, give
-    the normal exit (signal, on_exit, teardown) `grace_s`, then end the process."""
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(SPIN_TIMEOUT_S)
-        time.sleep(grace_s)
-        say(f"[FATAL] still running {grace_s:.1f} s after the launcher (pid {parent}) died: exiting now")
-        os._exit(4)
-
-    threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
-
-
 def raise_priority(kind: str) -> str:
     """Raise this process's scheduling priority (`fifo` or `nice`, see the constants above) and
     say what it now runs at, for the start log. Needs root or CAP_SYS_NICE; without them the
@@ -171,7 +150,6 @@ def run_node(factory, args=None) -> int:
         if os.getppid() != parent:
             say(f"[FATAL] the launcher (pid {parent}) is gone before start-up; exiting")
             return 1
-        exit_when_orphaned(parent)
     if os.environ.get(PRIORITY_ENV) in ("fifo", "nice"):
         say(f"[INFO] scheduling: {raise_priority(os.environ[PRIORITY_ENV])}")
     rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
