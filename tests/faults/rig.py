@@ -135,9 +135,9 @@ class Rig:
         self._mutate = None
         self.last_publish_s = 0.0
         self.estop_resends = 0
+        """E-stop requests the probe sent again because the first was not answered in 15 ms."""
         self.last_estop_gate_s: list[float] = []
         """The gate's own handling time of each call of the last estop_latencies()."""
-        """E-stop requests the probe sent again because the first was not answered in 15 ms."""
 
         self.ctx = rclpy.Context()
         rclpy.init(context=self.ctx, args=["--ros-args", "--disable-external-lib-logs"])
