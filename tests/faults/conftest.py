@@ -28,18 +28,25 @@ class TrialResult:
     """safety/estop round trips measured in this trial's condition (ms), from a probe process."""
     estop_gate_ms: tuple = ()
     """The gate's own handling time of those calls (ms), as each answer reports it."""
+    estop_request_ms: tuple = ()
+    """Their request paths: the probe's first send to the gate's callback (ms)."""
+    estop_reply_ms: tuple = ()
+    """Their reply paths: the gate callback's return to the answer in the probe (ms)."""
 
     def with_note(self, note: str) -> "TrialResult":
         return replace(self, note=note)
 
-    def with_estop(self, latencies_s, gate_s=()) -> "TrialResult":
-        return replace(self, estop_ms=tuple(x * 1e3 for x in latencies_s), estop_gate_ms=tuple(x * 1e3 for x in gate_s))
+    def with_estop(self, latencies_s, gate_s=(), paths_ms=((), ())) -> "TrialResult":
+        return replace(self, estop_ms=tuple(x * 1e3 for x in latencies_s), estop_gate_ms=tuple(x * 1e3 for x in gate_s),
+                       estop_request_ms=tuple(paths_ms[0]), estop_reply_ms=tuple(paths_ms[1]))
 
 
 RESULTS: list[TrialResult] = []
 HICCUPS: list[str] = []
 ESTOP_RESENDS: list[int] = []
 """Per probe run: e-stop requests sent again (tests/faults/estop_probe.py)."""
+ESTOP_SCHEDULING: set[str] = set()
+"""What the probe ran at (SCHED_FIFO, or a niceness where FIFO is not permitted)."""
 
 """Tests re-run because the TEST RIG stalled before the fault (see RigHiccup)."""
 MAX_ATTEMPTS = 3
@@ -78,7 +85,7 @@ def summarize(results: list[TrialResult]) -> list[dict]:
     for r in results:
         row = rows.setdefault(r.fault, {"fault": r.fault, "trials": 0, "worst_ms": float("nan"), "worst_recv_ms": float("nan"),
                                         "commands": 0, "out_of_limits": 0, "end_states": set(), "reasons": set(), "notes": [],
-                                        "estop_ms": [], "estop_gate_ms": []})
+                                        **{key: [] for key in ESTOP_PARTS}})
         row["trials"] += 1
         for key, value in (("worst_ms", r.time_to_state_s), ("worst_recv_ms", r.time_to_state_recv_s)):
             if not math.isnan(value):
@@ -90,16 +97,24 @@ def summarize(results: list[TrialResult]) -> list[dict]:
             row["reasons"].add(r.reason)
         if r.note:
             row["notes"].append(r.note)
-        row["estop_ms"].extend(r.estop_ms)
-        row["estop_gate_ms"].extend(r.estop_gate_ms)
+        for key in ESTOP_PARTS:
+            row[key].extend(getattr(r, key))
     out = []
     for v in rows.values():
-        e, g = sorted(v.pop("estop_ms")), sorted(v.pop("estop_gate_ms"))
-        p99 = e[min(len(e) - 1, math.ceil(0.99 * len(e)) - 1)] if e else float("nan")
-        gate_p99 = g[min(len(g) - 1, math.ceil(0.99 * len(g)) - 1)] if g else float("nan")
+        parts = {key: sorted(v.pop(key)) for key in ESTOP_PARTS}
+        e = parts["estop_ms"]
         out.append(dict(v, end_states=sorted(v["end_states"]), reasons=sorted(v["reasons"]), estop_calls=len(e),
-                        estop_p50_ms=e[len(e) // 2] if e else float("nan"), estop_p99_ms=p99, estop_gate_p99_ms=gate_p99))
+                        estop_p50_ms=e[len(e) // 2] if e else float("nan"),
+                        **{key.replace("_ms", "_p99_ms"): _p99_sorted(x) for key, x in parts.items()}))
     return out
+
+
+ESTOP_PARTS = ("estop_ms", "estop_gate_ms", "estop_request_ms", "estop_reply_ms")
+"""TrialResult's e-stop fields: the round trip and its three parts (ms)."""
+
+
+def _p99_sorted(x: list[float]) -> float:
+    return x[min(len(x) - 1, math.ceil(0.99 * len(x)) - 1)] if x else float("nan")
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -109,19 +124,22 @@ def pytest_terminal_summary(terminalreporter):
     tr = terminalreporter
     tr.section("safety gate fault battery")
     tr.write_line(f"{'fault':<20}{'trials':>7}{'worst ms':>10}{'recv ms':>9}{'cmds':>7}{'out of limits':>15}"
-                  f"{'estop p99 ms':>14}{'gate p99':>10}  end state / reason")
+                  f"{'estop p99 ms':>14}{'request':>9}{'gate':>6}{'reply':>7}  end state / reason")
     for r in rows:
         worst = "-" if math.isnan(r["worst_ms"]) else f"{r['worst_ms']:.1f}"
         recv = "-" if math.isnan(r["worst_recv_ms"]) else f"{r['worst_recv_ms']:.1f}"
         estop = "-" if math.isnan(r["estop_p99_ms"]) else f"{r['estop_p99_ms']:.1f} ({r['estop_calls']})"
-        gate = "-" if math.isnan(r["estop_gate_p99_ms"]) else f"{r['estop_gate_p99_ms']:.1f}"
-        tr.write_line(f"{r['fault']:<20}{r['trials']:>7}{worst:>10}{recv:>9}{r['commands']:>7}{r['out_of_limits']:>15}{estop:>14}{gate:>10}  "
+        request, gate, reply = ("-" if math.isnan(r[k]) else f"{r[k]:.1f}"
+                                for k in ("estop_request_p99_ms", "estop_gate_p99_ms", "estop_reply_p99_ms"))
+        tr.write_line(f"{r['fault']:<20}{r['trials']:>7}{worst:>10}{recv:>9}{r['commands']:>7}{r['out_of_limits']:>15}{estop:>14}"
+                      f"{request:>9}{gate:>6}{reply:>7}  "
                       f"{','.join(r['end_states'])} / {','.join(r['reasons'])}" + (f"  ({r['notes'][-1]})" if r["notes"] else ""))
     out = REPO_ROOT / "out" / "faults" / "summary.json"
     out.parent.mkdir(parents=True, exist_ok=True)
+    tr.write_line("estop p99: the probe's round trip (calls); request, gate, reply: its parts, each at its own p99 (ms)")
     tr.write_line(f"test-rig hiccups (re-run, not gate failures): {len(HICCUPS)}")
     tr.write_line(f"e-stop requests re-sent by the probe (no answer within 15 ms): {sum(ESTOP_RESENDS)} "
-                  f"of {sum(len(r.estop_ms) for r in RESULTS)} calls")
+                  f"of {sum(len(r.estop_ms) for r in RESULTS)} calls; probe scheduling: {', '.join(sorted(ESTOP_SCHEDULING)) or '-'}")
     for h in HICCUPS:
         tr.write_line(f"  {h}")
     out.write_text(json.dumps({"faults": rows, "trials": [asdict(r) for r in RESULTS], "rig_hiccups": HICCUPS},

@@ -137,6 +137,8 @@ class Rig:
         self.estop_resends = 0
         """E-stop requests the probe sent again because the first was not answered in 15 ms."""
         self.last_estop_gate_s: list[float] = []
+        self.last_estop_paths: tuple[list[float], list[float]] = ([], [])
+        """The last probe run's round trips split at the gate (ms): request path, reply path."""
         """The gate's own handling time of each call of the last estop_latencies()."""
 
         self.ctx = rclpy.Context()
@@ -333,11 +335,13 @@ class Rig:
                              timeout=60 + 3 * n, env=dict(os.environ))
         data = json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {"error": out.stderr[-2000:]}
         assert "latencies_ms" in data, f"e-stop probe failed: {data}"
-        from .conftest import ESTOP_RESENDS
+        from .conftest import ESTOP_RESENDS, ESTOP_SCHEDULING
 
+        ESTOP_SCHEDULING.add(str(data.get("scheduling", "?")))
         self.estop_resends += int(data.get("resends", 0))
         ESTOP_RESENDS.append(int(data.get("resends", 0)))
         self.last_estop_gate_s = [x / 1e3 for x in data.get("gate_ms", [])]
+        self.last_estop_paths = (list(data.get("request_ms", [])), list(data.get("reply_ms", [])))
         return [x / 1e3 for x in data["latencies_ms"]]
 
     def set_camera_fault(self, value: str) -> bool:

@@ -607,7 +607,7 @@ def test_spoofed_state_at_the_limits(rig):
             rig.node.destroy_publisher(pub)
         assert_no_motion(rig, "spoofed_state", t_fault, time.time())
         estop = rig.estop_latencies(ESTOP_CALLS)
-        RESULTS[-1] = result.with_estop(estop, rig.last_estop_gate_s).with_note(f"{rig.foreign_states} spoofed samples kept out of the measured trajectory")
+        RESULTS[-1] = result.with_estop(estop, rig.last_estop_gate_s, rig.last_estop_paths).with_note(f"{rig.foreign_states} spoofed samples kept out of the measured trajectory")
         assert_estop_fast("spoofed_state", estop, rig.last_estop_gate_s)
     assert_estop_round_trip("spoofed_state")
 
@@ -663,7 +663,7 @@ def test_direct_joint_command_from_another_publisher(rig):
         estop = rig.estop_latencies(ESTOP_CALLS)
         RESULTS.append(TrialResult("direct_command", "ARMED" if armed else "DISARMED", "", float("nan"), float("nan"),
                                    len(cmds), len(bad), [v for c in bad for v in c.violations][:3],
-                                   note=f"{sent} foreign commands refused by the driver").with_estop(estop, rig.last_estop_gate_s))
+                                   note=f"{sent} foreign commands refused by the driver").with_estop(estop, rig.last_estop_gate_s, rig.last_estop_paths))
         assert not bad, f"direct_command: commands outside limits: {RESULTS[-1].examples}"
         assert_estop_fast("direct_command", estop, rig.last_estop_gate_s)
     assert_estop_round_trip("direct_command")
@@ -706,7 +706,7 @@ def test_estop_answers_within_50ms_under_a_2khz_flood(rig):
         cmds = rig.commands_since(t_start)
         bad = [c for c in cmds if c.violations]
         RESULTS.append(TrialResult("estop_flood_2khz", "ESTOP", "ESTOP", float("nan"), float("nan"), len(cmds), len(bad),
-                                   [v for c in bad for v in c.violations][:3], note=f"flood at {rate:.0f} Hz").with_estop(estop, rig.last_estop_gate_s))
+                                   [v for c in bad for v in c.violations][:3], note=f"flood at {rate:.0f} Hz").with_estop(estop, rig.last_estop_gate_s, rig.last_estop_paths))
         assert rate >= 1500, f"the flood ran at {rate:.0f} Hz only (2 kHz asked; this machine could not produce it)"
         assert not bad
         assert_estop_fast("estop_flood_2khz", estop, rig.last_estop_gate_s)

@@ -85,7 +85,7 @@ def test_full_disk_under_the_run_directory(rig):
         t_fault = rig.inject_once(mutate)
         result = conclude(rig, "full_disk", t_start, t_fault, {"HOLD"}, {"NONFINITE"})
         estop = rig.estop_latencies(ESTOP_CALLS)
-        RESULTS[-1] = result.with_estop(estop, rig.last_estop_gate_s).with_note(f"disk full after {rig.filled_bytes} filler bytes")
+        RESULTS[-1] = result.with_estop(estop, rig.last_estop_gate_s, rig.last_estop_paths).with_note(f"disk full after {rig.filled_bytes} filler bytes")
         assert_estop_fast("full_disk", estop, rig.last_estop_gate_s)
         assert rig.launcher.poll() is None, "the launcher died on the full disk"
         before = len(rig.statuses)

@@ -75,7 +75,7 @@ def test_launcher_sigkill_stops_the_whole_graph_safely(tmp_path):
         try:
             t_start = rig.armed_stamp_s
             estop_before = rig.estop_latencies(ESTOP_CALLS)  # e-stop latency while armed (state ESTOP after)
-            gate_before = rig.last_estop_gate_s
+            gate_before, paths_before = rig.last_estop_gate_s, rig.last_estop_paths
             rig.call("reset")
             arm_and_stream(rig, rng)
             nodes = [p for p in psutil.Process(rig.launcher.pid).children(recursive=True)]
@@ -101,7 +101,7 @@ def test_launcher_sigkill_stops_the_whole_graph_safely(tmp_path):
             bad = [c for c in cmds if c.violations]
             RESULTS.append(TrialResult("launcher_sigkill", "ESTOP", estop.reason, estop.stamp_s - t_fault,
                                        estop.recv_s - t_fault, len(cmds), len(bad), [v for c in bad for v in c.violations][:3],
-                                       note=f"all {len(nodes)} nodes gone {t_gone - t_fault:.2f} s after the kill").with_estop(estop_before, gate_before))
+                                       note=f"all {len(nodes)} nodes gone {t_gone - t_fault:.2f} s after the kill").with_estop(estop_before, gate_before, paths_before))
             assert not bad, f"launcher_sigkill: commands outside limits: {RESULTS[-1].examples}"
             assert_estop_fast("launcher_sigkill", estop_before, gate_before)
         finally:
