@@ -20,6 +20,8 @@ RATE_TOLERANCE = 0.05
 TRACKING_MAX_FRACTION = 0.10
 SETTLE_S = 2.0
 """Start-up transients (first discovery, arming) are excluded from the rate window."""
+MAX_TRANSITIONS_SHOWN = 8
+"""Gate state changes listed with their detail (a fault's cause is in the detail it entered with)."""
 
 
 class RunMonitor:
@@ -102,6 +104,8 @@ class RunMonitor:
                          f"watchdog holds {d.get('watchdog_holds', '?')}; {d.get('message', 'no diagnostics')}")
         transitions = " -> ".join(GATE_STATES.get(s, str(s)) for _, s, _ in o.gate_history) or "none"
         lines.append(f"gate states seen: {transitions}")
+        for _, state, detail in o.gate_history[1:MAX_TRANSITIONS_SHOWN + 1]:  # why each change (the first is start-up)
+            lines.append(f"    -> {GATE_STATES.get(state, str(state))}: {detail}")
         if launcher.dead_node:
             name, code = launcher.dead_node
             lines.append(f"SAFE STOP: required node {name} exited with code {code}; {launcher.safe_stop_detail}")

@@ -64,6 +64,28 @@ def exited(proc: psutil.Process) -> bool:
         return True
 
 
+def wait_exited(procs: list[psutil.Process], timeout_s: float) -> tuple[dict[str, float], list[psutil.Process]]:
+    """When each process ended (wall clock, by name), and those still running after timeout_s.
+    Polled: psutil.wait_procs waits for the reaping too, which init may do seconds later."""
+    names = {p.pid: node_name(p) for p in procs}
+    gone_at: dict[str, float] = {}
+    running = list(procs)
+    deadline = time.time() + timeout_s
+    while running and time.time() < deadline:
+        for p in [p for p in running if exited(p)]:
+            gone_at[names[p.pid]] = time.time()
+            running.remove(p)
+        time.sleep(0.01)
+    return gone_at, running
+
+
+def node_name(proc: psutil.Process) -> str:
+    try:
+        return next((a.split(":=", 1)[1] for a in proc.cmdline() if a.startswith("__node:=")), str(proc.pid))
+    except psutil.Error:
+        return str(proc.pid)
+
+
 def test_launcher_sigkill_stops_the_whole_graph_safely(tmp_path):
     """SIGKILL the launcher while armed and commanding: no orphan is left after 3 s, the gate
     announced ESTOP and held, nothing outside the limits reached a driver, and the arms did not
@@ -83,9 +105,8 @@ def test_launcher_sigkill_stops_the_whole_graph_safely(tmp_path):
             t_fault = time.time()
             os.kill(rig.launcher.pid, signal.SIGKILL)
             rig.launcher.wait()
-            gone, alive = psutil.wait_procs(nodes, timeout=3.0)
-            t_gone = time.time()
-            alive = [p for p in alive if not exited(p)]  # a zombie has ended: init only has not reaped it yet
+            gone_at, alive = wait_exited(nodes, 3.0)
+            t_gone = max(gone_at.values(), default=time.time())
             names = [" ".join(p.cmdline()[-4:]) for p in alive]
             for p in alive:
                 p.kill()
@@ -101,7 +122,8 @@ def test_launcher_sigkill_stops_the_whole_graph_safely(tmp_path):
             bad = [c for c in cmds if c.violations]
             RESULTS.append(TrialResult("launcher_sigkill", "ESTOP", estop.reason, estop.stamp_s - t_fault,
                                        estop.recv_s - t_fault, len(cmds), len(bad), [v for c in bad for v in c.violations][:3],
-                                       note=f"all {len(nodes)} nodes gone {t_gone - t_fault:.2f} s after the kill").with_estop(estop_before, gate_before, paths_before))
+                                       note=f"all {len(nodes)} nodes gone {t_gone - t_fault:.2f} s after the kill, last "
+                                            f"{max(gone_at, key=gone_at.get)}").with_estop(estop_before, gate_before, paths_before))
             assert not bad, f"launcher_sigkill: commands outside limits: {RESULTS[-1].examples}"
             assert_estop_fast("launcher_sigkill", estop_before, gate_before)
         finally:

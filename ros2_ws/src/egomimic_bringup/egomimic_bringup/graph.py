@@ -50,7 +50,7 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
     LaunchArgument("auto_arm", "", "call safety/arm once the graph is up ('' = true with sim, false with arx5)",
                    ("", "true", "false")),
     LaunchArgument("params_file", "", "a YAML file overriding node parameters (applied last)"),
-    LaunchArgument("realtime", "true", "run the gate (SCHED_FIFO) and the drivers (niceness -5) at a higher "
+    LaunchArgument("realtime", "true", "run the gate (SCHED_FIFO), the drivers and frames (niceness -5) at a higher "
                    "scheduling priority than the rest, where permitted; logged either way", ("true", "false")),
 )
 
@@ -77,7 +77,7 @@ class NodeSpec:
     """A required node that exits takes the whole system to a safe stop."""
     priority: str = ""
     """With the `realtime` launch argument: "fifo" (the gate: SCHED_FIFO where permitted) or
-    "nice" (the drivers: a lower niceness); "" runs at normal priority. See egomimic_nodes.spin."""
+    "nice" (the drivers and frames: a lower niceness); "" runs at normal priority. See egomimic_nodes.spin."""
     description: str = ""
 
 
@@ -135,7 +135,10 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
             priority="nice" if args["realtime"] == "true" else "",
             description=f"ARX5 driver, {arm} arm ({args['backend']} backend)",
         ))
+    # frames is a hop of the command path (policy/action -> command/proposed), so it runs at the
+    # drivers' priority: a command that waits behind the cameras arrives late at the gate.
     nodes.append(NodeSpec("frames", f"{NODE_PACKAGE}.frames_node", ns, {}, files,
+                          priority="nice" if args["realtime"] == "true" else "",
                           description="hardware <-> dataset frame conversion"))
     cameras = ("front_1", "left_wrist", "right_wrist")
     camera_backend = args["camera_backend"]

@@ -80,6 +80,9 @@ from egomimic_safety.gate import CameraReport, GateState, Proposal, SafetyGate
 STATE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=20, reliability=ReliabilityPolicy.RELIABLE)
 """The polled joint_states readers: 200 ms of samples at 100 Hz, so a tick that comes late
 still sees every sample's stamp and position for the speed check."""
+EXIT_ACK_WAIT_S = 0.2
+"""On exit, how long the last hold and status may wait for the drivers' acknowledgements (all
+publishers together)."""
 
 
 class GateNode(Node):
@@ -313,9 +316,12 @@ class GateNode(Node):
                 self.gate.detail = "gate shutting down: emergency stop latched, holding measured joints"
                 self._send(self.gate.hold_target)
             self._publish_status()
+        # One deadline for all three: when the launcher dies the drivers are exiting too and
+        # never acknowledge, and three waits of their own took 0.6 s of the 3 s teardown budget.
+        deadline = time.monotonic() + EXIT_ACK_WAIT_S
         for pub in (*self._pub_cmd.values(), self._pub_status):
             try:
-                pub.wait_for_all_acked(Duration(seconds=0.2))
+                pub.wait_for_all_acked(Duration(seconds=max(deadline - time.monotonic(), 0.0)))
             except Exception:  # noqa: BLE001 - best effort on the way out
                 pass
 

@@ -34,7 +34,7 @@ PR_SET_PDEATHSIG = 1
 EXECUTOR_ENV = "EGOMIMIC_EXECUTOR"
 """`single` forces the SingleThreadedExecutor on every node (a comparison run: bench/graph_cpu.py)."""
 PRIORITY_ENV = "EGOMIMIC_PRIORITY"
-"""`fifo` (the gate), `nice` (the drivers) or empty; set by the launcher (graph.NodeSpec.priority)."""
+"""`fifo` (the gate), `nice` (the drivers, frames) or empty; set by the launcher (graph.NodeSpec.priority)."""
 FIFO_PRIORITY = 10
 """SCHED_FIFO priority of the gate (1..99; kernel threads use 50). The gate is light (about a
 sixth of a core) and every deadline of the robot runs through it, so it preempts everything
@@ -42,7 +42,7 @@ else; Linux keeps 5 % of each second for normal tasks, so even a runaway gate ca
 the machine. The drivers are not FIFO: on a 2-core machine two simulated drivers (a quarter
 of a core each) would starve the cameras and the policy outright."""
 PRIORITY_NICENESS = -5
-"""Niceness of the drivers, and of the gate where SCHED_FIFO is not permitted: under load the
+"""Niceness of the drivers and frames, and of the gate where SCHED_FIFO is not permitted: under load the
 kernel gives them about 3x the CPU share of a niceness-0 process and wakes them first."""
 
 
