@@ -87,15 +87,17 @@ def test_synthetic_freeze_and_stall_are_flagged_within_100_ms(node_process, ros_
     start_cameras(node_process, "-p", "backend:=synthetic")
     probe = Probe(ros_node)
     assert wait_for(lambda: all_ok(probe), 30.0), {c: probe.latest_health(c) for c in CAMS}
-    time.sleep(1.5)  # a full health window
 
     # images and intrinsics as published
+    assert wait_for(lambda: probe.images["front_1"], 5.0)
     _, img = probe.images["front_1"][-1]
     assert (img.encoding, img.width, img.height, img.step) == ("rgb8", 640, 480, 1920)
     k = probe.infos["front_1"].k
     assert k[0] == pytest.approx(266.50860444) and k[2] == pytest.approx(320.0)
-    h = probe.latest_health("left_wrist")
-    assert 27.0 < h.rate_hz < 33.0 and h.frames > 30 and h.state == h.OK, (h.rate_hz, h.state, h.detail)
+
+    def nominal(h) -> bool:  # after a full health window (1 s)
+        return h is not None and 27.0 < h.rate_hz < 33.0 and h.frames > 30 and h.state == h.OK
+    assert wait_for(lambda: nominal(probe.latest_health("left_wrist")), 10.0), probe.latest_health("left_wrist")
 
     # FREEZE: same content, fresh stamps -> FROZEN once unchanged for more than freeze_after_s (0.3)
     t_set = time.time_ns()
@@ -144,7 +146,8 @@ def test_replay_of_a_recorded_episode(node_process, ros_node, tmp_path):
     start_cameras(node_process, "-p", "backend:=replay", "-p", f"replay_path:={episode}")
     probe = Probe(ros_node)
     assert wait_for(lambda: all_ok(probe), 30.0)
-    time.sleep(2.5)  # past one loop of the 2 s episode
+    start = len(probe.images["left_wrist"])
+    assert wait_for(lambda: len(probe.images["left_wrist"]) >= start + 75, 30.0)  # past one loop of the 2 s episode
     with probe.lock:
         msgs = [m for _, m in probe.images["left_wrist"]]
     stamps = np.array([stamp_ns(m.header.stamp) for m in msgs[-45:]])
@@ -154,7 +157,8 @@ def test_replay_of_a_recorded_episode(node_process, ros_node, tmp_path):
     for m in msgs[-5:]:
         got = np.frombuffer(m.data, np.uint8).reshape(480, 640, 3)
         assert min(np.mean(np.abs(got.astype(int) - r.astype(int))) for r in recorded) == 0.0
-    assert probe.latest_health("front_1").state == 0
+    # healthy while replaying; on a loaded machine a frame may come late (STALLED for a moment)
+    assert wait_for(lambda: probe.latest_health("front_1").state == 0, 5.0), probe.latest_health("front_1")
 
 
 @pytest.mark.parametrize("backend, extra, message", [
