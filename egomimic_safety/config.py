@@ -55,8 +55,10 @@ class GateConfig:
     not stop the robot. A dead producer is held by the gate within 310 ms (with the 100 Hz
     watchdog) and by the drivers within 110 ms."""
     arming_timeout_s: float = 10.0
-    """ARMING waits this long for the first proposed command (the operator arms, then starts
-    the policy), then gives up with STALE_COMMAND and returns to DISARMED."""
+    """ARMING waits this long for `shadow_commands` validated commands (the operator arms, then
+    starts the policy), through late state, cameras and commands (nothing is forwarded while
+    ARMING), then gives up and returns to DISARMED: STALE_COMMAND if no command came, else the
+    last deferral's reason."""
     max_command_rate_hz: float = 2.0 * CONTROL_RATE_HZ
     """More command stamps than this rate within `command_rate_window_s` is a flood
     (COMMAND_RATE): a producer replaying or looping. 2x the control rate tolerates timer jitter."""

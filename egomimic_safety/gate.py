@@ -11,7 +11,8 @@ Contract (INTERFACES.md, issue 5):
 - ARMING requires fresh state for both arms and healthy required cameras, then validates
   `shadow_commands` commands without forwarding them, the first of which must start near the
   measured pose (START_TOO_FAR). A rejection while ARMING returns to DISARMED (nothing was
-  forwarded, so there is nothing to hold);
+  forwarded, so there is nothing to hold); lateness while ARMING is waited out until
+  arming_timeout_s (a start-up under load), then returns to DISARMED with its reason;
 - transient vs persistent: a command that cannot be validated *now* because the measured
   state or a camera is a little late (older than max_state_age_s / max_camera_age_s) is not
   forwarded and is counted as deferred, not a fault; the drivers' watchdogs hold meanwhile.
@@ -119,6 +120,8 @@ class SafetyGate:
         self._hold: JointCommands | None = None
         self._hold_due_mono: float | None = None
         self._last_command_mono: float | None = None
+        self._arm_request_mono = 0.0
+        """When ARMING began (monotonic): arming_timeout_s counts from here."""
         self._prev_pose: dict[Arm, np.ndarray] = {}
         self._prev_stamp_s: float | None = None
         self._recent_stamps: deque[float] = deque(maxlen=config.max_commands_per_window + 1)
@@ -201,15 +204,19 @@ class SafetyGate:
         """Watchdog (run faster than the control rate): detect silence; in HOLD/ESTOP re-send
         the hold target once per control period."""
         try:
-            if self.state in (GateState.ARMED, GateState.ARMING):
-                waiting_first = self.state == GateState.ARMING and not self._proposal_seen
-                if waiting_first:
-                    # Nothing can be forwarded before the first command, so a state or camera
-                    # hiccup (CPU load while the policy starts) is not a fault yet; the first
-                    # command is checked against fresh state and cameras before it counts.
-                    if mono_s - self._last_command_mono > self.config.arming_timeout_s:
+            if self.state == GateState.ARMING:
+                # Nothing is forwarded while ARMING, so lateness (state, cameras, commands: CPU
+                # load while the policy starts) is waited out until arming_timeout_s; only
+                # commands validated against fresh state and cameras count as shadows, and any
+                # real fault (a rejection, a failed camera) still ends ARMING at once.
+                waited_s = mono_s - self._arm_request_mono
+                if waited_s > self.config.arming_timeout_s:
+                    if not self._proposal_seen:
                         return self._fault(Reason.STALE_COMMAND, f"no command within {self.config.arming_timeout_s:.1f} s of arming", mono_s)
-                    return None
+                    return self._fault(self._last_deferral_reason, f"not armed within {self.config.arming_timeout_s:.1f} s: "
+                                       f"{self.last_deferral or 'no command validated'}", mono_s)
+                return None
+            if self.state == GateState.ARMED:
                 stale = self._stale_arms(now_s, mono_s, self.config.state_hold_after_s)
                 if stale:
                     refused = sum(self.refused_measurements[a] for a in stale)
@@ -262,6 +269,8 @@ class SafetyGate:
         self._set(GateState.ARMING, None, f"arming: validating {self.config.shadow_commands} shadow command(s)")
         self._shadows_left = self.config.shadow_commands
         self._last_command_mono = mono_s  # the command watchdog starts now
+        self._arm_request_mono = mono_s
+        self.last_deferral, self._last_deferral_reason = "", Reason.STALE_COMMAND
         self._start_checked = False
         self._proposal_seen = False
         self._deferring_since_mono = None

@@ -368,7 +368,9 @@ def test_exception_inside_gate_holds(kin):
     assert gate.state == GateState.HOLD and gate.reason.value == "INTERNAL_ERROR" and out is not None
 
 
-def test_arming_waits_for_the_first_command_through_a_state_hiccup(kin):
+def test_arming_waits_out_lateness_until_the_arming_timeout(kin):
+    """Nothing is forwarded while ARMING, so late state (a start-up under load) defers the shadow
+    commands instead of failing the arming; once state is fresh the next command validates."""
     gate = SafetyGate(NO_CAMERAS, kin)
     measure(gate, kin, 0.0)
     assert gate.request_arm(0.0, 0.0)[0]
@@ -376,10 +378,47 @@ def test_arming_waits_for_the_first_command_through_a_state_hiccup(kin):
     assert gate.state == GateState.ARMING
     assert gate.propose(proposal(kin, 0.6), 0.6, 0.6) is None  # a command on stale state is not validated
     assert gate.state == GateState.ARMING and gate.deferred_counts["STALE_STATE"] == 1
-    gate.tick(0.61, 0.61)  # the first command arrived, state is still 610 ms old: latched
+    for t in (0.61, 1.0, 5.0):  # state stays late for seconds: still waiting
+        assert gate.tick(t, t) is None and gate.state == GateState.ARMING
+    measure(gate, kin, 5.01)
+    assert gate.propose(proposal(kin, 5.02), 5.02, 5.02) is None  # validated shadow command
+    assert gate.state == GateState.ARMED and gate.forwarded == 0
+
+
+def test_arming_gives_up_after_the_arming_timeout_with_the_deferral_reason(kin):
+    gate = SafetyGate(NO_CAMERAS, kin)
+    measure(gate, kin, 0.0)
+    assert gate.request_arm(0.0, 0.0)[0]
+    timeout = gate.config.arming_timeout_s
+    t = 0.25
+    while t < timeout + 0.1:  # commands keep coming, each on 200 ms old state
+        measure(gate, kin, t - 0.2, mono=t - 0.2)
+        assert gate.propose(proposal(kin, t), t, t) is None
+        gate.tick(t, t)
+        if gate.state != GateState.ARMING:
+            break
+        t += 1 / 30
     assert gate.state == GateState.DISARMED and gate.reason.value == "STALE_STATE"
-    gate.tick(20.0, 20.0)
-    assert gate.state == GateState.DISARMED
+    assert t > timeout and f"not armed within {timeout:.1f} s" in gate.detail and gate.forwarded == 0
+
+
+def test_arming_without_any_command_gives_up_with_stale_command(kin):
+    gate = SafetyGate(NO_CAMERAS, kin)
+    measure(gate, kin, 0.0)
+    assert gate.request_arm(0.0, 0.0)[0]
+    t = gate.config.arming_timeout_s + 0.01
+    gate.tick(t, t)
+    assert gate.state == GateState.DISARMED and gate.reason.value == "STALE_COMMAND" and "no command within" in gate.detail
+
+
+def test_a_rejection_while_arming_still_disarms_at_once(kin):
+    gate = SafetyGate(NO_CAMERAS, kin)
+    measure(gate, kin, 0.0)
+    assert gate.request_arm(0.0, 0.0)[0]
+    p = proposal(kin, 0.02)
+    p.arms[Arm.LEFT].pose[0] = np.nan
+    gate.propose(p, 0.02, 0.02)
+    assert gate.state == GateState.DISARMED and gate.reason.value == "NONFINITE"
 
 
 # -- measured state and camera inputs ---------------------------------------------------------
