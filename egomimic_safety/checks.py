@@ -113,6 +113,41 @@ def structure_problem(arm: Arm, cmd: ArmCommand, config: GateConfig) -> tuple[Re
     return None
 
 
+def check_jump_from_late_state(pose: np.ndarray, meas: ArmMeasurement | None, now_s: float, silent_s: float,
+                               config: GateConfig) -> None:
+    """The jump checks against a measurement that may be late: since it was taken the arm moved
+    at most the EE speed limits x its age, so a target further than the jump limit plus that
+    from it is a jump wherever the arm is now. Run before a command is deferred for lateness
+    (its own, the state's or a camera's): being late never hides a jump (a half turn arriving
+    while the state was 100 ms late used to be deferred, not refused)."""
+    if meas is None:
+        return
+    age = max(now_s - meas.stamp_s, silent_s, 0.0)
+    if not np.isfinite(age):
+        return
+    slack_m, slack_rad = config.max_ee_speed_m_s * age, config.max_ee_angular_speed_rad_s * age
+    step_m = float(np.linalg.norm(pose[:3] - meas.ee_pose_hw[:3]))
+    if step_m > config.max_translation_step_m + slack_m:
+        raise _Refusal(Reason.TRANSLATION_JUMP, f"{step_m:.3f} m from the measured pose {age * 1e3:.0f} ms old (limit "
+                                                f"{config.max_translation_step_m} m + {slack_m:.3f} m the arm could have moved since)")
+    rot_rad = quat_angle(pose[3:], meas.ee_pose_hw[3:] / np.linalg.norm(meas.ee_pose_hw[3:]))
+    if rot_rad > config.max_rotation_step_rad + slack_rad:
+        raise _Refusal(Reason.ROTATION_JUMP, f"{rot_rad:.3f} rad from the measured orientation {age * 1e3:.0f} ms old (limit "
+                                             f"{config.max_rotation_step_rad} rad + {slack_rad:.3f} rad the arm could have turned since)")
+
+
+def jump_from_late_state_problem(arm: Arm, cmd: ArmCommand, meas: ArmMeasurement | None, now_s: float, silent_s: float,
+                                 config: GateConfig) -> tuple[Reason, str] | None:
+    """check_jump_from_late_state as a value, for a well-formed command (structure_problem
+    passed): (reason, detail) of a jump, or None."""
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            check_jump_from_late_state(check_structure(arm, cmd, config), meas, now_s, silent_s, config)
+    except _Refusal as refusal:
+        return refusal.reason, f"{arm.value}: {refusal.detail}"
+    return None
+
+
 def check_state_fresh(meas: ArmMeasurement | None, now_s: float, silent_s: float, config: GateConfig) -> ArmMeasurement:
     """The measured state must be recent by its stamp (ROS clock, not from the future beyond
     max_command_future_s: a driver clock jump) AND by its receipt (`silent_s`: monotonic time
@@ -267,7 +302,12 @@ def check_arm(
 def _check_arm(arm, cmd, meas, prev_pose, prev_dt_s, now_s, state_silent_s, config, kinematics, clamps) -> ArmVerdict:
     try:
         pose = check_structure(arm, cmd, config)
-        meas = check_state_fresh(meas, now_s, state_silent_s, config)
+        try:
+            meas = check_state_fresh(meas, now_s, state_silent_s, config)
+        except _Refusal as late:
+            if late.transient:
+                check_jump_from_late_state(pose, meas, now_s, state_silent_s, config)
+            raise
         pose = check_workspace(arm, pose, config, config.workspace_action, clamps)
         check_vs_measured(pose, meas, config)
         n_before = len(clamps)

@@ -18,7 +18,9 @@ Contract (INTERFACES.md, issue 5):
   forwarded and is counted as deferred, not a fault; the drivers' watchdogs hold meanwhile.
   HOLD latches when the lateness persists (state_hold_after_s, camera_hold_after_s: config.py
   has the safety argument), or at once on any real fault (bad values, jumps, limits, a frozen
-  or failed camera, an implausible state, a silent command stream);
+  or failed camera, an implausible state, a silent command stream). Lateness never hides a
+  jump: before deferring, the target is judged against the late measurement with what the arm
+  could have moved since at its speed limits (checks.check_jump_from_late_state);
 - the watchdog `tick()` catches silence (no command, no state, no camera health) when no
   message arrives;
 - a measured state is checked before it is trusted (egomimic_safety.plausibility: finite,
@@ -45,8 +47,8 @@ import numpy as np
 
 from egomimic_hw.description import ARMS, JOINTS_PER_ARM, Arm
 from egomimic_hw.kinematics import ArmKinematics
-from egomimic_safety.checks import (ArmCommand, ArmMeasurement, check_arm, joint_bounds, start_pose_distance,
-                                    structure_problem)
+from egomimic_safety.checks import (ArmCommand, ArmMeasurement, check_arm, joint_bounds, jump_from_late_state_problem,
+                                    start_pose_distance, structure_problem)
 from egomimic_safety.config import GateConfig
 from egomimic_safety.plausibility import StateMonitor
 from egomimic_safety.reasons import Reason
@@ -339,12 +341,12 @@ class SafetyGate:
             if problem:
                 return self._reject(problem[0], problem[1], mono_s)
         if age > cfg.max_command_age_s:
-            return self._defer(Reason.STALE_COMMAND, f"command arrived {age * 1e3:.0f} ms after its stamp "
-                                                     f"(limit {cfg.max_command_age_s * 1e3:.0f} ms)", mono_s)
+            return self._defer_unless_jump(proposal, Reason.STALE_COMMAND, f"command arrived {age * 1e3:.0f} ms after its stamp "
+                                           f"(limit {cfg.max_command_age_s * 1e3:.0f} ms)", now_s, mono_s)
         camera, transient = self._camera_problem(now_s, mono_s, self.config.max_camera_age_s)
         if camera:
             if transient:
-                return self._defer(Reason.STALE_CAMERA, camera, mono_s)
+                return self._defer_unless_jump(proposal, Reason.STALE_CAMERA, camera, now_s, mono_s)
             return self._reject(Reason.STALE_CAMERA, camera, mono_s)
         obs = float(proposal.observation_stamp_s)
         if obs != 0.0:
@@ -426,6 +428,17 @@ class SafetyGate:
             if not report.ok and late_s <= self.config.max_camera_age_s:
                 return f"camera {cam}: {report.detail or 'frames late'}", True
         return "", False
+
+    def _defer_unless_jump(self, proposal: Proposal, reason: Reason, detail: str, now_s: float,
+                           mono_s: float) -> JointCommands | None:
+        """Defer a late command (or one on a late camera), unless it is a jump from wherever
+        the arms can be now (checks.check_jump_from_late_state): that is a fault, late or not."""
+        for arm in ARMS:
+            silent_s = mono_s - self._meas_rx_mono.get(arm, -np.inf)
+            jump = jump_from_late_state_problem(arm, proposal.arms[arm], self._meas.get(arm), now_s, silent_s, self.config)
+            if jump:
+                return self._reject(jump[0], jump[1], mono_s)
+        return self._defer(reason, detail, mono_s)
 
     def _defer(self, reason: Reason, detail: str, mono_s: float) -> JointCommands | None:
         """Not forwarded now, not a fault (see the module docstring: transient vs persistent);

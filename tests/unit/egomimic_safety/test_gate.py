@@ -586,6 +586,53 @@ def test_a_late_command_is_held_back_and_persistent_lateness_latches(kin):
     assert gate.rejected == 0 and gate.deferred_counts["STALE_COMMAND"] >= 9
 
 
+def half_turn(kin, t):
+    p = proposal(kin, t)
+    for arm in ARMS:
+        w, x, y, z = p.arms[arm].pose[3:]
+        p.arms[arm].pose[3:] = [-z, y, -x, w]  # 180 deg about the EE z axis
+    return p
+
+
+def test_a_half_turn_on_late_state_is_a_jump_not_a_deferral(kin):
+    """State 150 ms late defers an ordinary command; a half turn is a jump wherever the arm moved
+    meanwhile (limit 0.5 rad + 1.8 rad/s x 0.15 s), so it is refused at once: HOLD."""
+    gate = armed_gate(kin)  # state stamped 0.0
+    assert gate.propose(proposal(kin, 0.15), 0.15, 0.15) is None and gate.state == GateState.ARMED  # deferred
+    out = gate.propose(half_turn(kin, 0.16), 0.16, 0.16)
+    assert gate.state == GateState.HOLD and gate.reason.value == "ROTATION_JUMP" and out is not None
+    assert "ms old" in gate.detail
+
+
+def test_a_late_half_turn_is_a_jump_not_a_deferral(kin):
+    gate = armed_gate(kin)
+    measure(gate, kin, 0.2, mono=0.2)
+    out = gate.propose(half_turn(kin, 0.05), 0.2, 0.2)  # arrives 150 ms after its stamp, state fresh
+    assert gate.state == GateState.HOLD and gate.reason.value == "ROTATION_JUMP" and out is not None
+
+
+def test_a_half_turn_on_a_late_camera_is_a_jump_not_a_deferral(kin):
+    gate = armed_gate(kin, GateConfig(shadow_commands=1, required_cameras=("front_1",)))
+    measure(gate, kin, 0.12, mono=0.12)  # fresh state; the camera's last report is from 0.0
+    assert gate.propose(proposal(kin, 0.12), 0.12, 0.12) is None and gate.deferred_counts["STALE_CAMERA"] == 1
+    gate.propose(half_turn(kin, 0.13), 0.13, 0.13)
+    assert gate.state == GateState.HOLD and gate.reason.value == "ROTATION_JUMP"
+
+
+def test_a_step_the_arm_could_have_made_while_state_was_late_is_deferred(kin):
+    """Beyond the jump limit from the late measurement, but within what the arm could have moved
+    since at its speed limit: not provably a jump, so deferred (no fault)."""
+    gate = armed_gate(kin)
+    cfg = gate.config
+    age = 0.15
+    dx = cfg.max_translation_step_m + 0.5 * cfg.max_ee_speed_m_s * age
+    assert gate.propose(proposal(kin, age, dx=dx), age, age) is None
+    assert gate.state == GateState.ARMED and gate.deferred_counts["STALE_STATE"] == 1
+    gate.propose(proposal(kin, age + 0.01, dx=cfg.max_translation_step_m + 1.5 * cfg.max_ee_speed_m_s * (age + 0.01)),
+                 age + 0.01, age + 0.01)
+    assert gate.state == GateState.HOLD and gate.reason.value == "TRANSLATION_JUMP"
+
+
 def test_a_late_command_is_still_checked_for_content(kin):
     """Lateness defers a command, but a late NaN is still a NaN: refused, HOLD."""
     gate = armed_gate(kin)

@@ -428,3 +428,47 @@ def test_generators_reach_every_reason_and_every_clamp():
     assert not missing, f"never refused for: {sorted(r.value for r in missing)}; counts {dict(coverage['refused'])}"
     assert clamped == CLAMPABLE, f"clamp paths never taken: {sorted(r.value for r in CLAMPABLE - clamped)}"
     assert seen["forwarding"] >= 0.5 * seen["n"] and seen["holding"] >= 0.2 * seen["n"], seen
+
+
+def _wxyz(r: Rotation) -> np.ndarray:
+    return np.roll(r.as_quat(), 1)
+
+
+unit_vectors = st.lists(st.floats(-1.0, 1.0), min_size=3, max_size=3).filter(lambda v: np.linalg.norm(v) > 1e-3).map(
+    lambda v: np.asarray(v) / np.linalg.norm(v))
+
+
+@SETTINGS
+@given(age_s=st.floats(0.0, 0.3), step=st.floats(0.0, 3.0), turn=st.floats(0.0, np.pi), direction=unit_vectors,
+       axis=unit_vectors, moved=st.floats(0.0, 1.0), moved_direction=unit_vectors, turned_axis=unit_vectors)
+def test_a_jump_judged_on_late_state_is_a_jump_from_everywhere_the_arm_could_be(
+        age_s, step, turn, direction, axis, moved, moved_direction, turned_axis):
+    """checks.check_jump_from_late_state refuses a target exactly when it is beyond the jump
+    limit from EVERY pose the arm can have reached since the late measurement at its EE speed
+    limits (sound: no HOLD for a step the arm could have made; complete: nothing beyond the
+    bound is deferred). Sampled: one reachable pose, moved and turned up to the bound."""
+    from egomimic_safety.checks import _Refusal, check_jump_from_late_state, quat_angle
+
+    cfg = CONFIGS[0]
+    meas_pose = KIN.forward(Q)
+    r_meas = Rotation.from_quat(np.roll(meas_pose[3:], -1))
+    target = meas_pose.copy()
+    target[:3] += direction * step * (cfg.max_translation_step_m + cfg.max_ee_speed_m_s * age_s)
+    target[3:] = _wxyz(r_meas * Rotation.from_rotvec(axis * turn))
+    meas = ArmMeasurement(Q, 0.5, meas_pose, 10.0 - age_s)
+    try:
+        check_jump_from_late_state(target, meas, 10.0, 0.0, cfg)
+        refused = None
+    except _Refusal as refusal:
+        refused = refusal.reason
+    slack_m, slack_rad = cfg.max_ee_speed_m_s * age_s, cfg.max_ee_angular_speed_rad_s * age_s
+    far_m = np.linalg.norm(target[:3] - meas_pose[:3]) > cfg.max_translation_step_m + slack_m
+    far_rad = quat_angle(target[3:], meas_pose[3:]) > cfg.max_rotation_step_rad + slack_rad
+    assert (refused is not None) == (far_m or far_rad)  # complete
+    reached = meas_pose.copy()  # a pose the arm can have reached meanwhile
+    reached[:3] += moved_direction * moved * slack_m
+    reached[3:] = _wxyz(r_meas * Rotation.from_rotvec(turned_axis * moved * slack_rad))
+    if refused == Reason.TRANSLATION_JUMP:  # sound: a jump from there too
+        assert np.linalg.norm(target[:3] - reached[:3]) > cfg.max_translation_step_m - 1e-9
+    if refused == Reason.ROTATION_JUMP:
+        assert quat_angle(target[3:], reached[3:]) > cfg.max_rotation_step_rad - 1e-9
