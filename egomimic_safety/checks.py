@@ -136,13 +136,24 @@ def check_jump_from_late_state(pose: np.ndarray, meas: ArmMeasurement | None, no
                                              f"{config.max_rotation_step_rad} rad + {slack_rad:.3f} rad the arm could have turned since)")
 
 
-def jump_from_late_state_problem(arm: Arm, cmd: ArmCommand, meas: ArmMeasurement | None, now_s: float, silent_s: float,
-                                 config: GateConfig) -> tuple[Reason, str] | None:
-    """check_jump_from_late_state as a value, for a well-formed command (structure_problem
-    passed): (reason, detail) of a jump, or None."""
+def check_before_deferring(arm: Arm, pose: np.ndarray, meas: ArmMeasurement | None, prev_pose: np.ndarray | None,
+                           prev_dt_s: float, now_s: float, silent_s: float, config: GateConfig) -> None:
+    """What lateness cannot excuse, run before a command is deferred: the checks that need no
+    fresh state (the workspace box and the rate vs the previous command, where they reject)
+    and the jump from the late measurement (check_jump_from_late_state). A clamp here changes
+    nothing: the command is not forwarded now."""
+    pose = check_workspace(arm, pose, config, config.workspace_action, [])
+    check_jump_from_late_state(pose, meas, now_s, silent_s, config)  # as check_vs_measured: before a step clamp
+    check_command_step(pose, prev_pose, prev_dt_s, config, config.command_step_action, [])
+
+
+def deferral_problem(arm: Arm, cmd: ArmCommand, meas: ArmMeasurement | None, prev_pose: np.ndarray | None,
+                     prev_dt_s: float, now_s: float, silent_s: float, config: GateConfig) -> tuple[Reason, str] | None:
+    """check_before_deferring as a value, for a well-formed command (structure_problem passed):
+    (reason, detail) of a fault that lateness does not excuse, or None."""
     try:
         with np.errstate(over="ignore", invalid="ignore"):
-            check_jump_from_late_state(check_structure(arm, cmd, config), meas, now_s, silent_s, config)
+            check_before_deferring(arm, check_structure(arm, cmd, config), meas, prev_pose, prev_dt_s, now_s, silent_s, config)
     except _Refusal as refusal:
         return refusal.reason, f"{arm.value}: {refusal.detail}"
     return None
@@ -306,7 +317,7 @@ def _check_arm(arm, cmd, meas, prev_pose, prev_dt_s, now_s, state_silent_s, conf
             meas = check_state_fresh(meas, now_s, state_silent_s, config)
         except _Refusal as late:
             if late.transient:
-                check_jump_from_late_state(pose, meas, now_s, state_silent_s, config)
+                check_before_deferring(arm, pose, meas, prev_pose, prev_dt_s, now_s, state_silent_s, config)
             raise
         pose = check_workspace(arm, pose, config, config.workspace_action, clamps)
         check_vs_measured(pose, meas, config)

@@ -19,8 +19,9 @@ Contract (INTERFACES.md, issue 5):
   HOLD latches when the lateness persists (state_hold_after_s, camera_hold_after_s: config.py
   has the safety argument), or at once on any real fault (bad values, jumps, limits, a frozen
   or failed camera, an implausible state, a silent command stream). Lateness never hides a
-  jump: before deferring, the target is judged against the late measurement with what the arm
-  could have moved since at its speed limits (checks.check_jump_from_late_state);
+  fault it cannot excuse (checks.check_before_deferring): before deferring, the workspace and
+  the rate vs the previous command are checked, and the target is judged against the late
+  measurement with what the arm could have moved since at its speed limits;
 - the watchdog `tick()` catches silence (no command, no state, no camera health) when no
   message arrives;
 - a measured state is checked before it is trusted (egomimic_safety.plausibility: finite,
@@ -47,7 +48,7 @@ import numpy as np
 
 from egomimic_hw.description import ARMS, JOINTS_PER_ARM, Arm
 from egomimic_hw.kinematics import ArmKinematics
-from egomimic_safety.checks import (ArmCommand, ArmMeasurement, check_arm, joint_bounds, jump_from_late_state_problem,
+from egomimic_safety.checks import (ArmCommand, ArmMeasurement, check_arm, deferral_problem, joint_bounds,
                                     start_pose_distance, structure_problem)
 from egomimic_safety.config import GateConfig
 from egomimic_safety.plausibility import StateMonitor
@@ -431,13 +432,16 @@ class SafetyGate:
 
     def _defer_unless_jump(self, proposal: Proposal, reason: Reason, detail: str, now_s: float,
                            mono_s: float) -> JointCommands | None:
-        """Defer a late command (or one on a late camera), unless it is a jump from wherever
-        the arms can be now (checks.check_jump_from_late_state): that is a fault, late or not."""
+        """Defer a late command (or one on a late camera), unless it fails a check that
+        lateness cannot excuse (checks.check_before_deferring: a jump from wherever the arms
+        can be now, the workspace, the rate vs the previous command): that is a fault, late or not."""
+        dt_s = float(proposal.stamp_s) - self._prev_stamp_s if self._prev_stamp_s is not None else float("inf")
         for arm in ARMS:
             silent_s = mono_s - self._meas_rx_mono.get(arm, -np.inf)
-            jump = jump_from_late_state_problem(arm, proposal.arms[arm], self._meas.get(arm), now_s, silent_s, self.config)
-            if jump:
-                return self._reject(jump[0], jump[1], mono_s)
+            problem = deferral_problem(arm, proposal.arms[arm], self._meas.get(arm), self._prev_pose.get(arm), dt_s, now_s,
+                                       silent_s, self.config)
+            if problem:
+                return self._reject(problem[0], problem[1], mono_s)
         return self._defer(reason, detail, mono_s)
 
     def _defer(self, reason: Reason, detail: str, mono_s: float) -> JointCommands | None:

@@ -621,8 +621,9 @@ def test_a_half_turn_on_a_late_camera_is_a_jump_not_a_deferral(kin):
 
 def test_a_step_the_arm_could_have_made_while_state_was_late_is_deferred(kin):
     """Beyond the jump limit from the late measurement, but within what the arm could have moved
-    since at its speed limit: not provably a jump, so deferred (no fault)."""
-    gate = armed_gate(kin)
+    since at its speed limit: not provably a jump, so deferred (no fault). (The rate vs the
+    previous command clamps here, so that only the jump rule decides.)"""
+    gate = armed_gate(kin, GateConfig(shadow_commands=1, required_cameras=(), command_step_action=CLAMP))
     cfg = gate.config
     age = 0.15
     dx = cfg.max_translation_step_m + 0.5 * cfg.max_ee_speed_m_s * age
@@ -631,6 +632,14 @@ def test_a_step_the_arm_could_have_made_while_state_was_late_is_deferred(kin):
     gate.propose(proposal(kin, age + 0.01, dx=cfg.max_translation_step_m + 1.5 * cfg.max_ee_speed_m_s * (age + 0.01)),
                  age + 0.01, age + 0.01)
     assert gate.state == GateState.HOLD and gate.reason.value == "TRANSLATION_JUMP"
+
+
+def test_a_step_too_fast_for_the_previous_command_on_late_state_is_refused(kin):
+    """The rate vs the previous command needs no fresh state: 60 mm within 140 ms (limit 40 mm:
+    0.6 m/s x 2 periods) is refused although the state is 150 ms late."""
+    gate = armed_gate(kin)
+    gate.propose(proposal(kin, 0.15, dx=0.06), 0.15, 0.15)
+    assert gate.state == GateState.HOLD and gate.reason.value == "TRANSLATION_RATE"
 
 
 def test_a_late_command_is_still_checked_for_content(kin):
