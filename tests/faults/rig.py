@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -137,6 +138,8 @@ class Rig:
         self.estop_resends = 0
         """E-stop requests the probe sent again because the first was not answered in 15 ms."""
         self.last_estop_gate_s: list[float] = []
+        self.stream_stamps: deque[float] = deque(maxlen=32)
+        """Stamps of the newest streamed commands (the gate's rate window counts them too)."""
         self.last_estop_paths: tuple[list[float], list[float]] = ([], [])
         """The last probe run's round trips split at the gate (ms): request path, reply path."""
         """The gate's own handling time of each call of the last estop_latencies()."""
@@ -459,6 +462,7 @@ class Rig:
                 msg = mutate(msg)
             self.pub.publish(msg)
             self.last_publish_s = time.time()
+            self.stream_stamps.append(next_t + offset)
             next_t += PERIOD_S
             delay = next_t - time.monotonic()
             if delay < -PERIOD_S:
