@@ -76,6 +76,7 @@ bench: $(STAMP) ## benchmarks print ratios and absolute figures and write JSON u
 	$(PY) bench/async_chunking.py --out out/bench/async_chunking.json
 	$(PY) bench/remote_overhead.py --out out/bench/remote_overhead.json
 	$(PY) bench/graph_cpu.py --domain 96 --out out/bench/graph_cpu.json
+	$(PY) bench/publish_stall.py --domain 87 --stops 80 --load 2
 
 shm-clean:
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/fastdds shm clean
