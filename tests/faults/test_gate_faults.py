@@ -142,7 +142,13 @@ def conclude(rig: Rig, fault: str, t_start: float, t_fault: float, states: set[s
     assert rig.state() == status.state, f"{fault}: left {status.state} by itself: {rig.statuses[-1]}"
     # Stamped after the status that announced the state: only hold re-sends (a forwarded command
     # carries its proposal's stamp, always before the decision; it may still be in flight).
-    after = [c for c in rig.commands_since(t_start) if c.stamp_s > status.stamp_s]
+    def after_status():
+        return [c for c in rig.commands_since(t_start) if c.stamp_s > status.stamp_s]
+    if status.state in ("HOLD", "ESTOP"):  # this rig may take them late on a loaded machine
+        deadline = time.time() + 1.0
+        while not all(any(c.arm == arm for c in after_status()) for arm in ARMS) and time.time() < deadline:
+            time.sleep(0.01)
+    after = after_status()
     for arm in ARMS:
         values = [c.values for c in after if c.arm == arm]
         assert all(np.array_equal(v, values[0]) for v in values), f"{fault}: a non-hold command after {status.state}"
