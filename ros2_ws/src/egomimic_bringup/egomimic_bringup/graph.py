@@ -50,7 +50,7 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
     LaunchArgument("auto_arm", "", "call safety/arm once the graph is up ('' = true with sim, false with arx5)",
                    ("", "true", "false")),
     LaunchArgument("params_file", "", "a YAML file overriding node parameters (applied last)"),
-    LaunchArgument("realtime", "true", "run the gate (SCHED_FIFO), the drivers and frames (niceness -5) at a higher "
+    LaunchArgument("realtime", "true", "run the gate (SCHED_FIFO), the drivers and frames (niceness -5), cameras and policy (-2) at a higher "
                    "scheduling priority than the rest, where permitted; logged either way", ("true", "false")),
 )
 
@@ -76,8 +76,9 @@ class NodeSpec:
     required: bool = True
     """A required node that exits takes the whole system to a safe stop."""
     priority: str = ""
-    """With the `realtime` launch argument: "fifo" (the gate: SCHED_FIFO where permitted) or
-    "nice" (the drivers and frames: a lower niceness); "" runs at normal priority. See egomimic_nodes.spin."""
+    """With the `realtime` launch argument: "fifo" (the gate: SCHED_FIFO where permitted), "nice"
+    (the drivers and frames: niceness -5) or "stack" (cameras, policy: niceness -2); "" runs at
+    normal priority. See egomimic_nodes.spin."""
     description: str = ""
 
 
@@ -149,6 +150,7 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
         if camera_backend == "replay":
             params["replay_path"] = args["replay_path"]
         nodes.append(NodeSpec("cameras", f"{NODE_PACKAGE}.camera_node", ns, params, files,
+                              priority="stack" if args["realtime"] == "true" else "",
                               description=f"{camera_backend} cameras front_1, left_wrist, right_wrist"))
     else:
         # Hardware: one process per camera, so a stuck USB driver takes down one stream only.
@@ -157,6 +159,7 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
             nodes.append(NodeSpec(
                 f"camera_{cam}", f"{NODE_PACKAGE}.camera_node", ns,
                 {"cameras": [cam], "backend": cam_backend}, files,
+                priority="stack" if args["realtime"] == "true" else "",
                 description=f"camera {cam} ({cam_backend})",
             ))
     # The gate starts after the cameras and drivers, so arming (which needs fresh state and
@@ -168,6 +171,7 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
     if args["policy"] != "none":
         nodes.append(NodeSpec("policy", f"{NODE_PACKAGE}.policy_node", ns,
                               {"policy": args["policy"], "inject_latency_ms": float(args["inject_latency_ms"])}, files,
+                              priority="stack" if args["realtime"] == "true" else "",
                               description=f"policy ({args['policy']})"))
     if args["record"] == "true" or args["bag"] == "true":
         raise LaunchArgumentError("record:=true and bag:=true arrive with the recording issue; not available yet")

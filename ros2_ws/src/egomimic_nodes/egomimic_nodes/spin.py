@@ -34,7 +34,8 @@ PR_SET_PDEATHSIG = 1
 EXECUTOR_ENV = "EGOMIMIC_EXECUTOR"
 """`single` forces the SingleThreadedExecutor on every node (a comparison run: bench/graph_cpu.py)."""
 PRIORITY_ENV = "EGOMIMIC_PRIORITY"
-"""`fifo` (the gate), `nice` (the drivers, frames) or empty; set by the launcher (graph.NodeSpec.priority)."""
+"""`fifo` (the gate), `nice` (the drivers, frames), `stack` (cameras, policy) or empty; set by the
+launcher (graph.NodeSpec.priority)."""
 FIFO_PRIORITY = 10
 """SCHED_FIFO priority of the gate (1..99; kernel threads use 50). The gate is light (about a
 sixth of a core) and every deadline of the robot runs through it, so it preempts everything
@@ -44,6 +45,12 @@ of a core each) would starve the cameras and the policy outright."""
 PRIORITY_NICENESS = -5
 """Niceness of the drivers and frames, and of the gate where SCHED_FIFO is not permitted: under load the
 kernel gives them about 3x the CPU share of a niceness-0 process and wakes them first."""
+STACK_NICENESS = -2
+"""Niceness of the rest of the robot's stack (cameras, policy): below the gate and the drivers,
+above what else runs on a robot PC at niceness 0 (a browser, rviz, loggers, this project's own
+launcher and monitoring). Measured with one busy process beside `make run` (2 cores): at
+niceness 0 the cameras' health reports stalled 300 ms (STALE_CAMERA HOLD) or the policy's
+commands did (STALE_COMMAND HOLD)."""
 
 
 USAGE = """usage: python -m {module} [--help] --ros-args [-r __ns:=/eva] [-r __node:=NAME] [-p NAME:=VALUE ...]
@@ -107,7 +114,7 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
 
 
 def raise_priority(kind: str) -> str:
-    """Raise this process's scheduling priority (`fifo` or `nice`, see the constants above) and
+    """Raise this process's scheduling priority (`fifo`, `nice` or `stack`, see the constants above) and
     say what it now runs at, for the start log. Needs root or CAP_SYS_NICE; without them the
     process keeps its priority and says so. Called before rclpy starts its threads, so the DDS
     threads inherit it."""
@@ -118,7 +125,7 @@ def raise_priority(kind: str) -> str:
         except (OSError, AttributeError):
             pass
     try:
-        os.nice(PRIORITY_NICENESS - os.nice(0))
+        os.nice((STACK_NICENESS if kind == "stack" else PRIORITY_NICENESS) - os.nice(0))
         return f"niceness {os.nice(0)}" + (" (SCHED_FIFO not permitted)" if kind == "fifo" else "")
     except OSError as exc:
         return f"normal priority (a higher one is not permitted: {exc})"
@@ -150,7 +157,7 @@ def run_node(factory, args=None) -> int:
         if os.getppid() != parent:
             say(f"[FATAL] the launcher (pid {parent}) is gone before start-up; exiting")
             return 1
-    if os.environ.get(PRIORITY_ENV) in ("fifo", "nice"):
+    if os.environ.get(PRIORITY_ENV) in ("fifo", "nice", "stack"):
         say(f"[INFO] scheduling: {raise_priority(os.environ[PRIORITY_ENV])}")
     rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
     node = None
