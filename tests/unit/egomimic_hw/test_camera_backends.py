@@ -146,7 +146,9 @@ def test_replay_directory_with_timestamps(tmp_path):
     for i, img in enumerate(imgs):
         cv2.imwrite(str(tmp_path / f"{i:04d}.png"), img[..., ::-1])  # PNG written from BGR
     (tmp_path / "timestamps.txt").write_text("\n".join(str(1000 + i * 50_000_000) for i in range(4)))
-    cam = ReplayCamera("front_1", tmp_path, loop=False, start_monotonic=time.monotonic())
+    # The timeline starts when the camera is built (start_monotonic taken before building let a
+    # slow build, e.g. on a loaded machine, make the first frames due already: released at once)
+    cam = ReplayCamera("front_1", tmp_path, loop=False)
     shaper = FrameShaper(640, 480)
     t0 = time.monotonic()
     frames = [cam.read(1.0) for _ in range(4)]
