@@ -105,7 +105,8 @@ def summarize(results: list[TrialResult]) -> list[dict]:
         e = parts["estop_ms"]
         out.append(dict(v, end_states=sorted(v["end_states"]), reasons=sorted(v["reasons"]), estop_calls=len(e),
                         estop_p50_ms=e[len(e) // 2] if e else float("nan"),
-                        **{key.replace("_ms", "_p99_ms"): _p99_sorted(x) for key, x in parts.items()}))
+                        **{key.replace("_ms", "_p99_ms"): _p99_sorted(x) for key, x in parts.items()},
+                        **{key.replace("_ms", "_max_ms"): (x[-1] if x else float("nan")) for key, x in parts.items()}))
     return out
 
 
@@ -137,6 +138,8 @@ def pytest_terminal_summary(terminalreporter):
     out = REPO_ROOT / "out" / "faults" / "summary.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tr.write_line("estop p99: the probe's round trip (calls); request, gate, reply: its parts, each at its own p99 (ms)")
+    slowest = [f"{r['fault']} {r['estop_max_ms']:.1f}/{r['estop_gate_max_ms']:.1f}" for r in rows if r["estop_calls"]]
+    tr.write_line(f"slowest e-stop round trip / gate answer per row (ms): {', '.join(slowest) or '-'}")
     tr.write_line(f"test-rig hiccups (re-run, not gate failures): {len(HICCUPS)}")
     tr.write_line(f"e-stop requests re-sent by the probe (no answer within 15 ms): {sum(ESTOP_RESENDS)} "
                   f"of {sum(len(r.estop_ms) for r in RESULTS)} calls; probe scheduling: {', '.join(sorted(ESTOP_SCHEDULING)) or '-'}")

@@ -586,22 +586,24 @@ def p99(values) -> float:
 
 
 def assert_estop_fast(fault: str, latencies, gate_s) -> None:
-    """Per trial: the gate answers every e-stop within ESTOP_P99_S at p99 (its own handling time,
-    lock wait included, reported in each answer), and every call gets its answer within
-    ESTOP_ANSWERED_S."""
+    """Per trial: every answer carries the gate's own handling time, and every call gets its
+    answer within ESTOP_ANSWERED_S. The p99 bounds are per row (assert_estop_round_trip), as the
+    acceptance states them: a p99 over one trial's 34-68 calls is in effect its maximum."""
     assert len(gate_s) == len(latencies), f"{fault}: the gate's answers carry no handling time"
-    assert p99(gate_s) <= ESTOP_P99_S, f"{fault}: safety/estop answered in {p99(gate_s) * 1e3:.1f} ms at p99 by the gate " \
-                                       f"(limit {ESTOP_P99_S * 1e3:.0f} ms)"
     assert max(latencies) <= ESTOP_ANSWERED_S, f"{fault}: a safety/estop call waited {max(latencies) * 1e3:.0f} ms for its answer"
 
 
 def assert_estop_round_trip(fault: str) -> None:
-    """Per row (the trials' calls pooled, at least 100): the round trip seen by the probe
-    process, the operator's view, is within ESTOP_P99_S at p99. The probe sends through two DDS
+    """Per row (the trials' calls pooled, at least 100): the gate's own handling time and the
+    round trip seen by the probe process, the operator's view, are within ESTOP_P99_S at p99
+    (the slowest of each is in the battery summary too). The probe sends through two DDS
     participants (estop_probe.py), as an operator console should: a reply can reach one
     participant ~300 ms late while the other gets its own within milliseconds."""
     ms = [x for r in RESULTS if r.fault == fault for x in r.estop_ms]
     assert len(ms) >= 100, f"{fault}: {len(ms)} e-stop calls measured, too few for a p99"
+    gate_ms = [x for r in RESULTS if r.fault == fault for x in r.estop_gate_ms]
+    assert p99(gate_ms) <= ESTOP_P99_S * 1e3, (f"{fault}: safety/estop answered in {p99(gate_ms):.1f} ms at p99 by the gate "
+                                               f"over {len(gate_ms)} calls (limit {ESTOP_P99_S * 1e3:.0f} ms)")
     assert p99(ms) <= ESTOP_P99_S * 1e3, (f"{fault}: safety/estop round trip {p99(ms):.1f} ms at p99 over {len(ms)} calls "
                                           f"(limit {ESTOP_P99_S * 1e3:.0f} ms)")
 
