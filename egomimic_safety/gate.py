@@ -367,7 +367,7 @@ class SafetyGate:
             verdict = check_arm(arm, cmd, self._meas.get(arm), self._prev_pose.get(arm), dt_s, now_s, silent_s, cfg, self._kin[arm])
             if not verdict.ok:
                 if verdict.transient:
-                    return self._defer(verdict.reason, verdict.detail, mono_s)
+                    return self._defer_unless_jump(proposal, verdict.reason, verdict.detail, now_s, mono_s)
                 return self._reject(verdict.reason, verdict.detail, mono_s)
             if self.state == GateState.ARMING and not self._start_checked:
                 dist_m, dist_rad = start_pose_distance(cmd, self._meas[arm])
@@ -442,7 +442,30 @@ class SafetyGate:
                                        silent_s, self.config)
             if problem:
                 return self._reject(problem[0], problem[1], mono_s)
+            meas = self._meas.get(arm)
+            if self.state == GateState.ARMING and not self._start_checked and meas is not None:
+                far = self._start_too_far_from_late_state(arm, proposal.arms[arm], meas, now_s, silent_s)
+                if far:
+                    return self._reject(Reason.START_TOO_FAR, far, mono_s)
         return self._defer(reason, detail, mono_s)
+
+    def _start_too_far_from_late_state(self, arm: Arm, cmd: ArmCommand, meas: ArmMeasurement, now_s: float,
+                                       silent_s: float) -> str:
+        """The first command while ARMING, judged against a late measurement: beyond the start
+        tolerance plus what the arm could have moved since at its EE speed limits, it starts too
+        far wherever the arm is now ('' when it may not)."""
+        cfg = self.config
+        age = max(now_s - meas.stamp_s, silent_s, 0.0)
+        if not np.isfinite(age):
+            return ""
+        dist_m, dist_rad = start_pose_distance(cmd, meas)
+        limit_m = cfg.start_translation_tolerance_m + cfg.max_ee_speed_m_s * age
+        limit_rad = cfg.start_rotation_tolerance_rad + cfg.max_ee_angular_speed_rad_s * age
+        if dist_m > limit_m or dist_rad > limit_rad:
+            return (f"{arm.value}: first command is {dist_m:.3f} m / {dist_rad:.3f} rad from the measured pose "
+                    f"{age * 1e3:.0f} ms old (limits {limit_m:.3f} m / {limit_rad:.3f} rad with what the arm could "
+                    f"have moved since)")
+        return ""
 
     def _defer(self, reason: Reason, detail: str, mono_s: float) -> JointCommands | None:
         """Not forwarded now, not a fault (see the module docstring: transient vs persistent);

@@ -642,6 +642,19 @@ def test_a_step_too_fast_for_the_previous_command_on_late_state_is_refused(kin):
     assert gate.state == GateState.HOLD and gate.reason.value == "TRANSLATION_RATE"
 
 
+def test_a_far_first_command_on_late_state_is_refused_at_once(kin):
+    """ARMING: a first command 0.1 m from a measurement 90 ms old is beyond the start tolerance
+    (0.03 m) plus what the arm could have moved since (0.6 m/s x 0.09 s): START_TOO_FAR at once,
+    not deferred until the state is fresh; a near one on the same late state is deferred."""
+    gate = SafetyGate(NO_CAMERAS, kin)
+    measure(gate, kin, 0.0)
+    assert gate.request_arm(0.0, 0.0)[0]
+    assert gate.propose(proposal(kin, 0.09, dx=0.02), 0.09, 0.09) is None
+    assert gate.state == GateState.ARMING and gate.deferred_counts["STALE_STATE"] == 1
+    gate.propose(proposal(kin, 0.095, dx=0.1), 0.095, 0.095)
+    assert gate.state == GateState.DISARMED and gate.reason.value == "START_TOO_FAR" and "ms old" in gate.detail
+
+
 def test_a_late_command_is_still_checked_for_content(kin):
     """Lateness defers a command, but a late NaN is still a NaN: refused, HOLD."""
     gate = armed_gate(kin)
