@@ -313,12 +313,7 @@ def check_arm(
 def _check_arm(arm, cmd, meas, prev_pose, prev_dt_s, now_s, state_silent_s, config, kinematics, clamps) -> ArmVerdict:
     try:
         pose = check_structure(arm, cmd, config)
-        try:
-            meas = check_state_fresh(meas, now_s, state_silent_s, config)
-        except _Refusal as late:
-            if late.transient:
-                check_before_deferring(arm, pose, meas, prev_pose, prev_dt_s, now_s, state_silent_s, config)
-            raise
+        meas = check_state_fresh(meas, now_s, state_silent_s, config)  # transient: the gate runs check_before_deferring
         pose = check_workspace(arm, pose, config, config.workspace_action, clamps)
         check_vs_measured(pose, meas, config)
         n_before = len(clamps)

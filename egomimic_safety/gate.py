@@ -342,12 +342,12 @@ class SafetyGate:
             if problem:
                 return self._reject(problem[0], problem[1], mono_s)
         if age > cfg.max_command_age_s:
-            return self._defer_unless_jump(proposal, Reason.STALE_COMMAND, f"command arrived {age * 1e3:.0f} ms after its stamp "
+            return self._defer_unless_fault(proposal, Reason.STALE_COMMAND, f"command arrived {age * 1e3:.0f} ms after its stamp "
                                            f"(limit {cfg.max_command_age_s * 1e3:.0f} ms)", now_s, mono_s)
         camera, transient = self._camera_problem(now_s, mono_s, self.config.max_camera_age_s)
         if camera:
             if transient:
-                return self._defer_unless_jump(proposal, Reason.STALE_CAMERA, camera, now_s, mono_s)
+                return self._defer_unless_fault(proposal, Reason.STALE_CAMERA, camera, now_s, mono_s)
             return self._reject(Reason.STALE_CAMERA, camera, mono_s)
         obs = float(proposal.observation_stamp_s)
         if obs != 0.0:
@@ -367,7 +367,7 @@ class SafetyGate:
             verdict = check_arm(arm, cmd, self._meas.get(arm), self._prev_pose.get(arm), dt_s, now_s, silent_s, cfg, self._kin[arm])
             if not verdict.ok:
                 if verdict.transient:
-                    return self._defer_unless_jump(proposal, verdict.reason, verdict.detail, now_s, mono_s)
+                    return self._defer_unless_fault(proposal, verdict.reason, verdict.detail, now_s, mono_s)
                 return self._reject(verdict.reason, verdict.detail, mono_s)
             if self.state == GateState.ARMING and not self._start_checked:
                 dist_m, dist_rad = start_pose_distance(cmd, self._meas[arm])
@@ -430,7 +430,7 @@ class SafetyGate:
                 return f"camera {cam}: {report.detail or 'frames late'}", True
         return "", False
 
-    def _defer_unless_jump(self, proposal: Proposal, reason: Reason, detail: str, now_s: float,
+    def _defer_unless_fault(self, proposal: Proposal, reason: Reason, detail: str, now_s: float,
                            mono_s: float) -> JointCommands | None:
         """Defer a late command (or one on a late camera), unless it fails a check that
         lateness cannot excuse (checks.check_before_deferring: a jump from wherever the arms
