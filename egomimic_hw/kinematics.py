@@ -24,7 +24,7 @@ import numpy as np
 
 from egomimic_hw.description import ARX_MODEL, JOINTS_PER_ARM
 from egomimic_hw.errors import BackendUnavailable, PoseError
-from egomimic_hw.rotations import _as_array, geodesic_angle, mat_to_quat, mat_to_ypr, quat_to_mat, ypr_to_mat
+from egomimic_hw.rotations import _as_array, geodesic_angle, mat_to_ypr, quat_to_mat, ypr_to_quat
 
 IK_POSITION_TOLERANCE_M = 1e-3
 IK_ROTATION_TOLERANCE_RAD = 0.02
@@ -72,9 +72,8 @@ def pose6d_from_pose(pose) -> np.ndarray:
 
 def pose_from_pose6d(pose6d) -> np.ndarray:
     """`[x, y, z, qw, qx, qy, qz]` of an SDK pose_6d `[x, y, z, roll, pitch, yaw]`."""
-    p = _as_array(pose6d, (6,), "pose_6d")
-    quat = mat_to_quat(ypr_to_mat([p[5], p[4], p[3]]))
-    return np.concatenate([p[:3], quat])
+    x, y, z, roll, pitch, yaw = _as_array(pose6d, (6,), "pose_6d").tolist()
+    return np.array([x, y, z, *ypr_to_quat([yaw, pitch, roll])])
 
 
 @dataclass(frozen=True)

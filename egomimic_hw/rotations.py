@@ -113,7 +113,11 @@ def _mat_to_quat_one(m: np.ndarray) -> np.ndarray:
     per arm; numpy's per-call overhead made that 55 us against ~2 us here
     (bench/kinematics_frames.py). A test holds both paths equal.
     """
-    (r00, r01, r02), (r10, r11, r12), (r20, r21, r22) = m.tolist()
+    return np.array(_quat_of_rows(m.tolist())) + 0.0
+
+
+def _quat_of_rows(rows) -> list[float]:
+    (r00, r01, r02), (r10, r11, r12), (r20, r21, r22) = rows
     cand = (1.0 + r00 + r11 + r22, 1.0 + r00 - r11 - r22, 1.0 - r00 + r11 - r22, 1.0 - r00 - r11 + r22)
     c = max(range(4), key=cand.__getitem__)
     s = 2.0 * math.sqrt(max(cand[c], 1e-300))
@@ -129,12 +133,14 @@ def _mat_to_quat_one(m: np.ndarray) -> np.ndarray:
     q = [v / norm for v in q]
     lead = next((v for v in q if abs(v) > CANONICAL_ZERO), 1.0)
     sign = -1.0 if lead < 0.0 else 1.0
-    return np.array([sign * v for v in q]) + 0.0
+    return [sign * v for v in q]
 
 
 def ypr_to_mat(ypr) -> np.ndarray:
     """R = Rz(yaw) Ry(pitch) Rx(roll) from `[yaw, pitch, roll]` (intrinsic ZYX)."""
     a = _as_array(ypr, (3,), "euler [yaw, pitch, roll]")
+    if a.ndim == 1:
+        return np.array(_ypr_rows(*a.tolist()))
     yaw, pitch, roll = np.moveaxis(a, -1, 0)
     cy, sy, cp, sp, cr, sr = np.cos(yaw), np.sin(yaw), np.cos(pitch), np.sin(pitch), np.cos(roll), np.sin(roll)
     mat = np.stack(
@@ -146,6 +152,28 @@ def ypr_to_mat(ypr) -> np.ndarray:
         axis=-1,
     )
     return mat.reshape(a.shape[:-1] + (3, 3))
+
+
+def _ypr_rows(yaw: float, pitch: float, roll: float) -> list[list[float]]:
+    """The rows of ypr_to_mat for ONE angle triple, in plain floats: the driver's FK (50 Hz)
+    and the gate's converts one SDK pose per call, where numpy's per-call overhead is most of
+    the cost (bench/kinematics_frames.py). A test holds both paths equal."""
+    cy, sy, cp, sp = math.cos(yaw), math.sin(yaw), math.cos(pitch), math.sin(pitch)
+    cr, sr = math.cos(roll), math.sin(roll)
+    return [
+        [cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr],
+        [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
+        [-sp, cp * sr, cp * cr],
+    ]
+
+
+def ypr_to_quat(ypr) -> np.ndarray:
+    """Canonical quaternion of `[yaw, pitch, roll]`: mat_to_quat(ypr_to_mat(ypr)), with the
+    single-triple case in plain floats."""
+    a = _as_array(ypr, (3,), "euler [yaw, pitch, roll]")
+    if a.ndim == 1:
+        return np.array(_quat_of_rows(_ypr_rows(*a.tolist()))) + 0.0
+    return mat_to_quat(ypr_to_mat(a))
 
 
 def mat_to_ypr(mat) -> np.ndarray:

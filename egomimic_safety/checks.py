@@ -38,8 +38,10 @@ class ArmCommand:
 class ArmMeasurement:
     joints_rad: np.ndarray
     gripper_norm: float
-    ee_pose_hw: np.ndarray
-    """FK of joints_rad: the pose and the joints are from the same instant."""
+    ee_pose_hw: np.ndarray | None
+    """FK of joints_rad: the pose and the joints are from the same instant. None: the gate
+    computes it when a decision first needs this measurement (SafetyGate._measured): the
+    driver's 100 Hz stream would otherwise pay one FK per sample for a 30 Hz decision."""
     stamp_s: float
 
 

@@ -40,6 +40,7 @@ Time: every call takes `now_s` (the ROS clock that stamps the messages: ages of 
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections import Counter, deque
 from dataclasses import dataclass
@@ -145,9 +146,10 @@ class SafetyGate:
         sending them is STALE_STATE after max_state_age_s. Returns None when nothing must be
         sent; `last_measurement_accepted` says whether this one was stored."""
         try:
-            values = np.concatenate([np.asarray(meas.joints_rad, dtype=float).ravel(), np.asarray(meas.ee_pose_hw, dtype=float).ravel(),
+            pose = () if meas.ee_pose_hw is None else np.asarray(meas.ee_pose_hw, dtype=float).ravel()
+            values = np.concatenate([np.asarray(meas.joints_rad, dtype=float).ravel(), pose,
                                      [float(meas.gripper_norm), float(meas.stamp_s)]])
-            ok = values.size == JOINTS_PER_ARM + 7 + 2 and bool(np.all(np.isfinite(values)))
+            ok = values.size == JOINTS_PER_ARM + len(pose) + 2 and len(pose) in (0, 7) and bool(np.all(np.isfinite(values)))
         except (TypeError, ValueError):
             ok = False
         self.last_measurement_accepted = False
@@ -364,13 +366,13 @@ class SafetyGate:
             if cmd is None:
                 return self._reject(Reason.SHAPE, f"{arm.value}: missing from the bimanual command", mono_s)
             silent_s = mono_s - self._meas_rx_mono.get(arm, -np.inf)
-            verdict = check_arm(arm, cmd, self._meas.get(arm), self._prev_pose.get(arm), dt_s, now_s, silent_s, cfg, self._kin[arm])
+            verdict = check_arm(arm, cmd, self._measured(arm), self._prev_pose.get(arm), dt_s, now_s, silent_s, cfg, self._kin[arm])
             if not verdict.ok:
                 if verdict.transient:
                     return self._defer_unless_fault(proposal, verdict.reason, verdict.detail, now_s, mono_s)
                 return self._reject(verdict.reason, verdict.detail, mono_s)
             if self.state == GateState.ARMING and not self._start_checked:
-                dist_m, dist_rad = start_pose_distance(cmd, self._meas[arm])
+                dist_m, dist_rad = start_pose_distance(cmd, self._measured(arm))
                 if dist_m > cfg.start_translation_tolerance_m or dist_rad > cfg.start_rotation_tolerance_rad:
                     return self._reject(Reason.START_TOO_FAR, f"{arm.value}: first command is {dist_m:.3f} m / {dist_rad:.3f} rad "
                                         f"from the measured pose (limits {cfg.start_translation_tolerance_m} m / "
@@ -438,11 +440,11 @@ class SafetyGate:
         dt_s = float(proposal.stamp_s) - self._prev_stamp_s if self._prev_stamp_s is not None else float("inf")
         for arm in ARMS:
             silent_s = mono_s - self._meas_rx_mono.get(arm, -np.inf)
-            problem = deferral_problem(arm, proposal.arms[arm], self._meas.get(arm), self._prev_pose.get(arm), dt_s, now_s,
+            problem = deferral_problem(arm, proposal.arms[arm], self._measured(arm), self._prev_pose.get(arm), dt_s, now_s,
                                        silent_s, self.config)
             if problem:
                 return self._reject(problem[0], problem[1], mono_s)
-            meas = self._meas.get(arm)
+            meas = self._measured(arm)
             if self.state == GateState.ARMING and not self._start_checked and meas is not None:
                 far = self._start_too_far_from_late_state(arm, proposal.arms[arm], meas, now_s, silent_s)
                 if far:
@@ -496,6 +498,15 @@ class SafetyGate:
         self._set(GateState.HOLD, reason, f"HOLD: {detail}")
         self._hold_due_mono = mono_s + self.config.period_s if self._hold is not None else None
         return self._hold
+
+    def _measured(self, arm: Arm) -> ArmMeasurement | None:
+        """The stored measurement of `arm`, with its FK pose computed on first use (stored
+        plausible measurements have finite joints, so their FK is finite)."""
+        meas = self._meas.get(arm)
+        if meas is not None and meas.ee_pose_hw is None:
+            meas = dataclasses.replace(meas, ee_pose_hw=self._kin[arm].forward(meas.joints_rad))
+            self._meas[arm] = meas
+        return meas
 
     def _capture_hold(self) -> None:
         """The hold target: per arm the last plausible measured joints (finite and plausible by

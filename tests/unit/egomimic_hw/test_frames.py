@@ -22,6 +22,7 @@ from egomimic_hw.rotations import (
     quat_to_mat,
     rot6d_to_mat,
     ypr_to_mat,
+    ypr_to_quat,
 )
 
 
@@ -144,6 +145,19 @@ def test_two_real_arm_poses_round_trip():
     ds = pose_ds_from_hw(both)
     assert not same_pose(ds, both, atol=1e-3)
     assert same_pose(pose_hw_from_ds(ds), both, atol=1e-9)
+
+
+def test_single_euler_fast_path_equals_batched_path():
+    rng = np.random.default_rng(11)
+    ypr = np.concatenate([rng.uniform(-np.pi, np.pi, size=(5_000, 3)),
+                          [[0.0, np.pi / 2, 0.0], [0.0, -np.pi / 2, 0.3], [np.pi, 0.0, -np.pi], [0.0, 0.0, 0.0]]])
+    batched = ypr_to_mat(ypr)
+    single = np.stack([ypr_to_mat(a) for a in ypr])
+    assert np.max(np.abs(batched - single)) <= 1e-15
+    assert np.allclose(single, Rotation.from_euler("ZYX", ypr).as_matrix(), atol=1e-12)
+    quats = np.stack([ypr_to_quat(a) for a in ypr])
+    assert np.max(np.abs(quats - mat_to_quat(batched))) <= 1e-15
+    assert np.max(np.abs(ypr_to_quat(ypr) - quats)) <= 1e-15
 
 
 def test_single_matrix_fast_path_equals_batched_path():

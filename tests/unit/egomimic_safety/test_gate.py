@@ -662,3 +662,36 @@ def test_a_late_command_is_still_checked_for_content(kin):
     p.arms[Arm.LEFT].pose[0] = np.nan
     out = gate.propose(p, 0.2, 0.2)  # 150 ms late
     assert gate.state == GateState.HOLD and gate.reason.value == "NONFINITE" and out is not None
+
+
+def test_measurement_without_pose_decides_as_one_with_its_fk(kin):
+    """The node passes ee_pose_hw=None (FK only when a decision needs it): every decision,
+    state and hold target equals the gate fed the FK pose with each sample, over a run that
+    tracks, jumps (HOLD) and re-arms."""
+    gates = [SafetyGate(NO_CAMERAS, kin), SafetyGate(NO_CAMERAS, kin)]
+    rng = np.random.default_rng(3)
+    q = Q.copy()
+    for g in gates:
+        for arm in ARMS:
+            g.update_measurement(arm, ArmMeasurement(q.copy(), 0.5, kin[arm].forward(q) if g is gates[0] else None, 0.0), 0.0)
+        assert g.request_arm(0.0, 0.0)[0]
+    for k in range(1, 300):
+        t = k / 100.0
+        q = q + rng.normal(0.0, 0.002, size=6)
+        outs = []
+        for g in gates:
+            out = []
+            for arm in ARMS:
+                pose = kin[arm].forward(q) if g is gates[0] else None
+                out.append(g.update_measurement(arm, ArmMeasurement(q.copy(), 0.5, pose, t), t))
+            if k % 3 == 0:
+                prop = proposal(kin, t, q=q, dx=0.3 if k == 150 else 0.002)
+                out.append(g.propose(prop, t, t))
+            out.append(g.tick(t, t))
+            if k == 200:
+                out.append((g.reset(), g.request_arm(t, t)))
+            outs.append(out)
+        assert repr(outs[0]) == repr(outs[1]), k
+        assert (gates[0].state, gates[0].reason, gates[0].detail) == (gates[1].state, gates[1].reason, gates[1].detail), k
+    assert gates[0].forwarded > 50 and gates[0].reason_counts["TRANSLATION_JUMP"] == 1, (gates[0].forwarded, gates[0].reason_counts)
+    assert gates[0].state == GateState.ARMED, gates[0].detail

@@ -12,8 +12,9 @@ message arrives. Every timer of this node runs on a STEADY clock (the one time.m
 reads): a ROS-clock timer stalls when the system clock steps back and stops altogether with
 use_sim_time when /clock stops, which is exactly when silence must still be detected. The
 watchdog runs at 100 Hz so a 100 ms timeout is seen within 10 ms (the HOLD target is still
-re-sent only once per control period). The measured EE pose is computed here by FK from the
-measured joints, so the gate never compares against a pose from another instant. Any
+re-sent only once per control period). The measured EE pose is computed by the gate, by FK of
+the measured joints when a decision first needs them, so it never compares against a pose from
+another instant. Any
 exception in a callback or a service handler becomes a HOLD (INTERNAL_ERROR) whose target goes
 out at once, never a dead gate.
 
@@ -204,7 +205,7 @@ class GateNode(Node):
             return self.gate.update_measurement(arm, ArmMeasurement(
                 joints_rad=joints,
                 gripper_norm=float(positions[JOINTS_PER_ARM]),
-                ee_pose_hw=self._kin[arm].forward(joints),
+                ee_pose_hw=None,  # FK when a decision needs it (SafetyGate._measured), not per 100 Hz sample
                 stamp_s=stamp_to_s(msg.header.stamp),
             ), time.monotonic())
         return lambda msg, info: self._guarded(f"{arm.value}/joint_states", lambda: cb(msg, info))
