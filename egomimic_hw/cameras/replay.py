@@ -24,8 +24,8 @@ import numpy as np
 import simplejpeg
 
 from egomimic_hw.cameras.base import ClockNs, Frame, Intrinsics, default_intrinsics, wall_clock_ns
-from egomimic_hw.cameras.synthetic import Pacer
 from egomimic_hw.errors import BackendUnavailable, ConfigError
+from egomimic_hw.pacing import Pacer
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 LATE_RESYNC_S = 0.1

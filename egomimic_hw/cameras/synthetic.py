@@ -15,15 +15,16 @@ frame skips ahead instead of bursting) and stamps each frame when it is rendered
 
 from __future__ import annotations
 
-import threading
-import time
+import math
 from collections.abc import Callable
 
+import cv2
 import numpy as np
 
 from egomimic_hw.cameras.base import HEAD_CAMERA, ClockNs, Frame, Intrinsics, wall_clock_ns
 from egomimic_hw.description import CAMERAS, Arm
 from egomimic_hw.errors import ConfigError
+from egomimic_hw.pacing import Pacer
 
 BASE_T_HEAD_CAMERA = {
     Arm.LEFT: np.array(
@@ -50,9 +51,12 @@ TEXTURE_MARGIN_PX = 160
 WRIST_PX_PER_M = 800.0
 
 
+HEAD_CAMERA_T_BASE = {arm: np.linalg.inv(t) for arm, t in BASE_T_HEAD_CAMERA.items()}
+
+
 def project_to_head_camera(arm: Arm, position_base_m: np.ndarray, intrinsics: Intrinsics) -> tuple[float, float, float] | None:
     """Pixel (u, v) and depth of a point in `arm`'s base frame, or None when behind the camera."""
-    cam_t_base = np.linalg.inv(BASE_T_HEAD_CAMERA[arm])
+    cam_t_base = HEAD_CAMERA_T_BASE[arm]
     p = cam_t_base[:3, :3] @ np.asarray(position_base_m, float) + cam_t_base[:3, 3]
     if p[2] <= 1e-3:
         return None
@@ -104,14 +108,13 @@ class SyntheticScene:
         return self._frame
 
     def _draw_disc(self, u: float, v: float, radius: int, colour: tuple[int, int, int]) -> None:
+        """A filled disc centred on the pixel nearest (u, v) (OpenCV: a per-frame mgrid and
+        mask made the head camera's frame 1.9 ms instead of about 0.2 ms)."""
         h, w = self.intrinsics.height, self.intrinsics.width
-        u0, u1 = max(int(u) - radius, 0), min(int(u) + radius + 1, w)
-        v0, v1 = max(int(v) - radius, 0), min(int(v) + radius + 1, h)
-        if u0 >= u1 or v0 >= v1:
-            return
-        yy, xx = np.mgrid[v0:v1, u0:u1]
-        mask = (xx - u) ** 2 + (yy - v) ** 2 <= radius * radius
-        self._frame[v0:v1, u0:u1][mask] = colour
+        cu, cv = math.floor(u + 0.5), math.floor(v + 0.5)
+        if cu + radius < 0 or cv + radius < 0 or cu - radius >= w or cv - radius >= h:
+            return  # outside the image (cv2 wants int32 centres)
+        cv2.circle(self._frame, (cu, cv), radius, colour, thickness=-1, lineType=cv2.LINE_8)
 
     def _draw_timecode(self, frame_index: int) -> None:
         # 8 px per bit: the health fingerprint samples every 8th column, so it sees every bit
@@ -119,41 +122,6 @@ class SyntheticScene:
         bits = (frame_index >> np.arange(16)) & 1
         block = np.repeat(np.where(bits, 255, 0).astype(np.uint8), 8)
         self._frame[0:8, 0 : block.size, :] = block[None, :, None]
-
-
-class Pacer:
-    """Monotonic frame deadlines at `rate_hz`; `wait()` sleeps until the next one (or returns
-    False on timeout or once `stop()` was called). Late by more than a period: skip ahead."""
-
-    def __init__(self, rate_hz: float, start_monotonic: float | None = None):
-        if not 0 < rate_hz <= 1000:
-            raise ConfigError(f"rate_hz must be in (0, 1000], got {rate_hz}")
-        self.period_s = 1.0 / rate_hz
-        self._next = time.monotonic() if start_monotonic is None else start_monotonic
-        self._stopped = threading.Event()
-
-    def wait_until(self, deadline: float, timeout_s: float) -> bool:
-        remaining = deadline - time.monotonic()
-        if remaining > timeout_s:
-            self._stopped.wait(timeout_s)
-            return False
-        return not self._stopped.wait(max(0.0, remaining))
-
-    def wait(self, timeout_s: float) -> bool:
-        if not self.wait_until(self._next, timeout_s):
-            return False
-        now = time.monotonic()
-        self._next += self.period_s
-        if self._next < now:
-            self._next = now + self.period_s
-        return True
-
-    def stop(self) -> None:
-        self._stopped.set()
-
-    @property
-    def stopped(self) -> bool:
-        return self._stopped.is_set()
 
 
 class SyntheticCamera:

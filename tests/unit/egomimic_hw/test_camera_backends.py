@@ -242,3 +242,20 @@ def test_jpeg_roundtrip_of_published_compressed_format():
     data = simplejpeg.encode_jpeg(img, quality=85, colorspace="RGB")
     back = simplejpeg.decode_jpeg(data, colorspace="RGB")
     assert back.shape == img.shape and np.mean(np.abs(back.astype(int) - img.astype(int))) < 4
+
+
+def test_head_camera_draws_each_arm_where_it_projects():
+    """The synthetic head camera's markers sit on the end effectors' projections (EVA's
+    extrinsics and intrinsics), one disc per arm of about pi r^2 pixels."""
+    from egomimic_hw.cameras.synthetic import MARKER_COLOURS, SyntheticScene, project_to_head_camera
+    from egomimic_hw.description import Arm
+
+    scene = SyntheticScene("front_1", default_intrinsics("front_1"))
+    positions = {Arm.LEFT: np.array([0.32, 0.08, 0.21]), Arm.RIGHT: np.array([0.28, -0.11, 0.17])}
+    image = scene.render(positions, 3)
+    for arm, position in positions.items():
+        u, v, depth = project_to_head_camera(arm, position, scene.intrinsics)
+        radius = int(np.clip(40.0 / depth, 6, 60))
+        ys, xs = np.nonzero(np.all(image == np.array(MARKER_COLOURS[arm], np.uint8), axis=-1))
+        assert abs(xs.mean() - u) <= 0.6 and abs(ys.mean() - v) <= 0.6, (arm, xs.mean(), u, ys.mean(), v)
+        assert abs(xs.size / (np.pi * radius**2) - 1.0) < 0.05, (arm, xs.size, radius)

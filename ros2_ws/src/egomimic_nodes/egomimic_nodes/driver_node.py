@@ -14,7 +14,12 @@ security a process can still take the gate's node name: README "Safety" says wha
 
 Lifecycle (physical meaning): unconfigured/inactive: the controller may exist, nothing is
 published and no command is applied; active: state published at `rate_hz`, commands applied,
-the command watchdog running. Topics (relative to the robot namespace):
+the command watchdog running.
+
+Threads: the state loop (read, watchdog, publish at `rate_hz`) runs in its own thread on
+monotonic deadlines (egomimic_hw.pacing), not on an executor timer: a pass of rclpy's Python
+executor per period was about half of the node's CPU. The executor serves commands, the gate's
+status, `home` and lifecycle transitions. One lock serializes every use of the ArmDriver. Topics (relative to the robot namespace):
   pub  <arm>/joint_states (sensor_msgs/JointState, rate_hz: 100 Hz), <arm>/ee_pose (PoseStamped,
        <arm>_base, every round(rate_hz / pose_rate_hz)-th tick: 50 Hz)
   sub  <arm>/joint_command (sensor_msgs/JointState, 6 joints + gripper normalized)
@@ -24,6 +29,8 @@ the command watchdog running. Topics (relative to the robot namespace):
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
 
 import numpy as np
@@ -42,6 +49,7 @@ from egomimic_hw.driver.arx5 import Arx5Gains
 from egomimic_hw.driver.base import make_controller
 from egomimic_hw.driver.sim import SimConfig
 from egomimic_hw.kinematics import ArmKinematics
+from egomimic_hw.pacing import Pacer
 from egomimic_nodes import diagnostics, qos
 from egomimic_nodes.msg_convert import pose_stamped
 from egomimic_nodes.params import declare_config
@@ -71,9 +79,15 @@ class DriverNode(LifecycleNode):
         self.declare_parameter("gate_node", "safety_gate")
         self.declare_parameter("require_gate", True)
         self._driver: ArmDriver | None = None
+        self._lock = threading.RLock()
+        """Serializes every use of self._driver: the state loop thread and the executor."""
+        self._loop: threading.Thread | None = None
+        self._pacer: Pacer | None = None
         self._gate_state: int | None = None
         self._t0 = time.monotonic()
         self._active = False
+        self.fatal = ""
+        """Set by the state loop when it cannot go on: the node exits 1 (spin.run_node)."""
 
     # -- lifecycle ----------------------------------------------------------------------------
     def on_configure(self, state: State) -> TransitionCallbackReturn:
@@ -122,7 +136,6 @@ class DriverNode(LifecycleNode):
         self._last_measured_at: float | None = None
         self._last_stamp = None
         self._srv = self.create_service(Trigger, f"{self.arm.value}/home", self._on_home)
-        self._timer = self.create_timer(1.0 / rate_hz, self._on_tick)
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics)
         self._last_state = None
         self.get_logger().info(f"configured: arm={self.arm.value} backend={backend} rate={rate_hz} Hz; commands accepted "
@@ -131,26 +144,62 @@ class DriverNode(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: State) -> TransitionCallbackReturn:
+        result = super().on_activate(state)  # enables the lifecycle publishers first
         self._active = True
+        self._start_loop()
         self.get_logger().info("active: publishing state, applying commands")
-        return super().on_activate(state)
+        return result
 
     def on_deactivate(self, state: State) -> TransitionCallbackReturn:
         self._active = False
+        self._stop_loop()
         self._hold_now()
         return super().on_deactivate(state)
 
     def on_cleanup(self, state: State) -> TransitionCallbackReturn:
+        self._stop_loop()
         self._close()
         return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: State) -> TransitionCallbackReturn:
+        self._stop_loop()
         self._close()
         return TransitionCallbackReturn.SUCCESS
 
     def on_exit(self) -> None:
+        self._stop_loop()
         self._hold_now()
         self._close()
+
+    # -- the state loop -----------------------------------------------------------------------
+    def _start_loop(self) -> None:
+        if self._loop is not None:
+            return
+        # The loop thread and the executor share the GIL: hand it over within 1 ms, not
+        # CPython's default 5 ms, so a busy callback cannot delay a state sample by a period.
+        sys.setswitchinterval(0.001)
+        self._pacer = Pacer(self._rate_hz)
+        self._loop = threading.Thread(target=self._run_loop, args=(self._pacer,), name="state_loop", daemon=True)
+        self._loop.start()
+
+    def _stop_loop(self) -> None:
+        loop, pacer = self._loop, self._pacer
+        self._loop = self._pacer = None
+        if pacer is not None:
+            pacer.stop()
+        if loop is not None and loop is not threading.current_thread():
+            loop.join(timeout=2.0)
+
+    def _run_loop(self, pacer: Pacer) -> None:
+        while not pacer.stopped:
+            if not pacer.wait(timeout_s=0.25):
+                continue
+            try:
+                self._on_tick()
+            except Exception as exc:  # noqa: BLE001 - as an exception in a timer callback would: the node exits 1
+                # (spin.run_node sees `fatal`); state stops, so the gate holds, and on_exit holds the arm.
+                self.fatal = f"state loop: {type(exc).__name__}: {exc}"
+                return
 
     # -- callbacks ----------------------------------------------------------------------------
     def _now_s(self) -> float:
@@ -164,6 +213,10 @@ class DriverNode(LifecycleNode):
         self._gate_state = int(msg.state)
 
     def _on_command(self, msg: JointState, info) -> None:
+        with self._lock:
+            self._apply_command(msg, info)
+
+    def _apply_command(self, msg: JointState, info) -> None:
         if not self._active or self._driver is None:
             return
         now_s = self._now_s()
@@ -192,6 +245,10 @@ class DriverNode(LifecycleNode):
         self.get_logger().error(f"command refused: {why}", throttle_duration_sec=2.0)
 
     def _on_tick(self) -> None:
+        with self._lock:
+            self._tick()
+
+    def _tick(self) -> None:
         if not self._active or self._driver is None:
             return
         now_s = self._now_s()
@@ -202,7 +259,7 @@ class DriverNode(LifecycleNode):
             self._last_state.holding, self._last_state.reading.fault)
         self._last_state = state
         if changed:
-            self._publish_diagnostics()  # say at once why the arm holds or faulted, not at the next 1 Hz report
+            self._diagnostics()  # say at once why the arm holds or faulted, not at the next 1 Hz report
         if state.reading.fault:
             return  # a silent joint_states stream is the fault signal, besides /diagnostics
         stamp = self._measurement_stamp(now_s, state.reading.measured_at_s, ros_now)
@@ -234,6 +291,10 @@ class DriverNode(LifecycleNode):
         return stamp.to_msg()
 
     def _on_home(self, request, response):
+        with self._lock:
+            return self._home(response)
+
+    def _home(self, response):
         if self._driver is None or not self._active:
             response.success, response.message = False, "driver not active"
             return response
@@ -244,6 +305,10 @@ class DriverNode(LifecycleNode):
         return response
 
     def _publish_diagnostics(self) -> None:
+        with self._lock:
+            self._diagnostics()
+
+    def _diagnostics(self) -> None:
         if self._driver is None:
             return
         s = self._last_state
@@ -272,16 +337,18 @@ class DriverNode(LifecycleNode):
             f"driver/{self.arm.value}", f"arx5_{self.arm.value}", level, message, values)))
 
     def _hold_now(self) -> None:
-        if self._driver is not None:
-            try:
-                self._driver.hold_measured(self._now_s())
-            except Exception as exc:  # noqa: BLE001
-                self.get_logger().error(f"hold on exit failed: {exc}")
+        with self._lock:
+            if self._driver is not None:
+                try:
+                    self._driver.hold_measured(self._now_s())
+                except Exception as exc:  # noqa: BLE001
+                    self.get_logger().error(f"hold failed: {exc}")
 
     def _close(self) -> None:
-        if self._driver is not None:
-            self._driver.close()
-            self._driver = None
+        with self._lock:
+            if self._driver is not None:
+                self._driver.close()
+                self._driver = None
 
 
 def main(args=None) -> int:

@@ -53,6 +53,12 @@ niceness 0 the cameras' health reports stalled 300 ms (STALE_CAMERA HOLD) or the
 commands did (STALE_COMMAND HOLD)."""
 
 
+PROFILE_ENV = "EGOMIMIC_PROFILE_DIR"
+"""A directory: the node runs its spin loop under cProfile and writes `<node name>.prof` there
+on exit (CPU time of the main thread only; `python -m pstats FILE` reads it). For finding where a node's CPU
+goes; py-spy (`py-spy record --native -p PID`) also sees native code and other threads."""
+
+
 USAGE = """usage: python -m {module} [--help] --ros-args [-r __ns:=/eva] [-r __node:=NAME] [-p NAME:=VALUE ...]
                         [--params-file FILE.yaml]
 
@@ -131,6 +137,31 @@ def raise_priority(kind: str) -> str:
         return f"normal priority (a higher one is not permitted: {exc})"
 
 
+def start_profile():
+    """A running cProfile.Profile when PROFILE_ENV names a directory, else None."""
+    if not os.environ.get(PROFILE_ENV):
+        return None
+    import cProfile
+    import time
+
+    profiler = cProfile.Profile(time.thread_time)  # CPU time: waiting and preemption are not work
+    profiler.enable()
+    return profiler
+
+
+def end_profile(profiler, node) -> None:
+    if profiler is None:
+        return
+    profiler.disable()
+    path = os.path.join(os.environ[PROFILE_ENV], f"{node.get_name()}.prof")
+    try:
+        os.makedirs(os.environ[PROFILE_ENV], exist_ok=True)
+        profiler.dump_stats(path)
+        say(f"[INFO] profile written to {path}")
+    except OSError as exc:
+        say(f"[WARN] profile not written ({path}): {exc}")
+
+
 class StopRequest:
     """Why the spin loop should end ('' while it should not)."""
 
@@ -143,7 +174,9 @@ class StopRequest:
 
 def run_node(factory, args=None) -> int:
     """Create the node with `factory()`, spin until a signal or the launcher's death, call its
-    `on_exit()` if any (context still alive), then destroy it and shut down."""
+    `on_exit()` if any (context still alive), then destroy it and shut down. A node's own thread
+    that cannot go on sets `node.fatal` (why): the node then exits 1, as it would on an
+    exception in an executor callback."""
     argv = list(args if args is not None else sys.argv)
     if wants_help(argv):
         print_help(factory)
@@ -166,11 +199,18 @@ def run_node(factory, args=None) -> int:
         node = factory()
         executor = make_executor(node)
         executor.add_node(node)
+        profiler = start_profile()
         while not stop.reason and rclpy.ok():
             executor.spin_once(timeout_sec=SPIN_TIMEOUT_S)
             if parent is not None and os.getppid() != parent:
                 stop.reason = f"the launcher (pid {parent}) is gone"
-        if stop.reason:
+            if getattr(node, "fatal", ""):
+                break
+        end_profile(profiler, node)
+        if getattr(node, "fatal", ""):
+            say(f"[FATAL] {node.fatal}")
+            code = 1
+        elif stop.reason:
             say(f"[INFO] stopping: {stop.reason}")
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
