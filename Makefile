@@ -6,6 +6,7 @@ VENV        := .venv
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.setup-stamp
 DURATION    ?= 20
+SOAK_DURATION := $(if $(filter command line environment,$(origin DURATION)),$(DURATION),600)
 RUN_ARGS    ?=
 PYTEST_ARGS ?=
 
@@ -17,7 +18,7 @@ MSG_SOURCES := $(wildcard ros2_ws/src/egomimic_msgs/msg/*.msg) ros2_ws/src/egomi
                ros2_ws/src/egomimic_msgs/package.xml ros2_ws/src/egomimic_msgs/pyproject.toml
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test test-unit test-integration test-properties test-faults bench clean-venv shm-clean
+.PHONY: help setup run test test-unit test-integration test-properties test-faults bench soak clean-venv shm-clean
 
 help: ## list the targets
 	@echo "EVA control service"
@@ -29,6 +30,7 @@ help: ## list the targets
 	@echo "  make test-faults  the safety gate fault battery on the simulated graph (FAULT_TRIALS=3; also in make test)"
 	@echo "  make test-properties  gate property tests at 10,000 examples per property (~12 min on 2 cores)"
 	@echo "  make bench        benchmarks under bench/ (not part of make test)"
+	@echo "  make soak         the sim graph for DURATION s (default 600 here) beside a one-core CPU hog: HOLDs, rejections, rates, CPU, RSS"
 	@echo "  make shm-clean    remove Fast DDS shared memory left by killed processes"
 	@echo "  make clean-venv   delete .venv"
 	@echo "variables: DURATION=<s>  RUN_ARGS='policy:=scripted ...'  PYTEST_ARGS=...  ROS_DOMAIN_ID=<0-232>"
@@ -77,6 +79,9 @@ bench: $(STAMP) ## benchmarks print ratios and absolute figures and write JSON u
 	$(PY) bench/remote_overhead.py --out out/bench/remote_overhead.json
 	$(PY) bench/graph_cpu.py --domain 96 --out out/bench/graph_cpu.json
 	$(PY) bench/publish_stall.py --domain 87 --stops 80 --load 2
+
+soak: $(STAMP) ## not part of make test: 10 minutes by default
+	$(PY) tools/soak.py --duration $(SOAK_DURATION) --hogs 1 --out out/soak.json
 
 shm-clean:
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/fastdds shm clean

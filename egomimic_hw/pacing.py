@@ -41,6 +41,11 @@ class Pacer:
             self._next = now + self.period_s
         return True
 
+    @property
+    def next_deadline(self) -> float:
+        """The monotonic time `wait()` waits for."""
+        return self._next
+
     def stop(self) -> None:
         self._stopped.set()
 

@@ -65,7 +65,8 @@ class DriverCounters:
     implausible_readings: int = 0
     watchdog_holds: int = 0
     last_watchdog_delay_s: float = float("nan")
-    """Time from the last valid command to the watchdog's hold, at the last hold (<= timeout + one tick)."""
+    """Time from the last valid command to the watchdog's hold, at the last hold (the timeout plus
+    the node's wake-up latency: it wakes at watchdog_due_s, not at its next tick)."""
 
 
 @dataclass(frozen=True)
@@ -149,20 +150,8 @@ class ArmDriver:
     def tick(self, now_s: float, with_pose: bool = True) -> DriverState:
         """Read the arm, run the watchdog, compute FK (only `with_pose`: the node publishes the
         pose at a lower rate than the joints); called at the publication rate."""
-        reading = self._ctrl.read(now_s)
-        self._last_reading = reading
-        if not reading.fault:
-            problem = self._monitor.check(reading.joints_rad, reading.measured_at_s)
-            if problem and not self._implausible:
-                self.counters.implausible_readings += 1
-            self._implausible = bool(problem)
-        timed_out = self._last_command_s is None or now_s - self._last_command_s > self.config.command_timeout_s
-        if (timed_out or self._implausible) and not self._holding and not reading.fault:
-            # Hold where the arm IS (not where it was going): motors stay on, nothing moves.
-            self.hold_measured(now_s)
-            if timed_out:
-                self.counters.watchdog_holds += 1
-                self.counters.last_watchdog_delay_s = now_s - (self._last_command_s if self._last_command_s is not None else now_s)
+        reading = self._read(now_s)
+        self._run_watchdog(now_s, reading)
         if reading.fault:
             status = f"FAULT (latched): {reading.fault}"
         elif self._implausible:
@@ -181,6 +170,43 @@ class ArmDriver:
             holding=self._holding,
             status=status,
         )
+
+    def watchdog_due_s(self) -> float | None:
+        """When the watchdog will hold if no valid command comes first (the caller's clock), or
+        None when it has nothing to watch (holding already, nothing commanded, a latched fault).
+        The node wakes at this instant instead of waiting for its next tick, so the hold comes
+        within the timeout plus the wake-up latency, not plus a period."""
+        if self._holding or self._last_command_s is None or self.fault:
+            return None
+        return self._last_command_s + self.config.command_timeout_s
+
+    def check_watchdog(self, now_s: float) -> bool:
+        """Between ticks, at `watchdog_due_s()`: read the arm and hold it where it is if no valid
+        command came in time. True when it held (the reading is not published: ticks are)."""
+        due = self.watchdog_due_s()
+        if due is None or now_s - self._last_command_s <= self.config.command_timeout_s:
+            return False
+        self._run_watchdog(now_s, self._read(now_s))
+        return self._holding
+
+    def _read(self, now_s: float) -> ArmReading:
+        reading = self._ctrl.read(now_s)
+        self._last_reading = reading
+        if not reading.fault:
+            problem = self._monitor.check(reading.joints_rad, reading.measured_at_s)
+            if problem and not self._implausible:
+                self.counters.implausible_readings += 1
+            self._implausible = bool(problem)
+        return reading
+
+    def _run_watchdog(self, now_s: float, reading: ArmReading) -> None:
+        timed_out = self._last_command_s is None or now_s - self._last_command_s > self.config.command_timeout_s
+        if (timed_out or self._implausible) and not self._holding and not reading.fault:
+            # Hold where the arm IS (not where it was going): motors stay on, nothing moves.
+            self.hold_measured(now_s)
+            if timed_out:
+                self.counters.watchdog_holds += 1
+                self.counters.last_watchdog_delay_s = now_s - (self._last_command_s if self._last_command_s is not None else now_s)
 
     @property
     def fault(self) -> str:

@@ -15,6 +15,8 @@ class StreamStats:
     rate_hz: float
     latency_p50_ms: float
     latency_p99_ms: float
+    max_gap_s: float = float("nan")
+    """The longest time between two arrivals inside the window (nan: fewer than two)."""
 
     @property
     def rate_error(self) -> float:
@@ -30,7 +32,8 @@ def stream_stats(topic: str, nominal_hz: float, arrivals_s: list[float], latenci
     t_in, lat_in = t[inside], lat[inside]
     rate = (len(t_in) - 1) / (t_in[-1] - t_in[0]) if len(t_in) >= 2 and t_in[-1] > t_in[0] else 0.0
     p50, p99 = (np.percentile(lat_in, [50, 99]) * 1e3) if len(lat_in) else (np.nan, np.nan)
-    return StreamStats(topic, nominal_hz, int(len(t_in)), float(rate), float(p50), float(p99))
+    gap = float(np.max(np.diff(t_in))) if len(t_in) >= 2 else float("nan")
+    return StreamStats(topic, nominal_hz, int(len(t_in)), float(rate), float(p50), float(p99), gap)
 
 
 @dataclass

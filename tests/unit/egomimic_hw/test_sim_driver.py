@@ -93,6 +93,22 @@ def test_driver_watchdog_holds_measured_position(kin):
     assert np.max(np.abs(later - (START + 0.3))) > 0.05  # and not at the target
 
 
+def test_driver_watchdog_is_due_at_the_timeout_and_holds_between_ticks(kin):
+    driver, _ = make_driver(kin)
+    assert driver.watchdog_due_s() is None  # nothing commanded yet: nothing to watch
+    driver.tick(0.0)
+    assert driver.on_command(np.append(START + 0.3, 0.5), 0.02)
+    assert driver.watchdog_due_s() == pytest.approx(0.12)
+    driver.tick(0.05)
+    assert not driver.check_watchdog(0.12)  # the timeout is strict
+    assert driver.check_watchdog(0.1201)
+    assert driver.counters.watchdog_holds == 1 and driver.counters.last_watchdog_delay_s == pytest.approx(0.1001)
+    assert driver.watchdog_due_s() is None and driver.tick(0.125).holding
+    assert driver.counters.watchdog_holds == 1  # the next tick does not hold a second time
+    assert driver.on_command(np.append(driver.tick(0.13).reading.joints_rad, 0.5), 0.13)
+    assert driver.watchdog_due_s() == pytest.approx(0.23)
+
+
 def test_driver_publishes_fk_pose(kin):
     driver, _ = make_driver(kin)
     state = driver.tick(0.0)

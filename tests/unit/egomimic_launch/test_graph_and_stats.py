@@ -42,6 +42,14 @@ def test_stream_stats_uses_the_steady_window():
     t = list(np.arange(0, 10, 0.01))
     s = stream_stats("x", 100.0, t, [0.002] * len(t), (2.0, 8.0))
     assert abs(s.rate_hz - 100.0) < 0.5 and abs(s.latency_p50_ms - 2.0) < 1e-6
+    assert abs(s.max_gap_s - 0.01) < 1e-9
+
+
+def test_stream_stats_reports_the_worst_gap_inside_the_window():
+    t = [k * 0.01 for k in range(300)] + [3.5 + k * 0.01 for k in range(300)]  # 0.51 s silent at 2.99 s
+    s = stream_stats("x", 100.0, t, [0.002] * len(t), (1.0, 5.0))
+    assert abs(s.max_gap_s - 0.51) < 1e-9
+    assert stream_stats("x", 100.0, t, [0.002] * len(t), (4.0, 5.0)).max_gap_s < 0.0101
 
 
 def test_tracking_finds_the_lag():

@@ -63,6 +63,10 @@ between them: the first forwarded command can overtake the ARMED status. The gat
 commands while DISARMED, so a command then is from something else or from the past."""
 
 
+WATCHDOG_WAKE_AFTER_S = 1e-4
+"""The state loop wakes this long after the watchdog's due time (the timeout is strict: '>')."""
+
+
 class DriverNode(LifecycleNode):
     WAITSET_EXECUTOR = True  # lifecycle node; its command callbacks take the message info: spin.make_executor
 
@@ -191,11 +195,16 @@ class DriverNode(LifecycleNode):
             loop.join(timeout=2.0)
 
     def _run_loop(self, pacer: Pacer) -> None:
+        """Ticks at `rate_hz`; between two ticks it also wakes when the command watchdog is due,
+        so the arm holds within the timeout plus the wake-up latency, not plus a period."""
         while not pacer.stopped:
-            if not pacer.wait(timeout_s=0.25):
-                continue
+            due = self._watchdog_due_monotonic()
             try:
-                self._on_tick()
+                if due is not None and due < pacer.next_deadline:
+                    if pacer.wait_until(due, timeout_s=0.25):
+                        self._on_watchdog()
+                elif pacer.wait(timeout_s=0.25):
+                    self._on_tick()
             except Exception as exc:  # noqa: BLE001 - as an exception in a timer callback would: the node exits 1
                 # (spin.run_node sees `fatal`); state stops, so the gate holds, and on_exit holds the arm.
                 self.fatal = f"state loop: {type(exc).__name__}: {exc}"
@@ -247,6 +256,16 @@ class DriverNode(LifecycleNode):
     def _on_tick(self) -> None:
         with self._lock:
             self._tick()
+
+    def _watchdog_due_monotonic(self) -> float | None:
+        with self._lock:
+            due = self._driver.watchdog_due_s() if self._active and self._driver is not None else None
+        return None if due is None else self._t0 + due + WATCHDOG_WAKE_AFTER_S
+
+    def _on_watchdog(self) -> None:
+        with self._lock:
+            if self._active and self._driver is not None and self._driver.check_watchdog(self._now_s()):
+                self._diagnostics()  # say at once why the arm holds
 
     def _tick(self) -> None:
         if not self._active or self._driver is None:

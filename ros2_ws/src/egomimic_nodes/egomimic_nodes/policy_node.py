@@ -13,6 +13,11 @@ model). The tick only evaluates the executor's queue; the model runs in the exec
 drains, the last target is held for at most `executor.max_dry_s` (counted, reported), then
 nothing is published and the safety gate sees a stale command and holds the arms.
 
+Arm state (poses and joint states, 300 samples/s in all) is taken, not delivered: its readers sit
+on a companion node that no executor spins (egomimic_nodes/taken.py), drained before every tick
+and every query, so the newest samples are always seen without 300 executor callbacks a second.
+Camera frames arrive by callback.
+
 Observations come from egomimic_hw.sync.ObservationSynchronizer: a query is made only when
 every input is fresh (`max_input_age_s` for arm state, `max_image_age_s` for cameras) and the
 inputs agree in time (`sync_tolerance_s`); otherwise it is skipped and the reason reported.
@@ -30,6 +35,7 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
 from std_srvs.srv import Trigger
 
@@ -40,6 +46,7 @@ from egomimic_nodes import diagnostics, qos
 from egomimic_nodes.msg_convert import array_to_pose, image_to_array, ns_to_stamp, pose_to_array, stamp_to_ns
 from egomimic_nodes.params import declare_config
 from egomimic_nodes.spin import run_node
+from egomimic_nodes.taken import TakenSubscriptions
 from egomimic_policy.interface import Observation
 from egomimic_policy.loading import load_policy
 from egomimic_policy.remote.client import RemoteConfig
@@ -48,6 +55,9 @@ from egomimic_policy.scripted import ScriptedChunkPolicy, ScriptedMotionConfig
 
 SYNC_HISTORY = 8
 """Messages kept per input, so 100 Hz arm state can be matched to a 30 Hz frame's capture time."""
+ARM_STATE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=SYNC_HISTORY, reliability=ReliabilityPolicy.RELIABLE)
+"""The taken arm-state readers keep what the synchronizer keeps, so a late drain loses nothing it
+would have used."""
 
 
 def _pose_stream(arm: Arm) -> str:
@@ -94,9 +104,13 @@ class PolicyNode(Node):
         self.sync = ObservationSynchronizer(ages, tolerance_s, history_depth=SYNC_HISTORY)
         self._bad_images = 0
 
+        self._taken = TakenSubscriptions(self.context, f"{self.get_name()}_state", self.get_namespace())
+        self._arm_state = []
         for arm in ARMS:
-            self.create_subscription(PoseStamped, _pose_stream(arm), self._pose_cb(arm), qos.SENSOR)
-            self.create_subscription(JointState, _joint_stream(arm), self._joint_cb(arm), qos.SENSOR)
+            for msg_type, stream, cb in ((PoseStamped, _pose_stream(arm), self._pose_cb(arm)),
+                                         (JointState, _joint_stream(arm), self._joint_cb(arm))):
+                self._arm_state.append((self._taken.subscribe(msg_type, self.resolve_topic_name(stream), ARM_STATE_QOS), cb))
+        self._take_lock = threading.Lock()
         for cam in self.cameras:  # only what the policy needs: scripted subscribes to none
             self.create_subscription(Image, _image_stream(cam), self._image_cb(cam), qos.SENSOR)
         self._pub_action = self.create_publisher(BimanualCommand, "policy/action", qos.COMMAND)
@@ -146,6 +160,14 @@ class PolicyNode(Node):
             self.sync.update(stream, stamp_to_ns(msg.header.stamp), np.array(msg.position[:JOINTS_PER_ARM + 1], float))
         return cb
 
+    def _take_arm_state(self) -> None:
+        """Feed every waiting arm-state sample to the synchronizer, oldest first (the tick and
+        the rollout's worker both call this)."""
+        with self._take_lock:
+            for sub, cb in self._arm_state:
+                for msg, _info in self._taken.take(sub):
+                    cb(msg)
+
     def _image_cb(self, camera: str):
         stream = _image_stream(camera)
 
@@ -166,6 +188,7 @@ class PolicyNode(Node):
     def _observe(self, now_ns: int) -> Observation:
         """Called by the executor's worker when a query is due: the current observation with the
         preceding ticks' observations (at most one period apart each) as its history."""
+        self._take_arm_state()
         result = self.sync.build(now_ns)
         if not result.ok:
             raise ObservationUnavailable(result.reason)
@@ -203,6 +226,7 @@ class PolicyNode(Node):
 
     # ----------------------------------------------------------------- tick
     def _on_tick(self) -> None:
+        self._take_arm_state()
         now = self.get_clock().now()
         if self._history_depth:
             self._record_history(now.nanoseconds)
@@ -290,6 +314,10 @@ class PolicyNode(Node):
         close = getattr(self.policy, "close", None)
         if close is not None:
             close()
+
+    def destroy_node(self) -> None:
+        self._taken.destroy()
+        super().destroy_node()
 
 
 def _descriptor(help_: str):

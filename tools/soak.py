@@ -1,0 +1,145 @@
+"""Soak: the simulated graph for a long run beside a one-core CPU hog, and what went wrong.
+
+    .venv/bin/python tools/soak.py [--duration 600] [--hogs 1] [--policy scripted] [--out out/soak.json]
+    make soak [DURATION=600]
+
+Runs `egomimic-launch eva_bimanual.launch.py policy:=scripted auto_arm:=true --summary` for
+`--duration` seconds with `--hogs` busy processes at niceness 0 beside it (what a robot PC runs
+next to the control stack: a browser, rviz, a logger), samples every node's CPU and RSS every
+`--sample-s` seconds, and reports against issue 13's acceptance:
+  - spurious HOLDs (the gate's state history) and rejected commands by reason;
+  - the action stream (policy/action) rate within 1 % of 30 Hz and its worst gap <= 2 periods;
+  - CPU and RSS per node, and RSS growth from the first sample after start-up to the last
+    (<= 5 % per node).
+Exit status 0 when every point holds, 1 otherwise, 2 when the graph did not run. Not part of
+`make test` (ten minutes). DDS stays on this machine (LOCALHOST) on ROS_DOMAIN_ID (default 44).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+ACTION_TOPIC_SUFFIX = "policy/action"
+RATE_TOLERANCE = 0.01
+MAX_GAP_PERIODS = 2.0
+MAX_RSS_GROWTH = 0.05
+SETTLE_S = 20.0
+"""RSS is compared from this long after start-up (imports, discovery, the first chunks)."""
+
+
+def node_processes(launcher: psutil.Process) -> dict[str, psutil.Process]:
+    procs = {"launcher": launcher}
+    for child in launcher.children(recursive=True):
+        try:
+            name = next((a.split(":=", 1)[1] for a in child.cmdline() if a.startswith("__node:=")), None)
+        except psutil.Error:
+            continue
+        if name:
+            procs[name] = child
+    return procs
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--duration", type=float, default=600.0, help="seconds of graph run (default 600)")
+    ap.add_argument("--hogs", type=int, default=1, help="busy processes beside the graph (default 1: one core)")
+    ap.add_argument("--policy", default="scripted", help="policy launch argument (default scripted)")
+    ap.add_argument("--sample-s", type=float, default=5.0, help="CPU/RSS sampling period (default 5 s)")
+    ap.add_argument("--out", type=Path, default=REPO / "out" / "soak.json", help="report as JSON (default out/soak.json)")
+    a = ap.parse_args()
+    env = dict(os.environ, ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
+               ROS_DOMAIN_ID=os.environ.get("ROS_DOMAIN_ID", "44"))
+    env.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(REPO / "config" / "fastdds_local.xml"))
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(a.hogs)]
+    run_dir = Path(tempfile.mkdtemp(prefix="egomimic_soak_"))
+    summary_path = run_dir / "summary.json"
+    cmd = [sys.executable, "-m", "egomimic_launch.cli", "eva_bimanual.launch.py", f"policy:={a.policy}", "auto_arm:=true",
+           "--summary", "--summary-json", str(summary_path), "--run-dir", str(run_dir / "run"), "--duration", str(a.duration)]
+    print(f"soak: {a.duration:.0f} s, policy {a.policy}, {a.hogs} busy process(es) beside, {psutil.cpu_count()} cores; "
+          f"logs in {run_dir}", flush=True)
+    samples: dict[str, list[tuple[float, float, float]]] = {}  # node -> (t, cpu %, rss MiB)
+    try:
+        launcher_proc = subprocess.Popen(cmd, cwd=REPO, env=env)
+        launcher = psutil.Process(launcher_proc.pid)
+        t0 = time.monotonic()
+        last_cpu: dict[str, tuple[float, float]] = {}
+        while launcher_proc.poll() is None:
+            time.sleep(a.sample_s)
+            now = time.monotonic() - t0
+            for name, p in node_processes(launcher).items():
+                try:
+                    cpu = p.cpu_times()
+                    cpu_s, rss = cpu.user + cpu.system, p.memory_info().rss / 2**20
+                except psutil.Error:
+                    continue
+                if name in last_cpu:
+                    t_prev, c_prev = last_cpu[name]
+                    samples.setdefault(name, []).append((now, 100.0 * (cpu_s - c_prev) / (now - t_prev), rss))
+                last_cpu[name] = (now, cpu_s)
+        code = launcher_proc.wait()
+    finally:
+        for h in hogs:
+            h.kill()
+    if not summary_path.exists():
+        print(f"soak: the graph did not run (launcher exit {code}); see {run_dir}")
+        return 2
+    return report(json.loads(summary_path.read_text()), samples, code, a)
+
+
+def report(summary: dict, samples: dict[str, list[tuple[float, float, float]]], code: int, a) -> int:
+    checks: list[tuple[str, bool]] = []
+    history = summary.get("gate_history", [])
+    holds = [(t, s) for t, s in history if s in ("HOLD", "ESTOP")]
+    checks.append((f"spurious HOLD/ESTOP: {len(holds)} (states seen: {' -> '.join(s for _, s in history) or 'none'})", not holds))
+    gate = summary.get("gate") or {}
+    reasons = gate.get("reasons", {})
+    checks.append((f"rejected commands: {gate.get('rejected', '?')} ({reasons or 'no reasons'})", gate.get("rejected") == 0))
+    action = next((s for s in summary.get("streams", []) if s["topic"].endswith(ACTION_TOPIC_SUFFIX)), None)
+    if action is None:
+        checks.append(("action stream observed", False))
+    else:
+        nominal, rate, gap = action["nominal_hz"], action["rate_hz"], action.get("max_gap_s", float("nan"))
+        checks.append((f"action stream {rate:.2f} Hz (nominal {nominal:.0f} +- {RATE_TOLERANCE:.0%})",
+                       abs(rate - nominal) <= RATE_TOLERANCE * nominal))
+        checks.append((f"action stream worst gap {gap * 1e3:.0f} ms (limit {MAX_GAP_PERIODS:.0f} periods = "
+                       f"{MAX_GAP_PERIODS / nominal * 1e3:.0f} ms)", gap <= MAX_GAP_PERIODS / nominal))
+    print(f"\n{'node':<16}{'CPU % mean':>11}{'CPU % max':>11}{'RSS MiB start':>15}{'RSS MiB end':>13}{'growth':>9}")
+    growth_ok = True
+    per_node = {}
+    for name, rows in sorted(samples.items()):
+        steady = [r for r in rows if r[0] >= SETTLE_S] or rows
+        cpu = [r[1] for r in steady]
+        rss0, rss1 = steady[0][2], steady[-1][2]
+        growth = rss1 / rss0 - 1.0 if rss0 else 0.0
+        growth_ok &= growth <= MAX_RSS_GROWTH
+        per_node[name] = {"cpu_mean_pct": sum(cpu) / len(cpu), "cpu_max_pct": max(cpu), "rss_start_mib": rss0,
+                          "rss_end_mib": rss1, "rss_growth": growth}
+        print(f"{name:<16}{sum(cpu) / len(cpu):>11.1f}{max(cpu):>11.1f}{rss0:>15.1f}{rss1:>13.1f}{growth:>9.1%}")
+    total = sum(v["cpu_mean_pct"] for v in per_node.values())
+    print(f"{'total':<16}{total:>11.1f}")
+    checks.append((f"RSS growth per node <= {MAX_RSS_GROWTH:.0%} (after {SETTLE_S:.0f} s)", growth_ok and bool(per_node)))
+    checks.append((f"launcher exit status {code}", code == 0))
+    print()
+    for what, ok in checks:
+        print(f"  [{'PASS' if ok else 'FAIL'}] {what}")
+    ok = all(ok for _, ok in checks)
+    print(f"soak verdict: {'PASS' if ok else 'FAIL'}")
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps({"duration_s": a.duration, "hogs": a.hogs, "policy": a.policy, "ok": ok,
+                                 "checks": [{"check": w, "ok": k} for w, k in checks], "nodes": per_node,
+                                 "cpu_total_pct": total, "summary": summary}, indent=2))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
