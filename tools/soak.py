@@ -117,7 +117,8 @@ def report(summary: dict, samples: dict[str, list[tuple[float, float, float]]], 
     growth_ok = True
     per_node = {}
     for name, rows in sorted(samples.items()):
-        steady = [r for r in rows if r[0] >= SETTLE_S] or rows
+        # From the settle time to the end of the run (samples during the teardown are not steady).
+        steady = [r for r in rows if SETTLE_S <= r[0] <= a.duration and r[2] > 0] or rows
         cpu = [r[1] for r in steady]
         rss0, rss1 = steady[0][2], steady[-1][2]
         growth = rss1 / rss0 - 1.0 if rss0 else 0.0
