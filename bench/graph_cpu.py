@@ -28,21 +28,10 @@ from pathlib import Path
 
 import psutil
 
+from egomimic_launch.process import node_processes
+
 REPO = Path(__file__).resolve().parents[1]
 TARGET_PCT = 75.0
-
-
-def node_processes(launcher: psutil.Process) -> dict[str, psutil.Process]:
-    procs = {"launcher": launcher}
-    for child in launcher.children(recursive=True):
-        try:
-            cmd = child.cmdline()
-        except psutil.Error:
-            continue
-        name = next((a.split(":=", 1)[1] for a in cmd if a.startswith("__node:=")), None)
-        if name:
-            procs[name] = child
-    return procs
 
 
 def cpu_seconds(p: psutil.Process) -> float:

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import psutil
 
+from egomimic_launch.process import node_processes
+
 REPO = Path(__file__).resolve().parents[1]
 ACTION_TOPIC_SUFFIX = "policy/action"
 RATE_TOLERANCE = 0.01
@@ -35,18 +37,6 @@ MAX_GAP_PERIODS = 2.0
 MAX_RSS_GROWTH = 0.05
 SETTLE_S = 20.0
 """RSS is compared from this long after start-up (imports, discovery, the first chunks)."""
-
-
-def node_processes(launcher: psutil.Process) -> dict[str, psutil.Process]:
-    procs = {"launcher": launcher}
-    for child in launcher.children(recursive=True):
-        try:
-            name = next((a.split(":=", 1)[1] for a in child.cmdline() if a.startswith("__node:=")), None)
-        except psutil.Error:
-            continue
-        if name:
-            procs[name] = child
-    return procs
 
 
 def main() -> int:

@@ -77,6 +77,24 @@ def safe_print(line: str, err: bool = False) -> bool:
         return False
 
 
+def node_processes(launcher) -> dict:
+    """{node name: psutil.Process} of a running launcher (a psutil.Process) and the nodes it
+    started, found by the `__node:=` remap that node_command puts on each command line; the
+    launcher itself is "launcher". For tools that measure a live graph (bench/graph_cpu.py,
+    tools/soak.py)."""
+    import psutil
+
+    procs = {"launcher": launcher}
+    for child in launcher.children(recursive=True):
+        try:
+            name = next((a.split(":=", 1)[1] for a in child.cmdline() if a.startswith("__node:=")), None)
+        except psutil.Error:
+            continue
+        if name:
+            procs[name] = child
+    return procs
+
+
 def node_command(spec: NodeSpec, launch_params: Path) -> list[str]:
     cmd = [sys.executable, "-m", spec.module, "--ros-args", "-r", f"__node:={spec.name}"]
     if spec.namespace:
