@@ -198,7 +198,13 @@ class Rig:
         self._stop_poll = threading.Event()
         self._poll_thread = threading.Thread(target=self._poll_forever, name="rig-poll", daemon=True)
         self._poll_thread.start()
-        self.pub = n.create_publisher(BimanualCommand, "/eva/command/proposed", qos.COMMAND)
+        # Sent from a thread of its own outside the GIL (egomimic_nodes/outbox.py): a node that dies
+        # inside its shared-memory port's lock (launcher_sigkill) blocks a publish for 1 s, and
+        # rclpy's publish() would hold up the poll thread meanwhile, so the drivers' last samples
+        # were lost (DDS drops a departed writer's untaken samples). keep=64: nothing is dropped.
+        from egomimic_nodes.outbox import Outbox
+
+        self.pub = Outbox(n.create_publisher(BimanualCommand, "/eva/command/proposed", qos.COMMAND), keep=64)
         self.srv = {name: n.create_client(Trigger, f"/eva/safety/{name}") for name in ("arm", "disarm", "estop", "reset")}
         self.param_client = n.create_client(SetParameters, "/eva/cameras/set_parameters")
         self._Trigger, self._BimanualCommand = Trigger, BimanualCommand
@@ -513,6 +519,7 @@ class Rig:
                 self.launcher.kill()
                 self.launcher.wait()
         self.log.close()
+        self.pub.close()
         self._stop_poll.set()
         self._poll_thread.join(2.0)
         self._taken.destroy()

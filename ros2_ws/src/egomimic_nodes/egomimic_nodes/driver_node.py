@@ -19,7 +19,14 @@ the command watchdog running.
 Threads: the state loop (read, watchdog, publish at `rate_hz`) runs in its own thread on
 monotonic deadlines (egomimic_hw.pacing), not on an executor timer: a pass of rclpy's Python
 executor per period was about half of the node's CPU. The executor serves commands, the gate's
-status, `home` and lifecycle transitions. One lock serializes every use of the ArmDriver. Topics (relative to the robot namespace):
+status, `home` and lifecycle transitions. One lock serializes every use of the ArmDriver. The
+state loop never publishes itself: joint_states, ee_pose and /diagnostics go out through
+Outboxes (outbox.py), each from a thread of its own outside the GIL, because a publish to a
+subscriber stopped or descheduled inside its shared-memory port's lock blocks until that
+subscriber runs again (seconds), and the loop, which also runs the command watchdog, must not
+wait for anyone.
+
+Topics (relative to the robot namespace):
   pub  <arm>/joint_states (sensor_msgs/JointState, rate_hz: 100 Hz), <arm>/ee_pose (PoseStamped,
        <arm>_base, every round(rate_hz / pose_rate_hz)-th tick: 50 Hz)
   sub  <arm>/joint_command (sensor_msgs/JointState, 6 joints + gripper normalized)
@@ -52,6 +59,7 @@ from egomimic_hw.kinematics import ArmKinematics
 from egomimic_hw.pacing import Pacer
 from egomimic_nodes import diagnostics, qos
 from egomimic_nodes.msg_convert import pose_stamped
+from egomimic_nodes.outbox import Outbox
 from egomimic_nodes.params import declare_config
 from egomimic_nodes.sources import SourceCheck, node_fqn
 from egomimic_nodes.spin import run_node
@@ -63,6 +71,9 @@ between them: the first forwarded command can overtake the ARMED status. The gat
 commands while DISARMED, so a command then is from something else or from the past."""
 
 
+STATE_KEEP = 4
+"""joint_states samples that may wait while their writer is blocked (40 ms at 100 Hz); older
+ones are dropped and counted (`outbox_dropped` in /diagnostics)."""
 WATCHDOG_WAKE_AFTER_S = 1e-4
 """The state loop wakes this long after the watchdog's due time (the timeout is strict: '>')."""
 
@@ -90,6 +101,7 @@ class DriverNode(LifecycleNode):
         self._gate_state: int | None = None
         self._t0 = time.monotonic()
         self._active = False
+        self._pub_joints = self._pub_pose = self._pub_diag = None  # Outboxes, from on_configure
         self.fatal = ""
         """Set by the state loop when it cannot go on: the node exits 1 (spin.run_node)."""
 
@@ -127,9 +139,11 @@ class DriverNode(LifecycleNode):
         self._pose_every = max(1, round(rate_hz / pose_rate_hz)) if pose_rate_hz > 0 else 1
         self._ticks = 0
         self._names = self.arm.joint_names
-        self._pub_joints = self.create_lifecycle_publisher(JointState, f"{self.arm.value}/joint_states", qos.SENSOR)
-        self._pub_pose = self.create_lifecycle_publisher(PoseStamped, f"{self.arm.value}/ee_pose", qos.SENSOR)
-        self._pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        # Lifecycle publishers for the topics' declared semantics; _tick publishes only while active.
+        self._pub_joints = Outbox(self.create_lifecycle_publisher(JointState, f"{self.arm.value}/joint_states", qos.SENSOR),
+                                  keep=STATE_KEEP)
+        self._pub_pose = Outbox(self.create_lifecycle_publisher(PoseStamped, f"{self.arm.value}/ee_pose", qos.SENSOR))
+        self._pub_diag = Outbox(self.create_publisher(DiagnosticArray, "/diagnostics", 10))
         self._require_gate = bool(self.get_parameter("require_gate").value)
         gate_fqn = node_fqn(self.get_namespace(), str(self.get_parameter("gate_node").value))
         command_topic = self.resolve_topic_name(f"{self.arm.value}/joint_command")
@@ -174,6 +188,9 @@ class DriverNode(LifecycleNode):
         self._stop_loop()
         self._hold_now()
         self._close()
+        for box in (self._pub_joints, self._pub_pose, self._pub_diag):
+            if box is not None:
+                box.close()
 
     # -- the state loop -----------------------------------------------------------------------
     def _start_loop(self) -> None:
@@ -350,6 +367,8 @@ class DriverNode(LifecycleNode):
             "watchdog_holds": c.watchdog_holds,
             "last_watchdog_delay_ms": round(c.last_watchdog_delay_s * 1e3, 2),
             "last_refusal": self._driver.refusal,
+            "outbox_dropped": self._pub_joints.dropped + self._pub_pose.dropped,
+            "slowest_publish_ms": round(max(self._pub_joints.slowest_s, self._pub_pose.slowest_s) * 1e3, 1),
             "holding": s.holding if s else True,
         }
         self._pub_diag.publish(diagnostics.array(self, diagnostics.status(

@@ -30,6 +30,14 @@ implausible or spoofed sample faults within one watchdog period (10 ms), and the
 run on rclpy's EventsExecutor (spin.make_executor), which cannot pass a callback the message
 info that the publisher check needs. The two 100 Hz streams cost no executor wake-ups.
 
+Every publisher of the gate sends through an Outbox (outbox.py): a thread of its own, outside
+the GIL. A receiver that is stopped or descheduled inside its shared-memory port's lock blocks a
+publish until it runs again (seconds, if it was SIGSTOPped); with rclpy's publish() that stopped
+the whole gate. Now it holds up only that writer: the watchdog, the other arm and the e-stop go
+on. The hold targets and forwarded commands keep only the newest waiting target per arm. The
+watchdog also reports its own lateness (diagnostics `watchdog_late_*`): a gate that did not run
+says so, instead of blaming a producer.
+
 `safety/estop` is served by a companion node (`<name>_estop`) spun by its own executor on its own
 thread, so it answers within milliseconds even while the main callbacks are saturated (a
 command flood, a burst of service calls). Every access to the gate takes one lock; a decision
@@ -70,6 +78,7 @@ from egomimic_hw.kinematics import ArmKinematics
 from egomimic_msgs.msg import BimanualCommand, CameraHealth, GateStatus
 from egomimic_nodes import diagnostics, qos
 from egomimic_nodes.msg_convert import pose_to_array, stamp_to_s
+from egomimic_nodes.outbox import Outbox
 from egomimic_nodes.params import declare_config
 from egomimic_nodes.sources import SourceCheck, node_fqn
 from egomimic_nodes.spin import run_node
@@ -81,6 +90,12 @@ from egomimic_safety.gate import CameraReport, GateState, Proposal, SafetyGate
 STATE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=20, reliability=ReliabilityPolicy.RELIABLE)
 """The polled joint_states readers: 200 ms of samples at 100 Hz, so a tick that comes late
 still sees every sample's stamp and position for the speed check."""
+STATUS_KEEP = 16
+"""Status messages that may wait while the status writer is blocked: every transition still
+goes out (observers count them); the commands keep only the newest target."""
+WATCHDOG_LATE_PERIODS = 5
+"""A watchdog tick this many periods after the previous one is reported as the gate's own
+lateness (logged, counted in /diagnostics)."""
 EXIT_ACK_WAIT_S = 0.2
 """On exit, how long the last hold and status may wait for the drivers' acknowledgements (all
 publishers together)."""
@@ -109,7 +124,8 @@ class GateNode(Node):
         self._estop_waiting = threading.Event()
         """Set while an e-stop waits for the lock: the main callbacks step aside (a plain lock
         is not fair: under a command flood the main thread would re-take it every time)."""
-        self._pub_cmd = {arm: self.create_publisher(JointState, f"{arm.value}/joint_command", qos.COMMAND) for arm in ARMS}
+        self._pub_cmd = {arm: Outbox(self.create_publisher(JointState, f"{arm.value}/joint_command", qos.COMMAND))
+                         for arm in ARMS}
         self._state_sources: dict[Arm, SourceCheck] = {}
         # Joint states are taken, not delivered (see the module docstring and taken.py).
         self._states = TakenSubscriptions(self.context, f"{self.get_name()}_state", self.get_namespace())
@@ -122,8 +138,8 @@ class GateNode(Node):
         for cam in config.required_cameras:
             self.create_subscription(CameraHealth, f"cameras/{cam}/health", self._health_cb(cam), qos.SENSOR)
         self.create_subscription(BimanualCommand, "command/proposed", self._on_proposed, qos.COMMAND)
-        self._pub_status = self.create_publisher(GateStatus, "safety/status", qos.LATCHED)
-        self._pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._pub_status = Outbox(self.create_publisher(GateStatus, "safety/status", qos.LATCHED), keep=STATUS_KEEP)
+        self._pub_diag = Outbox(self.create_publisher(DiagnosticArray, "/diagnostics", 10))
         for name, fn in (("arm", self._srv_arm), ("disarm", self.gate.disarm), ("reset", self.gate.reset)):
             self.create_service(Trigger, f"safety/{name}", self._service(name, fn))
         self._last_published = None
@@ -139,6 +155,10 @@ class GateNode(Node):
         self._estop_thread = threading.Thread(target=self._spin_estop, name="estop", daemon=True)
         self._estop_thread.start()
         steady = Clock(clock_type=ClockType.STEADY_TIME)  # never the ROS clock: see the module docstring
+        self._watchdog_period_s = 1.0 / rate_hz
+        self._last_watchdog: tuple[float, float] | None = None  # (monotonic, this thread's CPU time)
+        self.watchdog_late = 0
+        self.watchdog_late_max_s = 0.0
         self.watchdog_timer = self.create_timer(1.0 / rate_hz, self._on_watchdog, clock=steady)
         if self._state_sources:
             self.create_timer(0.5, self._check_state_publishers, clock=steady)
@@ -249,8 +269,30 @@ class GateNode(Node):
         self._guarded("command/proposed", decide)
 
     def _on_watchdog(self) -> None:
+        self._note_own_lateness()
         self._take_states()
         self._guarded("watchdog", lambda: self.gate.tick(self._now_s(), time.monotonic()))
+
+    def _note_own_lateness(self) -> None:
+        """Count and log a watchdog tick that came WATCHDOG_LATE_PERIODS or more after the
+        previous one: the gate itself did not run (busy: its thread's CPU time grew by about the
+        gap; else blocked or not scheduled), which a HOLD detail would otherwise blame on a producer."""
+        now, cpu = time.monotonic(), time.thread_time()
+        last, self._last_watchdog = self._last_watchdog, (now, cpu)
+        if last is None:
+            return
+        gap = now - last[0]
+        if gap >= WATCHDOG_LATE_PERIODS * self._watchdog_period_s:
+            self.watchdog_late += 1
+            self.watchdog_late_max_s = max(self.watchdog_late_max_s, gap)
+            self.get_logger().warning(
+                f"watchdog ran {gap * 1e3:.0f} ms after the previous tick (period {self._watchdog_period_s * 1e3:.0f} ms; "
+                f"this thread used {(cpu - last[1]) * 1e3:.0f} ms of CPU meanwhile; slowest sends: "
+                f"{self._outbox_summary()})", throttle_duration_sec=1.0)
+
+    def _outbox_summary(self) -> str:
+        boxes = (*self._pub_cmd.values(), self._pub_status, self._pub_diag)
+        return ", ".join(f"{b.topic} {b.slowest_s * 1e3:.0f} ms" for b in boxes if isinstance(b, Outbox))
 
     def _send(self, commands, stamp=None) -> None:
         if not commands:
@@ -320,13 +362,17 @@ class GateNode(Node):
         # One deadline for all three: when the launcher dies the drivers are exiting too and
         # never acknowledge, and three waits of their own took 0.6 s of the 3 s teardown budget.
         deadline = time.monotonic() + EXIT_ACK_WAIT_S
-        for pub in (*self._pub_cmd.values(), self._pub_status):
+        for box in (*self._pub_cmd.values(), self._pub_status):
             try:
-                pub.wait_for_all_acked(Duration(seconds=max(deadline - time.monotonic(), 0.0)))
-            except Exception:  # noqa: BLE001 - best effort on the way out
+                box.flush(max(deadline - time.monotonic(), 0.0))  # handed to the middleware
+                box.publisher.wait_for_all_acked(Duration(seconds=max(deadline - time.monotonic(), 0.0)))
+            except Exception:  # noqa: BLE001 - best effort on the way out (or a test's stand-in)
                 pass
 
     def destroy_node(self) -> None:
+        for box in (*self._pub_cmd.values(), self._pub_status, self._pub_diag):
+            if isinstance(box, Outbox):
+                box.close()
         self._estop_executor.shutdown(timeout_sec=0.5)
         self._estop_node.destroy_node()
         self._states.destroy()
@@ -360,6 +406,7 @@ class GateNode(Node):
         level = {GateState.HOLD: diagnostics.ERROR, GateState.ESTOP: diagnostics.ERROR}.get(g.state, diagnostics.OK)
         values = {"state": g.state.name, "reason": g.reason.value if g.reason else "", "forwarded": g.forwarded,
                   "rejected": g.rejected, "clamped": g.clamped, "deferred": g.deferred, "last_deferral": g.last_deferral}
+        values.update({"watchdog_late": self.watchdog_late, "watchdog_late_max_ms": round(self.watchdog_late_max_s * 1e3, 1)})
         values.update({f"deferred.{k}": v for k, v in sorted(g.deferred_counts.items())})
         values.update({f"refused_measurements.{k}": v for k, v in sorted(g.refused_measurements.items())})
         values.update({f"reason.{k}": v for k, v in sorted(g.reason_counts.items())})

@@ -1,0 +1,164 @@
+"""Publishing that cannot hold up its node: each writer sends from a thread of its own, outside
+Python's GIL.
+
+Why: between processes on one machine Fast DDS delivers through shared memory, and pushing a
+sample into a subscriber's port takes that port's interprocess mutex. A subscriber process
+that is stopped, or descheduled on a loaded machine, while its listener holds that mutex blocks
+every publisher to it until it runs again: 1.0-3.1 s per stop with a SIGSTOPped subscriber
+(bench/publish_stall.py; gdb shows the publisher in SharedMemManager::Port::try_push ->
+boost::interprocess::interprocess_mutex::lock). rclpy's publish() keeps the GIL through that
+call, so the whole node stopped with it: the gate's watchdog, its other topics and its e-stop
+thread (a CI run held the gate's main thread ~300 ms: a false "no command for 305 ms" HOLD).
+
+An Outbox serializes the message in the caller's thread (a snapshot: the caller may reuse the
+message) and hands the bytes to its own thread, which calls `rcl_publish_serialized_message`
+through ctypes; ctypes releases the GIL for the call. A blocked receiver then holds up only that
+writer's thread. While it is blocked, at most `keep` messages wait, oldest dropped first (and
+counted): a joint target or a pose is superseded by the next one, so `keep=1` sends the newest.
+The same bytes reach every subscriber as with publish() (the same CDR, the same writer).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import threading
+import time
+from collections import deque
+
+from rclpy.serialization import serialize_message
+
+
+class _Allocator(ctypes.Structure):
+    """rcutils_allocator_t (unused when publishing; must only be a valid struct)."""
+    _fields_ = [("allocate", ctypes.c_void_p), ("deallocate", ctypes.c_void_p), ("reallocate", ctypes.c_void_p),
+                ("zero_allocate", ctypes.c_void_p), ("state", ctypes.c_void_p)]
+
+
+class _SerializedMessage(ctypes.Structure):
+    """rcl_serialized_message_t (= rcutils_uint8_array_t)."""
+    _fields_ = [("buffer", ctypes.c_char_p), ("buffer_length", ctypes.c_size_t), ("buffer_capacity", ctypes.c_size_t),
+                ("allocator", _Allocator)]
+
+
+def _loaded_library(stem: str) -> str | None:
+    """The path of lib<stem>.so as this process already mapped it (rclpy loaded it), so a ROS
+    install under /opt/ros and this venv resolve alike."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.rsplit(" ", 1)[-1].strip()
+                if path.rsplit("/", 1)[-1].startswith(f"lib{stem}.so"):
+                    return path
+    except OSError:
+        pass
+    return ctypes.util.find_library(stem)
+
+
+_RCL = None
+
+
+def _rcl():
+    global _RCL
+    if _RCL is None:
+        import rclpy.impl.implementation_singleton  # noqa: F401 - loads librcl into this process
+
+        lib = ctypes.CDLL(_loaded_library("rcl"))  # CDLL (not PyDLL): the GIL is released per call
+        fn = lib.rcl_publish_serialized_message
+        fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(_SerializedMessage), ctypes.c_void_p]
+        fn.restype = ctypes.c_int32
+        rcutils = ctypes.CDLL(_loaded_library("rcutils"))
+        rcutils.rcutils_reset_error.argtypes = []
+        rcutils.rcutils_reset_error.restype = None
+        _RCL = (fn, rcutils.rcutils_reset_error)
+    return _RCL
+
+
+class Outbox:
+    """A publisher's sending thread. `publish(msg)` returns at once; `flush()` waits for what is
+    queued; `close()` stops the thread. `stats()` says what was sent, dropped and failed, the
+    slowest send, and how long the send in progress has been blocked."""
+
+    def __init__(self, publisher, keep: int = 1, name: str | None = None):
+        self.publisher = publisher
+        self.topic = publisher.topic_name
+        self._publish, self._reset_error = _rcl()
+        self._queue: deque[bytes] = deque(maxlen=keep)
+        self._cv = threading.Condition()
+        self._closed = False
+        self._in_flight_since: float | None = None
+        self.sent = self.dropped = self.failed = 0
+        self.slowest_s = 0.0
+        self._thread = threading.Thread(target=self._run, name=name or f"outbox {self.topic}", daemon=True)
+        self._thread.start()
+
+    def publish(self, msg) -> None:
+        data = serialize_message(msg)
+        with self._cv:
+            if self._closed:
+                return
+            if len(self._queue) == self._queue.maxlen:
+                self.dropped += 1
+            self._queue.append(data)
+            self._cv.notify()
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until everything queued has been handed to the middleware; False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._cv:
+            while self._queue or self._in_flight_since is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cv.wait(left)
+        return True
+
+    def blocked_s(self) -> float:
+        """How long the send in progress has taken so far (0 when idle)."""
+        since = self._in_flight_since
+        return time.monotonic() - since if since is not None else 0.0
+
+    def stats(self) -> dict:
+        return {"sent": self.sent, "dropped": self.dropped, "failed": self.failed,
+                "slowest_ms": round(self.slowest_s * 1e3, 1), "blocked_ms": round(self.blocked_s() * 1e3, 1)}
+
+    def close(self, timeout_s: float = 0.5) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        self._thread.join(timeout_s)  # a send blocked in the middleware finishes on its own (daemon)
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue and not self._closed:
+                    self._cv.wait()
+                if not self._queue:
+                    return  # closed and empty
+                data = self._queue.popleft()
+                self._in_flight_since = start = time.monotonic()
+            try:
+                ok = self._send(data)
+            except Exception:  # noqa: BLE001 - a destroyed publisher (shutdown): stop sending
+                ok = None
+            took = time.monotonic() - start
+            with self._cv:
+                self._in_flight_since = None
+                self.slowest_s = max(self.slowest_s, took)
+                if ok:
+                    self.sent += 1
+                else:
+                    self.failed += 1
+                self._cv.notify_all()
+                if ok is None:
+                    self._closed = True
+                    self._queue.clear()
+                    return
+
+    def _send(self, data: bytes) -> bool:
+        msg = _SerializedMessage(data, len(data), len(data), _Allocator())
+        with self.publisher.handle:  # keeps the rcl publisher alive during the call
+            ret = self._publish(self.publisher.handle.pointer, ctypes.byref(msg), None)
+        if ret != 0:
+            self._reset_error()
+        return ret == 0
