@@ -61,6 +61,8 @@ class GraphObserver:
         self.gate_status: GateStatus | None = None
         self.gate_history: list[tuple[float, int, str]] = []
         self.driver_diag: dict[str, dict[str, str]] = {}
+        self.node_diag: dict[str, dict[str, str]] = {}
+        """The newest /diagnostics values of the gate and the policy (their own late wake-ups)."""
         self.cmd_path = {arm.value: ([], []) for arm in ARMS}
         self.meas_path = {arm.value: ([], []) for arm in ARMS}
         ns = "/" + namespace.strip("/")
@@ -111,6 +113,9 @@ class GraphObserver:
             if st.name.startswith("driver/"):
                 with self.lock:
                     self.driver_diag[st.name.split("/", 1)[1]] = {kv.key: kv.value for kv in st.values} | {"message": st.message}
+            elif st.name in ("safety_gate", "policy"):
+                with self.lock:
+                    self.node_diag[st.name] = {kv.key: kv.value for kv in st.values} | {"message": st.message}
 
     def _on_action(self, msg: BimanualCommand) -> None:
         t = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9

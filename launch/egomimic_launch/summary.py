@@ -102,6 +102,10 @@ class RunMonitor:
             d = o.driver_diag.get(arm, {})
             lines.append(f"driver_{arm}: applied {d.get('commands_applied', '?')}, refused {d.get('commands_refused', '?')}, "
                          f"watchdog holds {d.get('watchdog_holds', '?')}; {d.get('message', 'no diagnostics')}")
+        gate_d, policy_d = o.node_diag.get("safety_gate", {}), o.node_diag.get("policy", {})
+        lines.append(f"late wake-ups (their logs say how late and the CPU used meanwhile): gate watchdog "
+                     f"{gate_d.get('watchdog_late', '?')} (worst {gate_d.get('watchdog_late_max_ms', '?')} ms), "
+                     f"policy ticks {policy_d.get('late_ticks', '?')}")
         transitions = " -> ".join(GATE_STATES.get(s, str(s)) for _, s, _ in o.gate_history) or "none"
         lines.append(f"gate states seen: {transitions}")
         for _, state, detail in o.gate_history[1:MAX_TRANSITIONS_SHOWN + 1]:  # why each change (the first is start-up)

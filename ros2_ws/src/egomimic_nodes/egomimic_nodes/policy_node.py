@@ -28,6 +28,7 @@ at the measured poses and grippers, as before this node went through the executo
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from dataclasses import replace
 
@@ -54,6 +55,8 @@ from egomimic_policy.rollout import AsyncChunkExecutor, ExecutorConfig, Observat
 from egomimic_policy.scripted import ScriptedChunkPolicy, ScriptedMotionConfig
 
 SYNC_HISTORY = 8
+LATE_TICK_PERIODS = 3
+"""A control tick this many periods after the previous one is logged (with this thread's CPU meanwhile)."""
 """Messages kept per input, so 100 Hz arm state can be matched to a 30 Hz frame's capture time."""
 ARM_STATE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=SYNC_HISTORY, reliability=ReliabilityPolicy.RELIABLE)
 """The taken arm-state readers keep what the synchronizer keeps, so a late drain loses nothing it
@@ -127,6 +130,8 @@ class PolicyNode(Node):
         # Not `self.executor`: rclpy.Node uses that name for the executor spinning the node.
         self.rollout = AsyncChunkExecutor(self.policy, self.executor_config, self._observe, self._now_ns)
         self._status = TickStatus.WAITING
+        self._last_tick: tuple[float, float] | None = None  # (monotonic, this thread's CPU time)
+        self.late_ticks = 0
         self.create_timer(1.0 / rate_hz, self._on_tick)
         self.create_timer(1.0, self._publish_diagnostics)
         c = self.executor_config
@@ -226,6 +231,7 @@ class PolicyNode(Node):
 
     # ----------------------------------------------------------------- tick
     def _on_tick(self) -> None:
+        self._note_lateness()
         self._take_arm_state()
         now = self.get_clock().now()
         if self._history_depth:
@@ -238,6 +244,19 @@ class PolicyNode(Node):
         if result.status is not self._status:
             self._report_transition(result.status)
             self._status = result.status
+
+    def _note_lateness(self) -> None:
+        """Log a tick that came LATE_TICK_PERIODS periods or more after the previous one, with
+        this thread's CPU time meanwhile (about the gap: this node was busy; else it was blocked
+        or not scheduled): a gate HOLD for a silent command stream then names its cause."""
+        now, cpu = time.monotonic(), time.thread_time()
+        last, self._last_tick = self._last_tick, (now, cpu)
+        if last is not None and now - last[0] >= LATE_TICK_PERIODS * self._period_ns * 1e-9:
+            self.late_ticks += 1
+            self.get_logger().warning(
+                f"control tick ran {(now - last[0]) * 1e3:.0f} ms after the previous one (period "
+                f"{self._period_ns * 1e-6:.0f} ms; this thread used {(cpu - last[1]) * 1e3:.0f} ms of CPU meanwhile)",
+                throttle_duration_sec=1.0)
 
     def _report_transition(self, status: TickStatus) -> None:
         problem = self.rollout.stats(self._now_ns())["last_problem"]
@@ -301,6 +320,7 @@ class PolicyNode(Node):
         if status_fn is not None:
             values.update(status_fn())
         values["bad_images"] = self._bad_images
+        values["late_ticks"] = self.late_ticks
         level = {TickStatus.RUNNING: diagnostics.OK, TickStatus.STOPPED: diagnostics.ERROR}.get(self._status, diagnostics.WARN)
         if values.get("remote_state", "connected") != "connected":
             level = diagnostics.ERROR
