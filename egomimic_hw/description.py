@@ -28,6 +28,15 @@ DEFAULT_PREVIEW_S = 0.2
 ARX_MODEL = "X5"
 """ARX SDK model key of both EVA arms (ARX X5A)."""
 
+BASE_LINK = "base_link"
+"""Root of the kinematic chain: the arm base, origin of the hardware frame `<arm>_base`."""
+
+EEF_LINK = "link6"
+"""The end-effector point of every pose in this system (FK, IK, published poses, the gate,
+episodes): the last joint's link, as upstream sets `robot_config.eef_link_name = "link6"`
+(EgoVerse `egomimic/robot/eva/eva_ws/src/eva/robot_interface.py`). The SDK's default
+`eef_link` lies 0.145 m further along tool x; the lab's policies were trained on link6."""
+
 JOINTS_PER_ARM = 6
 VALUES_PER_ARM = JOINTS_PER_ARM + 1
 

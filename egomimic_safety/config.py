@@ -122,11 +122,12 @@ class GateConfig:
     so a pause in the stream never grants a large step (0.6 m/s x 67 ms = 40 mm at most)."""
     command_step_action: str = REJECT
     workspace_left_min_m: tuple[float, float, float] = (-0.1, -0.6, -0.2)
-    workspace_left_max_m: tuple[float, float, float] = (0.7, 0.6, 0.7)
+    workspace_left_max_m: tuple[float, float, float] = (0.6, 0.6, 0.7)
     workspace_right_min_m: tuple[float, float, float] = (-0.1, -0.6, -0.2)
-    workspace_right_max_m: tuple[float, float, float] = (0.7, 0.6, 0.7)
-    """Per-arm box (hardware frame, metres) the commanded EE position must stay in. The defaults
-    are a generous envelope inside the X5's ~0.76 m reach; deployments narrow it in YAML."""
+    workspace_right_max_m: tuple[float, float, float] = (0.6, 0.6, 0.7)
+    """Per-arm box (hardware frame, metres) the commanded EE position (link6) must stay in. The
+    defaults are a generous envelope inside the X5's link6 reach (sampled over the joint limits:
+    |x|, |y| <= 0.62 m, z in [-0.33, 0.71] m); deployments narrow it in YAML."""
     workspace_action: str = REJECT
     # -- joints -----------------------------------------------------------------------------
     joint_limit_margin_rad: float = 0.01

@@ -1,8 +1,9 @@
 """Synthetic camera: renders the simulated EVA scene from the arms' measured poses.
 
 Not a static picture: the head camera (front_1) sees two markers at the projections of the
-left and right end effectors (through EVA's camera-to-arm-base extrinsics and intrinsics), and
-each wrist camera sees a textured table that slides and scales with its own end effector. A
+left and right end effectors (link6, `description.EEF_LINK`, the point of every pose here)
+through EVA's camera-to-arm-base extrinsics and intrinsics, and each wrist camera sees a
+textured table that slides and scales with its own end effector. A
 small time code block changes every frame, as sensor noise does on a real camera, so a frozen
 renderer is distinguishable from a still scene.
 
@@ -49,6 +50,11 @@ BASE_T_HEAD_CAMERA = {
 MARKER_COLOURS = {Arm.LEFT: (230, 60, 40), Arm.RIGHT: (40, 90, 230)}
 TEXTURE_MARGIN_PX = 160
 WRIST_PX_PER_M = 800.0
+WRIST_SCENE_CENTRE_X_M = 0.21
+WRIST_SCENE_CENTRE_Z_M = 0.35
+"""Where the wrist view is centred (texture unshifted, mid-grey height band): the link6 x and z
+of the sim arms' start pose (FK of `SimConfig.initial_joints_rad`: 0.212, 0.351 m), so the scene
+starts centred and keeps 0.2 m of travel (TEXTURE_MARGIN_PX / WRIST_PX_PER_M) either way."""
 
 
 HEAD_CAMERA_T_BASE = {arm: np.linalg.inv(t) for arm, t in BASE_T_HEAD_CAMERA.items()}
@@ -100,9 +106,9 @@ class SyntheticScene:
             arm = Arm.LEFT if self.camera.startswith("left") else Arm.RIGHT
             pos = ee_positions_m.get(arm, np.zeros(3))
             dx = int(np.clip(pos[1] * WRIST_PX_PER_M, -m, m))
-            dy = int(np.clip((pos[0] - 0.3) * WRIST_PX_PER_M, -m, m))
+            dy = int(np.clip((pos[0] - WRIST_SCENE_CENTRE_X_M) * WRIST_PX_PER_M, -m, m))
             self._frame[:] = self._texture[m + dy : m + dy + h, m + dx : m + dx + w]
-            shade = int(np.clip(128 + (pos[2] - 0.3) * 400.0, 0, 255))
+            shade = int(np.clip(128 + (pos[2] - WRIST_SCENE_CENTRE_Z_M) * 400.0, 0, 255))
             self._frame[h - 24 :, :, 1] = shade  # a band whose brightness tracks the height
         self._draw_timecode(frame_index)
         return self._frame

@@ -17,9 +17,12 @@ from egomimic_hw.cameras.faults import parse_fault
 from egomimic_hw.cameras.processing import FrameShaper
 from egomimic_hw.cameras.realsense import color_data_to_array
 from egomimic_hw.cameras.replay import ReplayCamera
+from egomimic_hw.cameras.synthetic import WRIST_SCENE_CENTRE_X_M, WRIST_SCENE_CENTRE_Z_M
 from egomimic_hw.cameras.v4l2 import V4l2Camera
 from egomimic_hw.description import ARMS
+from egomimic_hw.driver.sim import SimConfig
 from egomimic_hw.errors import BackendUnavailable, ConfigError
+from egomimic_hw.kinematics import ArmKinematics
 from egomimic_policy.episodes.format import EpisodeMeta, EpisodeReader, EpisodeWriter, numeric_keys
 from egomimic_policy.episodes.sim import render_sim_episode
 
@@ -88,6 +91,11 @@ def test_unknown_backend_lists_choices():
 
 
 # ---- synthetic --------------------------------------------------------------------------------
+
+def test_wrist_scene_is_centred_on_the_sim_start_pose_at_link6():
+    start_m = ArmKinematics().forward(np.asarray(SimConfig().initial_joints_rad))[:3]
+    assert abs(start_m[0] - WRIST_SCENE_CENTRE_X_M) < 0.01 and abs(start_m[2] - WRIST_SCENE_CENTRE_Z_M) < 0.01
+
 
 def test_synthetic_paces_at_rate_and_follows_the_arm():
     ee = {arm: np.array([0.3, 0.0, 0.3]) for arm in ARMS}

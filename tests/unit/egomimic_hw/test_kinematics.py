@@ -3,9 +3,20 @@
 import numpy as np
 import pytest
 
-from egomimic_hw.kinematics import ArmKinematics, pose6d_from_pose, pose_from_pose6d
+from egomimic_hw.kinematics import (
+    IK_POSITION_TOLERANCE_M,
+    IK_ROTATION_TOLERANCE_RAD,
+    ArmKinematics,
+    pose6d_from_pose,
+    pose_from_pose6d,
+)
+from egomimic_hw.rotations import geodesic_angle, quat_to_mat
 
 WORK = np.array([0.0, 1.0, 1.0, -0.3, 0.0, 0.0])
+
+UPSTREAM_LINK6_AT_ZERO_M = np.array([0.0952, 0.001, 0.1565])
+"""FK(q = 0) at link6 as upstream EgoVerse computes it (EVA.md "Robot"), written out here
+independently of the code: the SDK's default `eef_link` would give x = 0.2402 m."""
 
 
 @pytest.fixture(scope="module")
@@ -33,3 +44,21 @@ def test_ik_failure_is_reported_not_a_nearest_solution(kin):
     result = kin.inverse(target, WORK)
     assert not result.ok
     assert result.detail
+
+
+def test_fk_at_zero_is_upstreams_link6_pose(kin):
+    pose = kin.forward(np.zeros(6))
+    assert np.allclose(pose[:3], UPSTREAM_LINK6_AT_ZERO_M, atol=1e-4), pose[:3]
+    # The URDF's joint origins leave a 1.5e-5 rad roll at q = 0: identity within 1e-4 rad.
+    assert geodesic_angle(quat_to_mat(pose[3:]), np.eye(3)) < 1e-4
+
+
+def test_ik_then_fk_round_trips_at_link6(kin):
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        target = kin.forward(WORK + rng.uniform(-0.3, 0.3, 6))
+        result = kin.inverse(target, WORK)
+        assert result.ok, result.detail
+        reached = kin.forward(result.joints_rad)
+        assert np.linalg.norm(reached[:3] - target[:3]) <= IK_POSITION_TOLERANCE_M
+        assert geodesic_angle(quat_to_mat(reached[3:]), quat_to_mat(target[3:])) <= IK_ROTATION_TOLERANCE_RAD

@@ -207,7 +207,7 @@ def test_joint_limit_target_is_refused(kin):
 
 
 def test_unreachable_pose_is_ik_failed(kin):
-    q_far = np.array([0.0, 2.4701, 2.7068, -0.5280, 0.0, 0.0])  # stretched out: EE at x = 0.68 m
+    q_far = np.array([0.0, 2.4701, 2.7068, -0.5280, 0.0, 0.0])  # stretched out: link6 at x = 0.54 m
     box = dict(workspace_left_max_m=(0.9, 0.9, 0.9), workspace_right_max_m=(0.9, 0.9, 0.9))
     gate = SafetyGate(GateConfig(shadow_commands=1, required_cameras=(), **box), kin)
     measure(gate, kin, 0.0, q=q_far)

@@ -53,11 +53,11 @@ KINS = {arm: KIN for arm in ARMS}
 CONFIGS = [
     # production defaults: everything rejects (gripper clamps), one camera required
     GateConfig(shadow_commands=1, required_cameras=("front_1",)),
-    # every clampable check clamps; a box the work pose sits at the edge of; a short joint-step
-    # window (0.02 s: 0.1 rad) so joint-space motions reach the joint-step clamp
+    # every clampable check clamps; a box the work pose (link6 x = 0.212 m) sits at the edge of;
+    # a short joint-step window (0.02 s: 0.1 rad) so joint-space motions reach the joint-step clamp
     GateConfig(shadow_commands=2, required_cameras=(), command_step_action=CLAMP, workspace_action=CLAMP,
                joint_limit_action=CLAMP, joint_step_action=CLAMP, joint_step_window_s=0.02,
-               workspace_left_max_m=(0.37, 0.6, 0.7), workspace_right_max_m=(0.37, 0.6, 0.7)),
+               workspace_left_max_m=(0.23, 0.6, 0.7), workspace_right_max_m=(0.23, 0.6, 0.7)),
     # everything rejects, the gripper range included; a short joint-step window (0.04 s: 0.2 rad)
     GateConfig(shadow_commands=1, required_cameras=(), gripper_action=REJECT, joint_step_window_s=0.04),
 ]
@@ -68,7 +68,7 @@ NEVER_EXPECTED = {Reason.NODE_LOST, Reason.INTERNAL_ERROR}
 an exception inside the gate, which no input may cause (asserted in run())."""
 
 Q_STRETCHED = np.array([0.0, 2.4701, 2.7068, -0.5280, 0.0, 0.0])
-"""EE at x = 0.68 m, within ~7 mm of the reach: small outward targets are unreachable."""
+"""link6 at x = 0.54 m, within ~5 mm of the reach: small outward targets are unreachable."""
 
 # -- strategies ---------------------------------------------------------------------------------
 def weighted(*pairs):
