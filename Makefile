@@ -3,6 +3,19 @@
 
 PYTHON      ?= python3.11
 VENV        := .venv
+# The first working 3.12 among python3.12 on PATH and pyenv's installs (a pyenv shim can exist
+# without working); expanded only by test-py312.
+PYTHON312   ?= $(shell for p in python3.12 $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12); do \
+                 $$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { echo $$p; break; }; done)
+VENV312     := .venv312
+# The camera tests need OpenCV/zarr (not installed there). The gate-property generator guard is
+# deselected: its "derandomized" sample depends on which project modules are loaded (Hypothesis
+# draws 5 % of numbers from the constants of local modules), and in this selection the sample
+# forwards 42 % of sequences with either kinematics backend (SDK 170/400, Pinocchio 166/400 on
+# the same captured sample), below its 50 % bar; `make test` runs it.
+PY312_TESTS := tests/unit/egomimic_hw tests/unit/egomimic_safety \
+               --ignore=tests/unit/egomimic_hw/test_camera_backends.py --ignore=tests/unit/egomimic_hw/test_camera_health.py \
+               --deselect=tests/unit/egomimic_safety/test_gate_properties.py::test_generators_reach_every_reason_and_every_clamp
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.setup-stamp
 DURATION    ?= 20
@@ -18,7 +31,7 @@ MSG_SOURCES := $(wildcard ros2_ws/src/egomimic_msgs/msg/*.msg) ros2_ws/src/egomi
                ros2_ws/src/egomimic_msgs/package.xml ros2_ws/src/egomimic_msgs/pyproject.toml
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test test-unit test-integration test-properties test-faults bench soak clean-venv shm-clean
+.PHONY: help setup run test test-unit test-integration test-properties test-faults test-py312 bench soak clean-venv shm-clean
 
 help: ## list the targets
 	@echo "EVA control service"
@@ -29,6 +42,7 @@ help: ## list the targets
 	@echo "  make test-integration  real node processes over DDS"
 	@echo "  make test-faults  the safety gate fault battery on the simulated graph (FAULT_TRIALS=3; also in make test)"
 	@echo "  make test-properties  gate property tests at 10,000 examples per property (~12 min on 2 cores)"
+	@echo "  make test-py312   kinematics (Pinocchio), sim driver and gate unit tests on Python 3.12 without the ARX SDK"
 	@echo "  make bench        benchmarks under bench/ (not part of make test)"
 	@echo "  make soak         the sim graph for DURATION s (default 600 here) beside a one-core CPU hog: HOLDs, rejections, rates, CPU, RSS"
 	@echo "  make shm-clean    remove Fast DDS shared memory left by killed processes"
@@ -67,6 +81,18 @@ test-properties: $(STAMP) ## gate property tests at the full 10,000 examples per
 
 test-faults: $(STAMP) ## the safety gate fault battery against the simulated graph (FAULT_TRIALS=3)
 	EGOMIMIC_FAULT_TRIALS=$${FAULT_TRIALS:-3} $(PY) -m pytest tests/faults $(PYTEST_ARGS)
+
+# Python 3.12 is the Python of ROS 2 Jazzy/Kilted; the ARX SDK wheel is cp311-only. A separate venv
+# with only the libraries' light dependencies (versions from requirements.lock) shows that they,
+# the sim driver and the gate import and pass there on the Pinocchio kinematics backend; the tests
+# that need the SDK skip, saying so (PY312_TESTS says what is left out and why).
+test-py312: ## the 3.12 check above (PYTHON312=/path/to/python3.12 to choose the interpreter)
+	@test -n "$(PYTHON312)" || { echo "test-py312: no working Python 3.12 found (set PYTHON312=/path/to/python3.12)" >&2; exit 2; }
+	@test -x $(VENV312)/bin/python || $(PYTHON312) -m venv $(VENV312)
+	$(VENV312)/bin/python -m pip install --quiet --disable-pip-version-check -c requirements.lock \
+	  numpy scipy pyyaml pin pytest hypothesis
+	$(VENV312)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(VENV312)/bin/python -m pytest $(PY312_TESTS) -rs $(PYTEST_ARGS)
 
 bench: $(STAMP) ## benchmarks print ratios and absolute figures and write JSON under out/bench
 	$(PY) bench/image_transport.py --domain-base 93 --out out/bench/image_transport.json

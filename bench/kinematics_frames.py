@@ -8,6 +8,11 @@ What is measured, each row one operation, "ours" beside a reference doing the sa
     gate does: `ik_step` targets a pose one policy step away (joints +-0.02 rad), `ik_far` one
     +-0.3 rad away (more solver iterations). `fk` is also timed against raw FK + scipy's Euler ->
     quaternion, i.e. what a scipy-based wrapper would cost.
+  - kinematics backends side by side: `ArmKinematics(backend="pinocchio")` against
+    `ArmKinematics(backend="sdk")` on the same inputs (ours/ref > 1: Pinocchio is slower); FK
+    must agree to 1e-9, IK rows count a disagreement when one backend reaches a target and the
+    other does not. Also Pinocchio's wrapper against its raw FK. Without the SDK (Python != 3.11)
+    only the Pinocchio rows run.
   - frames / rotations: hardware <-> dataset pose conversion, quaternion <-> matrix, Euler
     (intrinsic ZYX), rot6d, pose <-> 4x4, geodesic angle and the wrist-relative encode/decode
     (when egomimic_hw.frames has it), single pose and batched (--batch, default 1000), against
@@ -41,7 +46,10 @@ import numpy as np
 from scipy.spatial.transform import Rotation
 
 from egomimic_hw import frames, rotations
-from egomimic_hw.kinematics import ArmKinematics, pose6d_from_pose
+from egomimic_hw.description import EEF_LINK
+from egomimic_hw.errors import BackendUnavailable
+from egomimic_hw.kinematics import ArmKinematics, SdkArm, pose6d_from_pose
+from egomimic_hw.pinocchio_kinematics import urdf_text
 
 WORK_JOINTS_RAD = np.array([0.0, 1.0, 1.0, -0.3, 0.0, 0.0])
 """The simulated arms' start pose (egomimic_hw.driver.sim): non-singular, inside the limits."""
@@ -226,11 +234,18 @@ def frame_cases(rng, batch: int) -> list[Case]:
     return cases
 
 
-def kinematics_cases(rng, kin: ArmKinematics) -> list[Case]:
-    solver = kin._solver  # the raw SDK object the wrapper calls; the bench needs it for the baseline
-    lo, hi = kin.joint_pos_min, kin.joint_pos_max
+def kinematics_pools(rng, lo, hi) -> tuple[list, dict]:
+    """Joint solutions around the work pose and, per IK label, seeds that far from them."""
     solutions = [np.clip(WORK_JOINTS_RAD + rng.uniform(-JOINT_SPREAD_RAD, JOINT_SPREAD_RAD, 6), lo, hi)
                  for _ in range(POOL)]
+    seeds = {label: [np.clip(q + rng.uniform(-spread, spread, 6), lo, hi) for q in solutions]
+             for label, spread in (("ik_step", STEP_SEED_RAD), ("ik_far", FAR_SEED_RAD))}
+    return solutions, seeds
+
+
+def sdk_cases(kin: ArmKinematics, solutions, seeds) -> list[Case]:
+    """The SDK wrapper against the raw `Arx5Solver` calls it makes."""
+    solver = SdkArm().solver  # the raw SDK object, for the baseline
     targets = [kin.forward(q) for q in solutions]
     targets6d = [pose6d_from_pose(t) for t in targets]
 
@@ -243,13 +258,39 @@ def kinematics_cases(rng, kin: ArmKinematics) -> list[Case]:
         Case("fk (wrapper vs raw+scipy)", 1, kin.forward, raw_fk_as_pose, "raw FK + scipy from_euler -> quat",
              solutions, check=pose_diff),
     ]
-    for label, spread in (("ik_step", STEP_SEED_RAD), ("ik_far", FAR_SEED_RAD)):
-        seeds = [np.clip(q + rng.uniform(-spread, spread, 6), lo, hi) for q in solutions]
+    for label, label_seeds in seeds.items():
         cases.append(Case(
             f"{label} (wrapper vs raw)", 1,
             lambda ts: kin.inverse(*ts), lambda ts: solver.inverse_kinematics(*ts), "raw Arx5Solver IK (pose_6d in)",
-            list(zip(targets, seeds)), ref_inputs=list(zip(targets6d, seeds)),
+            list(zip(targets, label_seeds)), ref_inputs=list(zip(targets6d, label_seeds)),
             check=lambda ours, raw: plain_diff(ours.joints_rad, raw[1]),
+        ))
+    return cases
+
+
+def backend_cases(pin_kin: ArmKinematics, sdk_kin: ArmKinematics | None, solutions, seeds) -> list[Case]:
+    """Pinocchio against the SDK (both through ArmKinematics), and against its own raw FK."""
+    import pinocchio  # noqa: PLC0415 - the bench's raw baseline; ArmKinematics imports it lazily too
+
+    model = pinocchio.buildModelFromXML(urdf_text())
+    data, frame = model.createData(), model.getFrameId(EEF_LINK)
+
+    def raw_fk(q):
+        pinocchio.forwardKinematics(model, data, q)
+        return pinocchio.updateFramePlacement(model, data, frame)
+
+    cases = [Case("fk pinocchio (wrapper vs raw)", 1, pin_kin.forward, raw_fk, "raw pinocchio FK (SE3)", solutions,
+                  check=lambda ours, raw: pose_diff(ours, frames.matrix_to_pose(raw.homogeneous)))]
+    if sdk_kin is None:
+        return cases
+    cases.append(Case("fk pinocchio vs sdk", 1, pin_kin.forward, sdk_kin.forward, "ArmKinematics(backend='sdk')",
+                      solutions, check=pose_diff))
+    targets = [sdk_kin.forward(q) for q in solutions]
+    for label, label_seeds in seeds.items():
+        cases.append(Case(
+            f"{label} pinocchio vs sdk", 1, lambda ts: pin_kin.inverse(*ts), lambda ts: sdk_kin.inverse(*ts),
+            "ArmKinematics(backend='sdk')", list(zip(targets, label_seeds)),
+            check=lambda ours, ref: float(ours.ok != ref.ok), tolerance=0.0,
         ))
     return cases
 
@@ -332,8 +373,15 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--warmup must be >= 0")
 
     rng = np.random.default_rng(a.seed)
-    kin = ArmKinematics()
-    cases = kinematics_cases(rng, kin) + frame_cases(rng, a.batch)
+    pin_kin = ArmKinematics(backend="pinocchio")
+    try:
+        sdk_kin = ArmKinematics(backend="sdk")
+    except BackendUnavailable as exc:
+        sdk_kin = None
+        print(f"note: no SDK here ({exc}); only the Pinocchio kinematics rows run")
+    solutions, seeds = kinematics_pools(rng, pin_kin.joint_pos_min, pin_kin.joint_pos_max)
+    cases = ([] if sdk_kin is None else sdk_cases(sdk_kin, solutions, seeds))
+    cases += backend_cases(pin_kin, sdk_kin, solutions, seeds) + frame_cases(rng, a.batch)
     if not (hasattr(frames, "wrist_relative_encode") and hasattr(frames, "wrist_relative_decode")):
         print("note: egomimic_hw.frames has no wrist_relative_encode/decode yet; those rows are skipped")
     cases = [c for c in cases if a.only in c.name]
@@ -346,8 +394,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = [c.result for c in cases]
 
     ik_ok = {}
-    for label, case in ((c.name.split()[0], c) for c in cases if c.name.startswith("ik")):
-        ik_ok[label] = float(np.mean([case.ours(x).ok for x in case.inputs]))
+    for case in (c for c in cases if c.name.startswith("ik") and "pinocchio vs sdk" in c.name):
+        label = case.name.split()[0]
+        ik_ok[f"{label} pinocchio"] = float(np.mean([case.ours(x).ok for x in case.inputs]))
+        ik_ok[f"{label} sdk"] = float(np.mean([case.ref(x).ok for x in case.inputs]))
 
     print(f"per-call cost in us (p50 / p99 / mean) after warm-up; {a.calls} calls per side single, "
           f"{a.batched_calls} batched (N={a.batch}); ours vs reference, alternating in {a.rounds} blocks")
@@ -361,10 +411,17 @@ def main(argv: list[str] | None = None) -> int:
         print("wrapper overhead over the raw SDK call (p50 us): "
               + ", ".join(f"{k} +{v:.1f}" for k, v in wrapper.items()))
     budget = 1e6 / 30.0
-    ik_rows = [r for r in rows if r["op"].startswith("ik_step")]
-    if ik_rows:
-        share = 2 * ik_rows[0]["ours"]["p99_us"] / budget
-        print(f"physical budget: 2 x ik_step p99 = {share:.1%} of one 30 Hz gate tick ({budget / 1e3:.1f} ms)")
+    backends = {r["op"]: r for r in rows if r["op"].endswith("pinocchio vs sdk")}
+    if backends:
+        print("pinocchio vs sdk (p50 us, pinocchio/sdk): " + ", ".join(
+            f"{op.split()[0]} {r['ours']['p50_us']:.1f} vs {r['ref']['p50_us']:.1f} ({r['ratio_p50']:.2f}x)"
+            for op, r in backends.items()))
+    ik_row = next((r for r in rows if r["op"] == "ik_step pinocchio vs sdk"), None)
+    if ik_row is not None:  # both backends from the same interleaved row, so the same load hit both
+        shares = {backend: 2 * ik_row[side]["p99_us"] / budget
+                  for backend, side in (("pinocchio", "ours"), ("sdk", "ref"))}
+        print(f"physical budget: 2 x ik_step p99 = {shares['pinocchio']:.1%} (pinocchio), {shares['sdk']:.1%} (sdk) "
+              f"of one 30 Hz gate tick ({budget / 1e3:.1f} ms)")
     print(f"({elapsed:.1f} s of timing)")
 
     out = Path(a.out)

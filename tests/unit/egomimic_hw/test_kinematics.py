@@ -1,8 +1,11 @@
-"""FK/IK through the real ARX SDK solver (no hardware needed)."""
+"""The ArmKinematics contract, for every backend: the SDK's solver (where it imports) and
+Pinocchio (everywhere). No hardware needed."""
 
 import numpy as np
 import pytest
 
+from egomimic_hw.description import X5_LIMITS
+from egomimic_hw.errors import PoseError
 from egomimic_hw.kinematics import (
     IK_POSITION_TOLERANCE_M,
     IK_ROTATION_TOLERANCE_RAD,
@@ -12,6 +15,8 @@ from egomimic_hw.kinematics import (
 )
 from egomimic_hw.rotations import geodesic_angle, quat_to_mat
 
+from .sdk_marks import SDK_MISSING
+
 WORK = np.array([0.0, 1.0, 1.0, -0.3, 0.0, 0.0])
 
 UPSTREAM_LINK6_AT_ZERO_M = np.array([0.0952, 0.001, 0.1565])
@@ -19,9 +24,11 @@ UPSTREAM_LINK6_AT_ZERO_M = np.array([0.0952, 0.001, 0.1565])
 independently of the code: the SDK's default `eef_link` would give x = 0.2402 m."""
 
 
-@pytest.fixture(scope="module")
-def kin():
-    return ArmKinematics()
+@pytest.fixture(scope="module", params=["sdk", "pinocchio"])
+def kin(request):
+    if request.param == "sdk" and SDK_MISSING:
+        pytest.skip(f"needs the ARX SDK: {SDK_MISSING}")
+    return ArmKinematics(backend=request.param)
 
 
 def test_pose6d_conversion_round_trip():
@@ -62,3 +69,13 @@ def test_ik_then_fk_round_trips_at_link6(kin):
         reached = kin.forward(result.joints_rad)
         assert np.linalg.norm(reached[:3] - target[:3]) <= IK_POSITION_TOLERANCE_M
         assert geodesic_angle(quat_to_mat(reached[3:]), quat_to_mat(target[3:])) <= IK_ROTATION_TOLERANCE_RAD
+
+
+def test_joint_limits_are_the_x5s(kin):
+    assert np.array_equal(kin.joint_pos_min, X5_LIMITS.pos_min) and np.array_equal(kin.joint_pos_max, X5_LIMITS.pos_max)
+
+
+@pytest.mark.parametrize("bad", [np.zeros(5), np.r_[np.zeros(5), np.nan]])
+def test_malformed_joints_are_refused(kin, bad):
+    with pytest.raises(PoseError):
+        kin.forward(bad)
