@@ -8,19 +8,35 @@ Hazards handled here, all from the SDK's behaviour (../shared/EVA.md, research/e
 - targets are stamped `controller time + preview` (the SDK interpolates to that absolute time);
 - the SDK's emergency state is a damping loop that never returns: we cannot observe it
   directly, so a controller timestamp that stops advancing is reported as a latched fault;
-- gains come from YAML (`Arx5Gains`); the SDK throws when kp is raised from zero while the
-  command is more than 0.2 rad from the measured position, so the command is first set to the
-  measured joints, then the gains are applied and read back.
+- gains come from YAML (`Arx5Gains`, defaults: what upstream runs on EVA); the SDK throws when
+  kp is raised from zero while the command is more than 0.2 rad from the measured position, so
+  the command is first set to the measured joints, then the gains are applied and read back;
+- the robot configuration is upstream's (link6 end effector, gripper torque limit 4 Nm) and is
+  read back from the controller after it is built;
+- gripper range: the SDK clips commands to [floor, gripper_width] and declares an emergency on a
+  measured width 5 mm outside it. EVA's calibrated open widths (0.0945 / 0.0959 m) exceed the
+  wheel's gripper_width (0.088 m), so the width is raised to cover them; its calibrated close
+  (-0.012 m) is below the floor of the PyPI wheel (0 m), which only upstream's patched build
+  lowers to -0.012 m. `detect_sdk_build` tells which build is loaded; commands are clamped to
+  its range here, and counted, so that what is sent is what the arm gets.
 The SDK is imported lazily so that everything else runs where the wheel cannot be installed.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import numpy as np
 
-from dataclasses import dataclass
-
-from egomimic_hw.description import ARX_MODEL, JOINTS_PER_ARM
+from egomimic_hw.description import (
+    ARX_MODEL,
+    BASE_LINK,
+    CALIBRATED_GRIPPERS,
+    DEFAULT_PREVIEW_S,
+    EEF_LINK,
+    JOINTS_PER_ARM,
+)
 from egomimic_hw.driver.base import ArmReading
 from egomimic_hw.errors import BackendUnavailable, ConfigError
 from egomimic_hw.kinematics import import_arx5
@@ -31,19 +47,89 @@ X5_DEFAULT_GRIPPER_KP = 5.0
 X5_DEFAULT_GRIPPER_KD = 0.2
 """The SDK's joint_controller defaults for the X5 (ControllerConfigFactory; a test checks them)."""
 
+EVA_KP = tuple(k * 0.8 for k in (6.225, 17.225, 18.225, 14.225, 8.225, 6.225))
+EVA_KD = (2.0 * 0.6,) * JOINTS_PER_ARM
+EVA_GRIPPER_KP = 5.0
+EVA_GRIPPER_KD = 0.2
+"""The gains upstream runs on the real arms (EgoVerse `ARXInterface._create_controllers`:
+kp = [6.225, 17.225, 18.225, 14.225, 8.225, 6.225] x 0.8, kd = 2.0 x 0.6, gripper 5.0 / 0.2):
+5-16x softer than the SDK's defaults, what the lab's policies were collected and run with."""
+
+EVA_GRIPPER_TORQUE_MAX_NM = 4.0
+"""Upstream raises the SDK's 1.5 Nm: the SDK freezes the gripper command above half of it, and
+closing from open draws ~1 Nm, so the default stops the gripper before it closes."""
+
 MAX_GAIN_FACTOR = 2.0
 """A configured gain above this multiple of the SDK default is refused: almost surely a typo
 (an extra zero makes a stiff, oscillating arm)."""
 
+GRIPPER_FLOOR_PATCHED_M = -0.012
+GRIPPER_FLOOR_UNPATCHED_M = 0.0
+"""Gripper command floors: upstream's patched build (arx5_patches/0002) for the X5, and every
+other build (the PyPI wheel)."""
+
+MAX_GRIPPER_OPEN_M = 0.12
+"""A calibrated open width above this is a unit slip, not a gripper (EVA's open at 0.096 m)."""
+
+MAX_GRIPPER_TORQUE_NM = 10.0
+"""The gripper's DM-J4310 motor is the type of joints 5 and 6, which the SDK limits to 10 Nm."""
+
+GRIPPER_STATE_TOLERANCE_M = 0.005
+"""The SDK declares an emergency on a measured gripper this far outside [floor, width]."""
+
+_PATCHED_MARKER = b"but should be in {:.3f}~{:.3f} (m)"
+_UNPATCHED_MARKER = b"but should be in 0~{:.3f} (m)"
+"""The SDK's gripper sanity-check message, compiled into its Python extension: the patch
+replaces the fixed 0 with the floor (0002-allow-bounded-x5-negative-gripper-close.patch)."""
+
+
+@dataclass(frozen=True)
+class SdkBuild:
+    """Which ARX SDK build is loaded, as far as its binary tells, and what follows for the gripper."""
+
+    patched: bool | None
+    """True: upstream's patched build; False: the unpatched one (PyPI); None: could not tell."""
+    detail: str
+
+    @property
+    def gripper_floor_m(self) -> float:
+        """Lowest gripper command the SDK passes on; unknown builds get the unpatched floor
+        (commands are then never below what any build accepts)."""
+        return GRIPPER_FLOOR_PATCHED_M if self.patched else GRIPPER_FLOOR_UNPATCHED_M
+
+    @property
+    def gripper_emergency_below_m(self) -> float:
+        return self.gripper_floor_m - GRIPPER_STATE_TOLERANCE_M
+
+    def describe(self) -> str:
+        """One line for the driver's start log and diagnostics."""
+        name = {True: "patched", False: "unpatched", None: "unknown"}[self.patched]
+        return (f"ARX SDK build {name} ({self.detail}): gripper command floor {self.gripper_floor_m:+.3f} m, "
+                f"emergency below {self.gripper_emergency_below_m:+.3f} m")
+
+
+def detect_sdk_build(arx5_module) -> SdkBuild:
+    """Read the loaded SDK's compiled extension for the gripper check's message, which the
+    patch changes. Nothing else distinguishes the builds short of driving a gripper."""
+    package_dir = Path(arx5_module.__file__).resolve().parent
+    for binary in sorted(package_dir.rglob("*.so*")):
+        content = binary.read_bytes()
+        if _PATCHED_MARKER in content:
+            return SdkBuild(True, f"{binary.name} has the patched gripper check")
+        if _UNPATCHED_MARKER in content:
+            return SdkBuild(False, f"{binary.name} has the unpatched gripper check")
+    return SdkBuild(None, f"no gripper check message found under {package_dir}")
+
 
 @dataclass(frozen=True)
 class Arx5Gains:
-    """Joint PD gains of one arm (SDK units: kp Nm/rad, kd Nm s/rad), from YAML `arx5.*`."""
+    """Joint PD gains of one arm (SDK units: kp Nm/rad, kd Nm s/rad), from YAML `arx5.*`;
+    defaults are upstream's EVA gains, the check against typos is relative to the SDK's."""
 
-    kp: tuple[float, ...] = X5_DEFAULT_KP
-    kd: tuple[float, ...] = X5_DEFAULT_KD
-    gripper_kp: float = X5_DEFAULT_GRIPPER_KP
-    gripper_kd: float = X5_DEFAULT_GRIPPER_KD
+    kp: tuple[float, ...] = EVA_KP
+    kd: tuple[float, ...] = EVA_KD
+    gripper_kp: float = EVA_GRIPPER_KP
+    gripper_kd: float = EVA_GRIPPER_KD
 
     def __post_init__(self) -> None:
         for name, values, defaults in (("kp", self.kp, X5_DEFAULT_KP), ("kd", self.kd, X5_DEFAULT_KD),
@@ -74,27 +160,82 @@ def validate_can_interface(name: str) -> str:
     return name
 
 
+def gripper_width_covering(open_m: float, sdk_width_m: float) -> float:
+    """The robot config's gripper width for a calibrated open width: never below the SDK's."""
+    return max(float(open_m), float(sdk_width_m))
+
+
+def configure_robot(robot_config, *, gripper_width_m: float, gripper_torque_max_nm: float):
+    """Set upstream's EVA values on an SDK RobotConfig (a copy from RobotConfigFactory).
+
+    The SDK reports the gripper in metres as motor angle / gripper_open_readout x gripper_width
+    and commands it the inverse way, so gripper_width is a scale as well as the clip bound:
+    widening it alone would stretch every reading (a calibrated 0.0945 m would read 0.103 m).
+    The readout is scaled with it, so metres per motor radian, and with them the calibrated
+    endpoints, stay as measured; only the clip and emergency bounds move.
+    """
+    sdk_width_m = float(robot_config.gripper_width)
+    robot_config.base_link_name = BASE_LINK
+    robot_config.eef_link_name = EEF_LINK
+    robot_config.gripper_torque_max = float(gripper_torque_max_nm)
+    robot_config.gripper_open_readout = float(robot_config.gripper_open_readout) * gripper_width_m / sdk_width_m
+    robot_config.gripper_width = float(gripper_width_m)
+    return robot_config
+
+
 class Arx5Controller:
-    """`ArmController` over the ARX SDK joint controller (needs the arm on its CAN bus)."""
+    """`ArmController` over the ARX SDK joint controller (needs the arm on its CAN bus).
+
+    `gripper_open_m`: the calibrated open width the robot config must cover (default: the widest
+    of both EVA arms). `controller_factory(robot_config, controller_config, interface)` stands in
+    for `Arx5JointController` in tests.
+    """
 
     def __init__(self, can_interface: str, model: str = ARX_MODEL, gains: Arx5Gains | None = None,
-                 preview_s: float = 0.2, controller_factory=None):
+                 preview_s: float = DEFAULT_PREVIEW_S, controller_factory=None, *,
+                 gripper_open_m: float | None = None, gripper_torque_max_nm: float = EVA_GRIPPER_TORQUE_MAX_NM):
         validate_can_interface(can_interface)
+        if not (np.isfinite(gripper_torque_max_nm) and 0 < gripper_torque_max_nm <= MAX_GRIPPER_TORQUE_NM):
+            raise ConfigError(
+                f"gripper_torque_max_nm must be in (0, {MAX_GRIPPER_TORQUE_NM}] Nm, got {gripper_torque_max_nm}")
+        open_m = max(c.open_m for c in CALIBRATED_GRIPPERS.values()) if gripper_open_m is None else gripper_open_m
+        if not (np.isfinite(open_m) and 0 < open_m <= MAX_GRIPPER_OPEN_M):
+            raise ConfigError(f"gripper_open_m must be in (0, {MAX_GRIPPER_OPEN_M}] m, got {open_m}")
         arx5 = import_arx5()
         self._arx5 = arx5
+        self.sdk_build = detect_sdk_build(arx5)
+        robot_config = arx5.RobotConfigFactory.get_instance().get_config(model)
+        configure_robot(robot_config, gripper_width_m=gripper_width_covering(open_m, robot_config.gripper_width),
+                        gripper_torque_max_nm=gripper_torque_max_nm)
+        controller_config = arx5.ControllerConfigFactory.get_instance().get_config(
+            "joint_controller", robot_config.joint_dof)
         factory = controller_factory or arx5.Arx5JointController
         try:
-            self._ctrl = factory(model, can_interface)
+            self._ctrl = factory(robot_config, controller_config, can_interface)
         except RuntimeError as exc:
             raise BackendUnavailable(
                 f"ARX5 controller on {can_interface!r} did not start: {exc}. Check that the interface "
                 f"exists and is up (`ip link show {can_interface}`, 1 Mbit/s) and the arm is powered."
             ) from exc
+        self.robot_config = self._ctrl.get_robot_config()
+        self._check_robot_config(robot_config)
+        self.gripper_command_range_m = (self.sdk_build.gripper_floor_m, float(self.robot_config.gripper_width))
+        """Commands outside are clamped here (the SDK would clip them) and counted."""
+        self.gripper_clamps = 0
         self._last_stamp = None
         self._last_change_wall = None
         self.fault = ""
         self.gains = gains or Arx5Gains()
         self._apply_gains(preview_s)
+
+    def _check_robot_config(self, asked) -> None:
+        """The controller runs on a copy of the config: read it back, field by field."""
+        got = self.robot_config
+        for name in ("base_link_name", "eef_link_name", "gripper_width", "gripper_open_readout", "gripper_torque_max"):
+            want, have = getattr(asked, name), getattr(got, name)
+            if have != want:
+                raise BackendUnavailable(
+                    f"ARX5 controller did not take robot_config.{name}: asked {want}, reads back {have}")
 
     def _apply_gains(self, preview_s: float) -> None:
         """Hold the measured joints, then set the gains and check they took (SDK order rule)."""
@@ -115,8 +256,12 @@ class Arx5Controller:
         q = np.asarray(joints_rad, dtype=float)
         if q.shape != (JOINTS_PER_ARM,) or not np.all(np.isfinite(q)) or not np.isfinite(gripper_m):
             raise ConfigError(f"joint target must be {JOINTS_PER_ARM} finite joints + gripper, got {q}, {gripper_m}")
+        floor_m, width_m = self.gripper_command_range_m
+        sent_m = min(max(float(gripper_m), floor_m), width_m)
+        if sent_m != gripper_m:
+            self.gripper_clamps += 1
         zeros = np.zeros(JOINTS_PER_ARM)
-        cmd = self._arx5.JointState(q, zeros, zeros, float(gripper_m))
+        cmd = self._arx5.JointState(q, zeros, zeros, sent_m)
         cmd.timestamp = self._ctrl.get_timestamp() + preview_s
         self._ctrl.set_joint_cmd(cmd)
 

@@ -1,12 +1,16 @@
 """The arx5 backend's logic against a stand-in for the one hardware boundary: the SDK's
 `Arx5JointController` (it needs a CAN bus). The stand-in uses the SDK's real value types
-(`JointState`, `Gain`), its real configuration factories, and reproduces the SDK behaviours the
-backend relies on: controller timestamps, the kp-from-zero rule, and set/get of gains."""
+(`JointState`, `Gain`, `RobotConfig`), its real configuration factories, and reproduces the SDK
+behaviours the backend relies on: controller timestamps, the kp-from-zero rule, set/get of
+gains, the robot configuration kept by value, and the gripper clip to [floor, width]."""
+
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
-from egomimic_hw.description import Arm
+from egomimic_hw.description import CALIBRATED_GRIPPERS, DEFAULT_PREVIEW_S, Arm
 from egomimic_hw.driver.arm_driver import ArmDriver, DriverConfig
 from egomimic_hw.driver.arx5 import (
     MAX_GAIN_FACTOR,
@@ -16,6 +20,8 @@ from egomimic_hw.driver.arx5 import (
     X5_DEFAULT_KP,
     Arx5Controller,
     Arx5Gains,
+    SdkBuild,
+    detect_sdk_build,
     validate_can_interface,
 )
 from egomimic_hw.errors import BackendUnavailable, ConfigError
@@ -29,19 +35,33 @@ arx5 = import_arx5()
 
 
 class StandInJointController:
-    """What the backend sees of `Arx5JointController(model, interface)`, without a bus."""
+    """What the backend sees of `Arx5JointController(robot_config, controller_config, interface)`,
+    without a bus."""
 
     KP_RAISE_LIMIT_RAD = 0.2  # the SDK throws when kp rises from 0 with the command this far away
 
-    def __init__(self, model, interface, start_joints=(0.3, 0.8, 0.9, -0.4, 0.2, 0.1)):
-        self.robot_config = arx5.RobotConfigFactory.get_instance().get_config(model)
+    def __init__(self, robot_config, controller_config, interface, start_joints=(0.3, 0.8, 0.9, -0.4, 0.2, 0.1),
+                 gripper_floor_m=0.0):
+        self.robot_config = robot_config  # the SDK keeps its own copy; so does the stand-in (below)
+        self.controller_config = controller_config
         self.interface = interface
+        self.gripper_floor_m = gripper_floor_m
         self.t = 0.0
         self.state = arx5.JointState(np.array(start_joints, float), np.zeros(6), np.zeros(6), 0.02)
         self.cmd = arx5.JointState(6)  # the SDK starts commanding zeros
         self.gain = arx5.Gain(6)  # and with zero gains
         self.cmd_log = []
         self.frozen = False
+
+    def get_robot_config(self):
+        return self.robot_config
+
+    def get_controller_config(self):
+        return self.controller_config
+
+    def clipped_gripper(self, cmd_m):
+        """Where the SDK's loop would drive the gripper for a command (controller_base.cpp)."""
+        return min(max(cmd_m, self.gripper_floor_m), self.robot_config.gripper_width)
 
     def get_timestamp(self):
         return self.t
@@ -70,11 +90,16 @@ class StandInJointController:
         return self.gain
 
 
+def sdk_configs():
+    robot_config = arx5.RobotConfigFactory.get_instance().get_config("X5")
+    return robot_config, arx5.ControllerConfigFactory.get_instance().get_config("joint_controller", 6)
+
+
 def make(interface="can1", **kw):
     made = {}
 
-    def factory(model, iface):
-        made["ctrl"] = StandInJointController(model, iface)
+    def factory(robot_config, controller_config, iface):
+        made["ctrl"] = StandInJointController(robot_config, controller_config, iface)
         return made["ctrl"]
 
     ctrl = Arx5Controller(interface, controller_factory=factory, **kw)
@@ -109,11 +134,11 @@ def test_gains_are_applied_after_holding_the_measured_joints():
     # The first command was the measured position (otherwise the stand-in, like the SDK, throws).
     _, first_q, first_g = sdk.cmd_log[0]
     assert np.allclose(first_q, sdk.state.pos()) and first_g == pytest.approx(0.02)
-    assert np.allclose(sdk.gain.kp(), [60, 60, 60, 25, 25, 15]) and np.allclose(sdk.gain.kd(), X5_DEFAULT_KD)
+    assert np.allclose(sdk.gain.kp(), [60, 60, 60, 25, 25, 15]) and np.allclose(sdk.gain.kd(), Arx5Gains().kd)
 
 
 def test_applying_gains_without_holding_first_would_throw():
-    sdk = StandInJointController("X5", "can1")
+    sdk = StandInJointController(*sdk_configs(), "can1")
     with pytest.raises(RuntimeError):
         sdk.set_gain(arx5.Gain(np.array(X5_DEFAULT_KP), np.array(X5_DEFAULT_KD), 5.0, 0.2))
 
@@ -125,6 +150,114 @@ def test_gains_that_do_not_read_back_are_refused():
 
     with pytest.raises(BackendUnavailable, match="did not take the gains"):
         Arx5Controller("can1", controller_factory=Deaf)
+
+
+# -- upstream's real-robot configuration ---------------------------------------------------------
+
+UPSTREAM_KP = np.array([6.225, 17.225, 18.225, 14.225, 8.225, 6.225]) * 0.8
+UPSTREAM_KD = np.full(6, 2.0) * 0.6
+"""EgoVerse `ARXInterface._create_controllers`, written out here independently of the code."""
+
+
+def test_default_gains_are_upstreams_and_read_back():
+    ctrl, sdk = make()
+    assert np.allclose(sdk.get_gain().kp(), UPSTREAM_KP) and np.allclose(sdk.get_gain().kd(), UPSTREAM_KD)
+    # the SDK's Gain keeps the gripper gains as float32
+    gain = sdk.get_gain()
+    assert gain.gripper_kp == pytest.approx(5.0, rel=1e-7) and gain.gripper_kd == pytest.approx(0.2, rel=1e-7)
+    assert np.allclose(ctrl.gains.kp, UPSTREAM_KP)
+
+
+def test_robot_config_is_upstreams_and_read_back():
+    ctrl, sdk = make()
+    default, _ = sdk_configs()
+    got = sdk.get_robot_config()
+    assert (got.base_link_name, got.eef_link_name) == ("base_link", "link6")
+    assert got.gripper_torque_max == 4.0
+    widest_open_m = max(c.open_m for c in CALIBRATED_GRIPPERS.values())
+    assert got.gripper_width == pytest.approx(widest_open_m) and got.gripper_width > default.gripper_width
+    # metres per motor radian unchanged: the calibrated endpoints keep their meaning
+    metres_per_rad = default.gripper_width / default.gripper_open_readout
+    assert got.gripper_width / got.gripper_open_readout == pytest.approx(metres_per_rad)
+    assert ctrl.robot_config is got
+
+
+def test_a_gripper_width_below_the_sdks_is_not_narrowed():
+    _, sdk = make(gripper_open_m=0.08)
+    default, _ = sdk_configs()
+    assert sdk.get_robot_config().gripper_width == default.gripper_width
+    assert sdk.get_robot_config().gripper_open_readout == default.gripper_open_readout
+
+
+def test_a_robot_config_that_does_not_read_back_is_refused():
+    class KeepsDefaults(StandInJointController):
+        def get_robot_config(self):
+            return sdk_configs()[0]
+
+    with pytest.raises(BackendUnavailable, match="did not take robot_config.eef_link_name"):
+        Arx5Controller("can1", controller_factory=KeepsDefaults)
+
+
+@pytest.mark.parametrize("kwargs", [dict(gripper_open_m=0.0), dict(gripper_open_m=94.5), dict(gripper_open_m=np.nan),
+                                    dict(gripper_torque_max_nm=0.0), dict(gripper_torque_max_nm=40.0)])
+def test_implausible_gripper_settings_are_refused_before_the_sdk_is_touched(kwargs):
+    calls = []
+    with pytest.raises(ConfigError):
+        Arx5Controller("can1", controller_factory=lambda *a: calls.append(a), **kwargs)
+    assert calls == []
+
+
+def test_the_arx5_yaml_states_the_code_defaults():
+    """YAML and dataclass say the same (the YAML spells the gains out for operators)."""
+    path = Path(__file__).resolve().parents[3] / "ros2_ws/src/egomimic_bringup/config/eva_arx5.yaml"
+    params = yaml.safe_load(path.read_text())
+    defaults = Arx5Gains()
+    for arm in ("left", "right"):
+        p = params[f"/**/driver_{arm}"]["ros__parameters"]
+        assert np.allclose(p["arx5.kp"], defaults.kp) and np.allclose(p["arx5.kd"], defaults.kd)
+        assert (p["arx5.gripper_kp"], p["arx5.gripper_kd"]) == (defaults.gripper_kp, defaults.gripper_kd)
+        assert p["preview_s"] == DEFAULT_PREVIEW_S
+
+
+# -- gripper range: what the SDK build in use would clip ------------------------------------------
+
+def test_the_installed_pypi_wheel_is_detected_as_unpatched():
+    build = detect_sdk_build(arx5)
+    assert build.patched is False and build.gripper_floor_m == 0.0
+    assert "unpatched" in build.describe() and "emergency below -0.005 m" in build.describe()
+
+
+@pytest.mark.parametrize("content,patched", [
+    (b"...Gripper position error: got {:.3f} but should be in {:.3f}~{:.3f} (m). Please...", True),
+    (b"...Gripper position error: got {:.3f} but should be in 0~{:.3f} (m). Please...", False),
+    (b"no such message", None),
+])
+def test_build_detection_reads_the_gripper_check_message(tmp_path, content, patched):
+    (tmp_path / "python").mkdir()
+    (tmp_path / "python" / "arx5_interface.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\x7fELF" + content)
+    (tmp_path / "__init__.py").write_text("")
+    module = type("Module", (), {"__file__": str(tmp_path / "__init__.py")})
+    build = detect_sdk_build(module)
+    assert build.patched is patched
+    assert build.gripper_floor_m == (-0.012 if patched else 0.0)
+
+
+@pytest.mark.parametrize("patched,asked_m,sent_m", [
+    (False, -0.012, 0.0),  # the calibrated close, below the PyPI wheel's floor
+    (True, -0.012, -0.012),  # the patched build takes it
+    (True, -0.02, -0.012),
+    (False, 0.0945, 0.0945),  # the calibrated open, inside the widened range
+    (False, 0.2, None),  # above the width: the width
+])
+def test_gripper_commands_are_clamped_to_what_the_sdk_passes_on_and_counted(monkeypatch, patched, asked_m, sent_m):
+    monkeypatch.setattr("egomimic_hw.driver.arx5.detect_sdk_build", lambda module: SdkBuild(patched, "test"))
+    ctrl, sdk = make()
+    sent_m = sdk.get_robot_config().gripper_width if sent_m is None else sent_m
+    ctrl.command(np.asarray(sdk.state.pos()), asked_m, now_s=0.0, preview_s=0.2)
+    _, _, got = sdk.cmd_log[-1]
+    sdk.gripper_floor_m = ctrl.sdk_build.gripper_floor_m
+    assert got == pytest.approx(sent_m) and sdk.clipped_gripper(asked_m) == pytest.approx(got)
+    assert ctrl.gripper_clamps == (0 if asked_m == sent_m else 1)
 
 
 @pytest.mark.parametrize(
