@@ -25,6 +25,9 @@ class Embodiment(IntEnum):
     EVA_LEFT_ARM = 5
     EVA_BIMANUAL = 6
     PUSHSHAPES_SIM = 15
+    PUSHSHAPES_STICK = 16
+    PUSHSHAPES_SMALL_CIRCLE = 17
+    """15-17: upstream's PushShapes simulation embodiments (16 and 17 from EgoVerse PR #552)."""
 
     @property
     def key(self) -> str:
@@ -33,6 +36,9 @@ class Embodiment(IntEnum):
 
 
 class LegacyEmbodiment(IntEnum):
+    """Upstream's pre-collapse `EMBODIMENT` (EgoVerse `egomimic/rldb/embodiment/embodiment.py`):
+    note MECKA_* and SCALE_* list BIMANUAL first, unlike EVE/ARIA/EVA."""
+
     EVE_RIGHT_ARM = 0
     EVE_LEFT_ARM = 1
     EVE_BIMANUAL = 2
@@ -42,12 +48,12 @@ class LegacyEmbodiment(IntEnum):
     EVA_RIGHT_ARM = 6
     EVA_LEFT_ARM = 7
     EVA_BIMANUAL = 8
-    MECKA_RIGHT_ARM = 9
-    MECKA_LEFT_ARM = 10
-    MECKA_BIMANUAL = 11
-    SCALE_RIGHT_ARM = 12
-    SCALE_LEFT_ARM = 13
-    SCALE_BIMANUAL = 14
+    MECKA_BIMANUAL = 9
+    MECKA_RIGHT_ARM = 10
+    MECKA_LEFT_ARM = 11
+    SCALE_BIMANUAL = 12
+    SCALE_RIGHT_ARM = 13
+    SCALE_LEFT_ARM = 14
     EGO_VIEW_BIMANUAL = 18
 
 
