@@ -51,6 +51,27 @@ class DelayedPolicy:
             close()
 
 
+def choose_device(value: str, device: str, allow_cpu: bool = False) -> tuple[str, str]:
+    """The torch device for policy `value` and a warning ("" if none). A model family asked to
+    run on CUDA where there is none is refused unless `allow_cpu`: upstream's models take
+    98-535 ms per chunk on a 4090, seconds on a CPU, so a robot that silently fell back would
+    run a policy far slower than it was trained to be queried. Scripted and remote policies run
+    no model here: their device is left as it is."""
+    value = value.strip()
+    if value == "scripted" or value.startswith("tcp://") or not device.startswith("cuda"):
+        return device, ""
+    import torch
+
+    if torch.cuda.is_available():
+        return device, ""
+    if not allow_cpu:
+        raise ConfigError(f"policy {value!r} asks for device {device!r} but this machine has no CUDA device "
+                          "(torch.cuda.is_available() is False); refusing to run the model on the CPU. Set "
+                          "allow_cpu_policy:=true to run it on the CPU anyway (seconds per chunk), or device:=cpu")
+    return "cpu", (f"policy {value!r}: device {device!r} unavailable (no CUDA device); running on the CPU because "
+                   "allow_cpu_policy is true: expect seconds per chunk")
+
+
 def load_policy(value: str, *, inject_latency_ms: float = 0.0, scripted=None, remote=None,
                 cache_dir: str | None = None, seed: int = 0, device: str = "cpu") -> ChunkPolicy:
     """Build the policy named by `value`.

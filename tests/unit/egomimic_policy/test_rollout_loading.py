@@ -7,7 +7,7 @@ import pytest
 
 from egomimic_hw.errors import ConfigError
 from egomimic_policy.interface import ChunkPolicy, Observation
-from egomimic_policy.loading import DelayedPolicy, load_policy
+from egomimic_policy.loading import DelayedPolicy, choose_device, load_policy
 from egomimic_policy.remote.client import RemoteConfig, RemoteUnavailable
 from egomimic_policy.scripted import ScriptedChunkPolicy, ScriptedMotionConfig
 
@@ -53,3 +53,18 @@ def test_injected_latency_delays_every_query_and_keeps_the_spec():
     assert policy.status()["inject_latency_ms"] == pytest.approx(80.0)
     with pytest.raises(ConfigError, match="inject_latency_ms"):
         load_policy("scripted", inject_latency_ms=-5)
+
+
+def test_a_model_that_asks_for_cuda_without_one_is_refused_unless_cpu_is_allowed(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="allow_cpu_policy"):
+        choose_device("fold", "cuda")
+    device, warning = choose_device("fold", "cuda:0", allow_cpu=True)
+    assert device == "cpu" and "allow_cpu_policy" in warning
+    assert choose_device("fold", "cpu") == ("cpu", "")  # asked for the CPU: no question
+    assert choose_device("scripted", "cuda") == ("cuda", "")  # runs no model
+    assert choose_device("tcp://127.0.0.1:5555", "cuda") == ("cuda", "")  # the server has the model
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert choose_device("fold", "cuda") == ("cuda", "")

@@ -695,3 +695,24 @@ def test_measurement_without_pose_decides_as_one_with_its_fk(kin):
         assert (gates[0].state, gates[0].reason, gates[0].detail) == (gates[1].state, gates[1].reason, gates[1].detail), k
     assert gates[0].forwarded > 50 and gates[0].reason_counts["TRANSLATION_JUMP"] == 1, (gates[0].forwarded, gates[0].reason_counts)
     assert gates[0].state == GateState.ARMED, gates[0].detail
+
+
+def test_the_gate_measures_at_link6(kin):
+    """The pose the gate judges commands against is link6 of the measured joints, to 1e-6 m and
+    rad of an independent FK (Pinocchio on the URDF; the integration test
+    test_link6_poses holds the published pose topics to the same reference)."""
+    from egomimic_hw.pinocchio_kinematics import PinocchioArm
+    from egomimic_hw.rotations import geodesic_angle, quat_to_mat
+
+    pin = PinocchioArm()
+    rng = np.random.default_rng(6)
+    lo, hi = np.asarray(X5_LIMITS.pos_min), np.asarray(X5_LIMITS.pos_max)
+    for i in range(20):
+        q = rng.uniform(lo, hi)
+        gate = SafetyGate(NO_CAMERAS, kin)
+        for arm in ARMS:
+            gate.update_measurement(arm, ArmMeasurement(joints_rad=q, gripper_norm=0.5, ee_pose_hw=None, stamp_s=0.0), 0.0)
+        for arm in ARMS:
+            got, ref = gate._measured(arm).ee_pose_hw, pin.forward(q)
+            assert np.linalg.norm(got[:3] - ref[:3]) <= 1e-6, (i, got, ref)
+            assert geodesic_angle(quat_to_mat(got[3:]), quat_to_mat(ref[3:])) <= 1e-6, (i, got, ref)

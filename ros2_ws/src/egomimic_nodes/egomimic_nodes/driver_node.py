@@ -41,16 +41,19 @@ import threading
 import time
 
 import numpy as np
+from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.duration import Duration
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from rclpy.lifecycle import Node as LifecycleNode
 from rclpy.lifecycle import State, TransitionCallbackReturn
+from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 
 from egomimic_msgs.msg import GateStatus
-from egomimic_hw.description import CALIBRATED_GRIPPERS, DEFAULT_CAN_INTERFACE, Arm, GripperCalibration
+from egomimic_hw.description import DEFAULT_CAN_INTERFACE, Arm
+from egomimic_hw.driver.calibration import resolve_gripper_calibration
 from egomimic_hw.driver.arm_driver import ArmDriver, DriverConfig
 from egomimic_hw.driver.arx5 import Arx5Gains
 from egomimic_hw.driver.base import make_controller
@@ -88,8 +91,11 @@ class DriverNode(LifecycleNode):
         self.declare_parameter("rate_hz", 100.0)
         self.declare_parameter("pose_rate_hz", 50.0)  # ee_pose: what its consumers (30 Hz) need, not every tick
         self.declare_parameter("can_interface", "")
-        self.declare_parameter("gripper_open_m", -1.0)
-        self.declare_parameter("gripper_close_m", -1.0)
+        for end in ("open", "close"):  # typed, no default: unset means the backend's calibration
+            self.declare_parameter(f"gripper_{end}_m", Parameter.Type.DOUBLE, ParameterDescriptor(
+                description=f"gripper {end} width (m) override; set both or neither (egomimic_hw/driver/calibration.py)"))
+        self.declare_parameter("kinematics", "auto", ParameterDescriptor(
+            description="FK/IK backend: auto (the SDK solver where it imports, else Pinocchio), sdk or pinocchio"))
         self.declare_parameter("seed", 0)
         self.declare_parameter("gate_node", "safety_gate")
         self.declare_parameter("require_gate", True)
@@ -102,6 +108,8 @@ class DriverNode(LifecycleNode):
         self._t0 = time.monotonic()
         self._active = False
         self._pub_joints = self._pub_pose = self._pub_diag = None  # Outboxes, from on_configure
+        self._sdk_build = self._kinematics = ""
+        self._controller = None
         self.fatal = ""
         """Set by the state loop when it cannot go on: the node exits 1 (spin.run_node)."""
 
@@ -113,13 +121,8 @@ class DriverNode(LifecycleNode):
             rate_hz = float(self.get_parameter("rate_hz").value)
             if not 1.0 <= rate_hz <= 500.0:
                 raise ValueError(f"rate_hz must be in [1, 500], got {rate_hz}")
-            cal = CALIBRATED_GRIPPERS[self.arm]
-            open_m = self.get_parameter("gripper_open_m").value
-            close_m = self.get_parameter("gripper_close_m").value
-            if backend == "sim":
-                cal = GripperCalibration()  # the sim gripper reports the SDK's 0..width range
-            if open_m >= 0 or close_m >= 0:
-                cal = GripperCalibration(open_m=open_m, close_m=close_m)
+            cal = resolve_gripper_calibration(self.arm, backend, self.get_parameter("gripper_open_m").value,
+                                              self.get_parameter("gripper_close_m").value)
             config = declare_config(self, DriverConfig, arm=self.arm, gripper=cal)
             sim_config = declare_config(self, SimConfig, prefix="sim.")
             gains = declare_config(self, Arx5Gains, prefix="arx5.")
@@ -130,7 +133,13 @@ class DriverNode(LifecycleNode):
                 seed=int(self.get_parameter("seed").value) + (0 if self.arm is Arm.LEFT else 1),
                 arx5={"can_interface": can, "gains": gains, "preview_s": config.preview_s},
             )
-            self._driver = ArmDriver(config, controller, ArmKinematics())
+            kin = ArmKinematics(backend=str(self.get_parameter("kinematics").value))
+            self._driver = ArmDriver(config, controller, kin)
+            self._controller, self._kinematics = controller, kin.backend
+            self._sdk_build = controller.sdk_build.describe() if getattr(controller, "sdk_build", None) else ""
+            self.get_logger().info(f"kinematics: {kin.backend} ({kin.backend_reason}); gripper calibration: open "
+                                   f"{cal.open_m:+.4f} m, close {cal.close_m:+.4f} m"
+                                   + (f"; {self._sdk_build}" if self._sdk_build else ""))
         except Exception as exc:  # noqa: BLE001 - refuse the transition with the reason
             self.get_logger().error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
@@ -367,6 +376,9 @@ class DriverNode(LifecycleNode):
             "watchdog_holds": c.watchdog_holds,
             "last_watchdog_delay_ms": round(c.last_watchdog_delay_s * 1e3, 2),
             "last_refusal": self._driver.refusal,
+            "kinematics": self._kinematics,
+            **({"sdk_build": self._sdk_build} if self._sdk_build else {}),
+            **({"gripper_clamps": self._controller.gripper_clamps} if hasattr(self._controller, "gripper_clamps") else {}),
             "outbox_dropped": self._pub_joints.dropped + self._pub_pose.dropped,
             "slowest_publish_ms": round(max(self._pub_joints.slowest_s, self._pub_pose.slowest_s) * 1e3, 1),
             "holding": s.holding if s else True,

@@ -117,7 +117,9 @@ class GateNode(Node):
         check_sources = bool(self.declare_parameter("check_state_publishers", True, ParameterDescriptor(
             description="accept joint_states only from the driver nodes (driver_<arm> in this namespace); "
                         "false only for in-process adapter tests")).value)
-        self._kin = {arm: ArmKinematics() for arm in ARMS}  # one solver per arm, shared with the gate
+        backend = str(self.declare_parameter("kinematics", "auto", ParameterDescriptor(
+            description="FK/IK backend: auto (the SDK solver where it imports, else Pinocchio), sdk or pinocchio")).value)
+        self._kin = {arm: ArmKinematics(backend=backend) for arm in ARMS}  # one solver per arm, shared with the gate
         self.gate = SafetyGate(config, self._kin)
         self._lock = threading.Lock()
         """Serializes every access to self.gate: the estop thread and the main callbacks."""
@@ -167,7 +169,7 @@ class GateNode(Node):
         self._publish_status()
         self.get_logger().info(
             f"safety gate up: DISARMED; cameras required: {list(config.required_cameras) or 'none'}; "
-            f"watchdog {rate_hz:.0f} Hz")
+            f"watchdog {rate_hz:.0f} Hz; kinematics {self._kin[ARMS[0]].backend} ({self._kin[ARMS[0]].backend_reason})")
 
     def _now_s(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9

@@ -49,7 +49,7 @@ from egomimic_nodes.params import declare_config
 from egomimic_nodes.spin import run_node
 from egomimic_nodes.taken import TakenSubscriptions
 from egomimic_policy.interface import Observation
-from egomimic_policy.loading import load_policy
+from egomimic_policy.loading import choose_device, load_policy
 from egomimic_policy.remote.client import RemoteConfig
 from egomimic_policy.rollout import AsyncChunkExecutor, ExecutorConfig, ObservationUnavailable, TickStatus
 from egomimic_policy.scripted import ScriptedChunkPolicy, ScriptedMotionConfig
@@ -88,7 +88,12 @@ class PolicyNode(Node):
         tolerance_s = float(param("sync_tolerance_s", 0.05, "inputs of one observation must agree within (s)"))
         cache_dir = str(param("cache_dir", "", "checkpoint cache directory ('' = the families' default)")) or None
         seed = int(param("seed", 0, "seed of untrained rehearsal weights (fold/pi/moe)"))
-        device = str(param("device", "cpu", "torch device of local model families"))
+        device = str(param("device", "cpu", "torch device of local model families (cpu | cuda | cuda:N)"))
+        allow_cpu = bool(param("allow_cpu_policy", False, "with device:=cuda and no CUDA device, run the model on "
+                                                           "the CPU instead of refusing to start (slow)"))
+        device, warning = choose_device(policy_name, device, allow_cpu)
+        if warning:
+            self.get_logger().warning(warning)
         chunk_length = int(param("scripted.chunk_length", 30, "rows per scripted chunk"))
         self.executor_config = declare_config(self, ExecutorConfig, prefix="executor.", rate_hz=rate_hz)
         motion = declare_config(self, ScriptedMotionConfig, prefix="scripted.")
