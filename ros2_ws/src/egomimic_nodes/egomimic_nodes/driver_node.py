@@ -43,6 +43,7 @@ import time
 import numpy as np
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.duration import Duration
+from rclpy.exceptions import ParameterUninitializedException
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from rclpy.lifecycle import Node as LifecycleNode
@@ -113,6 +114,13 @@ class DriverNode(LifecycleNode):
         self.fatal = ""
         """Set by the state loop when it cannot go on: the node exits 1 (spin.run_node)."""
 
+    def _optional(self, name: str):
+        """A typed parameter declared without a default: its value, or None when not set."""
+        try:
+            return self.get_parameter(name).value
+        except ParameterUninitializedException:
+            return None
+
     # -- lifecycle ----------------------------------------------------------------------------
     def on_configure(self, state: State) -> TransitionCallbackReturn:
         try:
@@ -121,8 +129,8 @@ class DriverNode(LifecycleNode):
             rate_hz = float(self.get_parameter("rate_hz").value)
             if not 1.0 <= rate_hz <= 500.0:
                 raise ValueError(f"rate_hz must be in [1, 500], got {rate_hz}")
-            cal = resolve_gripper_calibration(self.arm, backend, self.get_parameter("gripper_open_m").value,
-                                              self.get_parameter("gripper_close_m").value)
+            cal = resolve_gripper_calibration(self.arm, backend, self._optional("gripper_open_m"),
+                                              self._optional("gripper_close_m"))
             config = declare_config(self, DriverConfig, arm=self.arm, gripper=cal)
             sim_config = declare_config(self, SimConfig, prefix="sim.")
             gains = declare_config(self, Arx5Gains, prefix="arx5.")
