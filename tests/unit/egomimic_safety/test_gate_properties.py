@@ -53,11 +53,12 @@ KINS = {arm: KIN for arm in ARMS}
 CONFIGS = [
     # production defaults: everything rejects (gripper clamps), one camera required
     GateConfig(shadow_commands=1, required_cameras=("front_1",)),
-    # every clampable check clamps; a box the work pose (link6 x = 0.212 m) sits at the edge of;
+    # every clampable check clamps; a box whose edge is 3 mm beyond the work pose (link6 x = 0.212 m), so
+    # that clean commands (+-5 mm per axis) cross it often and the WORKSPACE clamp is taken in any sample;
     # a short joint-step window (0.02 s: 0.1 rad) so joint-space motions reach the joint-step clamp
     GateConfig(shadow_commands=2, required_cameras=(), command_step_action=CLAMP, workspace_action=CLAMP,
                joint_limit_action=CLAMP, joint_step_action=CLAMP, joint_step_window_s=0.02,
-               workspace_left_max_m=(0.23, 0.6, 0.7), workspace_right_max_m=(0.23, 0.6, 0.7)),
+               workspace_left_max_m=(0.215, 0.6, 0.7), workspace_right_max_m=(0.215, 0.6, 0.7)),
     # everything rejects, the gripper range included; a short joint-step window (0.04 s: 0.2 rad)
     GateConfig(shadow_commands=1, required_cameras=(), gripper_action=REJECT, joint_step_window_s=0.04),
 ]
