@@ -68,7 +68,8 @@ run: $(STAMP) ## the whole graph in simulation with the default policy, then a s
 	  --summary-json out/run_summary.json --run-dir out/run
 
 test: $(STAMP) ## the whole suite, as CI runs it
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+	@rm -f out/test-hang.txt
+	$(PY) -m pytest tests $(PYTEST_ARGS) || { status=$$?; test ! -f out/test-hang.txt || cat out/test-hang.txt; exit $$status; }
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests -m "not integration" $(PYTEST_ARGS)

@@ -5,6 +5,8 @@ import os
 import tempfile
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOMAIN_BASE = int(os.environ.get("EGOMIMIC_TEST_DOMAIN_BASE", "60"))
 """Override when several suites run on one machine at once (each needs its own domains)."""
@@ -44,3 +46,35 @@ def pytest_sessionfinish(session, exitstatus):
     if tool.exists():
         subprocess.run([str(tool), "shm", "clean"], env=dict(os.environ, PATH=f"{venv_bin}:{os.environ.get('PATH', '')}"),
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60, check=False)
+
+
+TEST_HANG_S = float(os.environ.get("EGOMIMIC_TEST_HANG_S", "900"))
+"""A test still running after this long is hung: all threads' stacks are printed and the
+session exits (faulthandler's watchdog is a C thread, so it fires even while a native call holds
+the GIL). Why: Fast DDS 3.2 can deadlock a participant's event thread against a receive thread
+(eProsima/Fast-DDS#6502: ResourceEvent::unregister_timer vs the PDP mutex; seen once in the fault
+rig's teardown, fc21); without this a CI run would wait for its 90-minute limit. The longest
+test (the launcher SIGKILL battery row, 3 trials) takes about 4 minutes on 2 cores."""
+
+
+HANG_REPORT = REPO_ROOT / "out" / "test-hang.txt"
+"""Where the watchdog writes the hung test's name and every thread's stack (pytest captures
+stderr, and a forced exit loses the capture); `make test` prints it when the suite fails."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Setup, call and teardown of each test under the hang watchdog."""
+    import faulthandler
+
+    HANG_REPORT.parent.mkdir(parents=True, exist_ok=True)
+    with open(HANG_REPORT, "w") as report:
+        report.write(f"HUNG for more than {TEST_HANG_S:.0f} s: {item.nodeid} (the session was ended; "
+                     f"every thread's stack follows)\n")
+        report.flush()
+        faulthandler.dump_traceback_later(TEST_HANG_S, exit=True, file=report)
+        try:
+            yield
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+    HANG_REPORT.unlink(missing_ok=True)

@@ -47,6 +47,8 @@ def gate_node():
         Parameter("shadow_commands", Parameter.Type.INTEGER, 1),
         Parameter("check_state_publishers", Parameter.Type.BOOL, False),  # callbacks called directly: no publisher id
     ])
+    for box in node._pub_cmd.values():
+        box.close()  # its outbox thread ends; the recorders below take its place
     node._pub_cmd = {arm: Recorder() for arm in ARMS}
     try:
         yield node, ctx
