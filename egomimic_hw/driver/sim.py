@@ -85,6 +85,8 @@ class SimArx5Controller:
         self._seg = (0.0, start.copy(), 0.0, start.copy())
         self._pending: list[tuple[float, np.ndarray, float]] = []  # (visible_at, target, stamp)
         self._t = 0.0
+        self._noise_t: float | None = None  # the substep time the current noise belongs to
+        self._noise = np.zeros(JOINTS_PER_ARM)
         self.fault = ""
         self.loop_steps = 0
         self.clipped_steps = 0
@@ -101,7 +103,10 @@ class SimArx5Controller:
 
     def read(self, now_s: float) -> ArmReading:
         self._advance(now_s)
-        noise = self._rng.normal(0.0, self.config.joint_noise_std_rad, JOINTS_PER_ARM)
+        if self._noise_t != self._t:  # a new measurement; a second read of the same one reads the same values
+            self._noise = self._rng.normal(0.0, self.config.joint_noise_std_rad, JOINTS_PER_ARM)
+            self._noise_t = self._t
+        noise = self._noise
         return ArmReading(
             stamp_s=self._t,
             joints_rad=self._measured[:JOINTS_PER_ARM] + noise,

@@ -183,3 +183,15 @@ def test_driver_does_not_trust_an_implausible_measurement(kin):
     assert state.holding and "implausible" in state.status and driver.counters.implausible_readings == 1
     assert not driver.on_command(np.append(START, 0.5), 0.05)
     assert driver.counters.refusals["implausible_state"] == 1
+
+
+def test_a_second_read_of_the_same_measurement_reads_the_same_values():
+    """The driver stamps a re-read of the same measurement with the same stamp, so the values
+    must be the same too (as the SDK returns its latest state): a new noise draw per read gave
+    two different joint samples under one stamp (fc23: ee_pose 1.2e-5 m from the FK of the
+    joints published with its stamp). A new substep is a new measurement with new noise."""
+    ctrl = SimArx5Controller(SimConfig(), seed=3)
+    a, b = ctrl.read(0.1), ctrl.read(0.1005)  # within one 2 ms substep
+    assert a.measured_at_s == b.measured_at_s and np.array_equal(a.joints_rad, b.joints_rad)
+    c = ctrl.read(0.11)
+    assert c.measured_at_s > a.measured_at_s and not np.array_equal(c.joints_rad, a.joints_rad)

@@ -404,6 +404,14 @@ def test_properties_are_not_vacuous(seed):
 
 
 GUARD_EXAMPLES = 400
+FORWARDING_SHARE = 0.4
+"""At least this share of the guard's sequences must end having forwarded commands. Measured
+(2026-12-03, 400 sequences each): 0.565, 0.595, 0.642, 0.647 over four random seeds, and 0.485
+in the derandomized sample CI draws (it also draws the literal constants of the loaded modules,
+so it moves when any of them changes). The bar was 0.5, inside that spread: a code change that
+altered no behaviour failed it (fc23). 0.4 is still most sequences forwarding."""
+HOLDING_SHARE = 0.2
+"""Likewise for reaching HOLD (measured 0.73-0.83 random, 0.65 derandomized)."""
 
 
 def test_generators_reach_every_reason_and_every_clamp():
@@ -428,7 +436,7 @@ def test_generators_reach_every_reason_and_every_clamp():
     missing = set(Reason) - NEVER_EXPECTED - refused
     assert not missing, f"never refused for: {sorted(r.value for r in missing)}; counts {dict(coverage['refused'])}"
     assert clamped == CLAMPABLE, f"clamp paths never taken: {sorted(r.value for r in CLAMPABLE - clamped)}"
-    assert seen["forwarding"] >= 0.5 * seen["n"] and seen["holding"] >= 0.2 * seen["n"], seen
+    assert seen["forwarding"] >= FORWARDING_SHARE * seen["n"] and seen["holding"] >= HOLDING_SHARE * seen["n"], seen
 
 
 def _wxyz(r: Rotation) -> np.ndarray:
