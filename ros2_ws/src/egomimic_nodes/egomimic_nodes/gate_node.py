@@ -34,7 +34,7 @@ Every publisher of the gate sends through an Outbox (outbox.py): a thread of its
 the GIL. A receiver that is stopped or descheduled inside its shared-memory port's lock blocks a
 publish until it runs again (seconds, if it was SIGSTOPped); with rclpy's publish() that stopped
 the whole gate. Now it holds up only that writer: the watchdog, the other arm and the e-stop go
-on. The hold targets and forwarded commands keep only the newest waiting target per arm. The
+on. Up to COMMAND_KEEP commands per arm wait, in order, while their writer is blocked. The
 watchdog also reports its own lateness (diagnostics `watchdog_late_*`): a gate that did not run
 says so, instead of blaming a producer.
 
@@ -90,6 +90,13 @@ from egomimic_safety.gate import CameraReport, GateState, Proposal, SafetyGate
 STATE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=20, reliability=ReliabilityPolicy.RELIABLE)
 """The polled joint_states readers: 200 ms of samples at 100 Hz, so a tick that comes late
 still sees every sample's stamp and position for the speed check."""
+COMMAND_KEEP = 32
+"""joint_command messages per arm that may wait while the writer is blocked (about 1 s of hold
+re-sends): one writer serves every reader of the topic, so a driver stopped inside its port's
+lock holds up delivery to all of them, and on its return each reader still gets every hold in
+order (the fault rig audits them by stamp). A driver applies a burst in order, each within its
+own step check, ending at the newest target; with fewer kept, the holds sent while it was
+stopped would be missing from every reader's record."""
 STATUS_KEEP = 16
 """Status messages that may wait while the status writer is blocked: every transition still
 goes out (observers count them); the commands keep only the newest target."""
@@ -126,8 +133,8 @@ class GateNode(Node):
         self._estop_waiting = threading.Event()
         """Set while an e-stop waits for the lock: the main callbacks step aside (a plain lock
         is not fair: under a command flood the main thread would re-take it every time)."""
-        self._pub_cmd = {arm: Outbox(self.create_publisher(JointState, f"{arm.value}/joint_command", qos.COMMAND))
-                         for arm in ARMS}
+        self._pub_cmd = {arm: Outbox(self.create_publisher(JointState, f"{arm.value}/joint_command", qos.COMMAND),
+                                     keep=COMMAND_KEEP) for arm in ARMS}
         self._state_sources: dict[Arm, SourceCheck] = {}
         # Joint states are taken, not delivered (see the module docstring and taken.py).
         self._states = TakenSubscriptions(self.context, f"{self.get_name()}_state", self.get_namespace())
