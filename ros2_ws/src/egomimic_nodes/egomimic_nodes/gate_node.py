@@ -99,7 +99,7 @@ own step check, ending at the newest target; with fewer kept, the holds sent whi
 stopped would be missing from every reader's record."""
 STATUS_KEEP = 16
 """Status messages that may wait while the status writer is blocked: every transition still
-goes out (observers count them); the commands keep only the newest target."""
+goes out (observers count them)."""
 WATCHDOG_LATE_PERIODS = 5
 """A watchdog tick this many periods after the previous one is reported as the gate's own
 lateness (logged, counted in /diagnostics)."""
