@@ -171,6 +171,15 @@ class GateConfig:
                            ("max_command_age_s", "max_command_late_s")):
             if getattr(self, hold) < getattr(self, late):
                 raise ConfigError(f"gate parameter {hold} ({getattr(self, hold)}) must be >= {late} ({getattr(self, late)})")
+        step_rad = float(min(X5_LIMITS.vel_max)) * self.joint_step_window_s
+        back_rad = self.state_limit_margin_rad + self.joint_limit_margin_rad
+        if step_rad <= back_rad:
+            # A measurement may lie state_limit_margin_rad beyond a limit and still be plausible;
+            # every target from there (the hold target too) is inside the joint bounds, up to
+            # back_rad away: a smaller step allowance leaves no target that passes both checks.
+            raise ConfigError(f"joint_step_window_s {self.joint_step_window_s} s allows joint steps of {step_rad:.3f} rad, "
+                              f"not more than the {back_rad:.3f} rad from a plausible measurement beyond a limit "
+                              f"(state_limit_margin_rad + joint_limit_margin_rad) back inside the joint bounds")
         if self.max_command_rate_hz < self.control_rate_hz:
             raise ConfigError(f"max_command_rate_hz {self.max_command_rate_hz} is below the control rate {self.control_rate_hz}")
 

@@ -716,3 +716,17 @@ def test_the_gate_measures_at_link6(kin):
             got, ref = gate._measured(arm).ee_pose_hw, pin.forward(q)
             assert np.linalg.norm(got[:3] - ref[:3]) <= 1e-6, (i, got, ref)
             assert geodesic_angle(quat_to_mat(got[3:]), quat_to_mat(ref[3:])) <= 1e-6, (i, got, ref)
+
+
+def test_a_joint_step_window_too_short_to_leave_a_plausible_measurement_is_refused():
+    """A measurement up to state_limit_margin_rad beyond a limit is plausible, and every target
+    from there is inside the joint bounds: the step allowance must cover that way back, else no
+    target passes both checks (hypothesis found a clamped target 0.0569 rad from such a
+    measurement with a 0.01 s window: 0.055 rad)."""
+    from egomimic_hw.errors import ConfigError
+
+    back = GateConfig().state_limit_margin_rad + GateConfig().joint_limit_margin_rad
+    shortest = back / float(min(X5_LIMITS.vel_max))
+    with pytest.raises(ConfigError, match="joint_step_window_s"):
+        GateConfig(joint_step_window_s=shortest * 0.99)
+    GateConfig(joint_step_window_s=shortest * 1.01)
