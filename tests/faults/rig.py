@@ -140,6 +140,8 @@ class Rig:
         self.last_estop_gate_s: list[float] = []
         self.stream_stamps: deque[float] = deque(maxlen=32)
         """Stamps of the newest streamed commands (the gate's rate window counts them too)."""
+        self.publish_times: deque[float] = deque(maxlen=64)
+        """Wall-clock instants the newest streamed commands were handed to DDS."""
         self.last_estop_paths: tuple[list[float], list[float]] = ([], [])
         """The last probe run's round trips split at the gate (ms): request path, reply path."""
         """The gate's own handling time of each call of the last estop_latencies()."""
@@ -260,11 +262,19 @@ class Rig:
         with self.lock:
             return [j for j in self.joint_history[arm] if since_stamp_s <= j.stamp_s <= until_stamp_s]
 
-    def silent_streams(self, reason: str, detail: str, at_s: float) -> list[str]:
-        """The streams named in a STALE_STATE / STALE_CAMERA decision taken at `at_s` that this
-        rig, independently of the gate, also saw silent for the whole hold window before it:
-        no sample published (stamps) or none received here (DDS reception times) in
-        [at_s - hold, at_s]. Evidence of a stall of the machine, not of the gate's judgement."""
+    def silent_streams(self, reason: str, detail: str, at_s: float, take_s: float) -> list[str]:
+        """The streams named in a STALE_STATE / STALE_CAMERA / STALE_COMMAND decision taken at
+        `at_s` that this rig, independently of the gate, also saw silent for the whole hold
+        window before it: no sample published (stamps) or none received here (DDS reception
+        times) in [at_s - hold, at_s]. For STALE_COMMAND the stream is this rig's own: silent
+        when it published nothing in [at_s - command_timeout_s, at_s - take_s] (a command sent
+        within `take_s`, the time the gate is given to act on a message, may not have been taken
+        yet: inf in fc26 was sent 55 ms before the decision, after the rig's stream had stalled
+        250 ms). Evidence of a stall of the machine, not of the gate's judgement."""
+        if reason == "STALE_COMMAND":
+            with self.lock:
+                sent = [t for t in self.publish_times if at_s - self.config.command_timeout_s <= t <= at_s - take_s]
+            return [] if sent or not self.publish_times else ["command/proposed (this rig's stream)"]
         if reason == "STALE_STATE":
             hold = self.config.state_hold_after_s
             with self.lock:
@@ -440,6 +450,13 @@ class Rig:
         with self.lock:
             self._stream_pose = {a: p.copy() for a, p in poses.items()}
 
+    def send(self, msg) -> None:
+        """Publish a proposed command and note when (silent_streams judges this rig's stream by it)."""
+        self.pub.publish(msg)
+        self.last_publish_s = time.time()
+        with self.lock:
+            self.publish_times.append(self.last_publish_s)
+
     def inject_once(self, mutate) -> float:
         """The next streamed command is `mutate(msg)`; returns its publication time."""
         done = threading.Event()
@@ -466,8 +483,7 @@ class Rig:
             msg = self.make_command(poses, stamp_s=next_t + offset)
             if mutate is not None:
                 msg = mutate(msg)
-            self.pub.publish(msg)
-            self.last_publish_s = time.time()
+            self.send(msg)
             self.stream_stamps.append(next_t + offset)
             next_t += PERIOD_S
             delay = next_t - time.monotonic()
