@@ -35,11 +35,21 @@ class Pacer:
     def wait(self, timeout_s: float) -> bool:
         if not self.wait_until(self._next, timeout_s):
             return False
-        now = time.monotonic()
+        self._advance(time.monotonic())
+        return True
+
+    def take_due(self, now: float) -> bool:
+        """For a loop that waits on something else meanwhile: True (and the next deadline set)
+        when the current deadline has passed at `now`."""
+        if now < self._next or self.stopped:
+            return False
+        self._advance(now)
+        return True
+
+    def _advance(self, now: float) -> None:
         self._next += self.period_s
         if self._next < now:
             self._next = now + self.period_s
-        return True
 
     @property
     def next_deadline(self) -> float:

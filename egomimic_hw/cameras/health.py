@@ -145,6 +145,12 @@ class CameraHealthMonitor:
         with self._lock:
             return self._report(now_ns)
 
+    def state_at(self, now_ns: int) -> HealthState:
+        """check(now_ns).state without the rate and jitter statistics: what a fast health timer
+        needs to decide whether there is anything to report."""
+        with self._lock:
+            return self._state(now_ns)[0]
+
     def _report(self, now_ns: int) -> HealthReport:
         c = self.config
         while self._window and self._window[0][0] <= now_ns - int(c.window_s * NS_PER_S):
@@ -153,6 +159,14 @@ class CameraHealthMonitor:
         span_s = min(c.window_s, (now_ns - self._first_ns) / NS_PER_S) if self._frames > 1 else 0.0
         rate = len(intervals) / span_s if span_s > 0 else 0.0
         jitter = float(np.std(intervals)) / NS_PER_S if len(intervals) > 1 else 0.0
+        state, detail = self._state(now_ns)
+        if state == HealthState.OK:
+            detail = f"{rate:.1f} Hz"
+        return HealthReport(self.camera, state, detail, self._last_ns, self._change_ns, rate, jitter,
+                            self._dropped, self._duplicated, self._frames)
+
+    def _state(self, now_ns: int) -> tuple[HealthState, str]:
+        c = self.config
         since_frame = now_ns - self._last_ns
         unchanged = self._last_ns - self._change_ns
         if self._error is not None:
@@ -164,6 +178,5 @@ class CameraHealthMonitor:
         elif unchanged > int(c.freeze_after_s * NS_PER_S):
             state, detail = HealthState.FROZEN, f"image unchanged for {unchanged / 1e6:.0f} ms"
         else:
-            state, detail = HealthState.OK, f"{rate:.1f} Hz"
-        return HealthReport(self.camera, state, detail, self._last_ns, self._change_ns, rate, jitter,
-                            self._dropped, self._duplicated, self._frames)
+            state, detail = HealthState.OK, ""
+        return state, detail

@@ -65,6 +65,13 @@ def _callback(node, kind: str, name: str):
     return matches[0].callback
 
 
+def _feed_taken(node, topic_suffix: str, msg) -> None:
+    """Process one sample the way the gate's drain does (joint_states and camera health are
+    taken on each watchdog tick, not delivered: gate_node)."""
+    [cb] = [cb for sub, cb in node._state_subs if sub.topic_name.endswith(topic_suffix)]
+    node._guarded(topic_suffix, lambda: node._apply_inputs([(cb, msg, None)]))
+
+
 def _feed_state(node) -> None:
     """Fresh joint states of both arms and an OK health report of the one required camera."""
     from egomimic_msgs.msg import CameraHealth
@@ -74,12 +81,10 @@ def _feed_state(node) -> None:
         msg = JointState()
         msg.name = arm.joint_names
         msg.position = [float(v) for v in Q] + [0.5]
-        # joint_states are taken by the watchdog, not delivered (gate_node): its per-sample handler
-        handler = next(cb for a, _sub, cb in node._state_subs if a == arm)
-        handler(msg, None)  # stamp 0: the stopped ROS clock
+        _feed_taken(node, f"{arm.value}/joint_states", msg)  # stamp 0: the stopped ROS clock
     health = CameraHealth()
     health.state = CameraHealth.OK
-    _callback(node, "sub", "cameras/front_1/health")(health)
+    _feed_taken(node, "cameras/front_1/health", health)
 
 
 def _propose(node, kin, stamp_ns: int) -> None:

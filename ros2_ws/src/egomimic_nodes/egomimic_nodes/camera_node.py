@@ -44,6 +44,7 @@ from egomimic_msgs.msg import CameraHealth
 from geometry_msgs.msg import PoseStamped
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.node import Node
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 
 from egomimic_hw.cameras.backends import BACKENDS, CameraSource, open_camera
@@ -56,6 +57,10 @@ from egomimic_hw.errors import ConfigError
 from egomimic_nodes import diagnostics, qos
 from egomimic_nodes.msg_convert import fill_image, ns_to_stamp, pose_to_array
 from egomimic_nodes.spin import run_node
+from egomimic_nodes.taken import TakenSubscriptions
+
+POSE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE)
+"""The scene's ee_pose readers: only the newest pose is drawn."""
 
 READ_TIMEOUT_S = 0.25
 """A capture thread wakes at least this often (to notice shutdown); silence is judged by health."""
@@ -191,6 +196,8 @@ class _Stream:
 
     def check(self, now_ns: int) -> None:
         """Timer path: report silence (and any not-OK state) when frames do not carry it."""
+        if self.monitor.state_at(now_ns) == HealthState.OK:
+            return  # frames carry an OK report; the timer reports only what is wrong
         report = self.monitor.check(now_ns)
         with self.lock:
             due = report.state != self.last_state or now_ns - self.last_health_ns >= STALE_REPUBLISH_NS
@@ -255,11 +262,20 @@ class CameraNode(Node):
             ))
 
         self._ee = {arm: np.array([0.3, 0.0, 0.3]) for arm in ARMS}
+        self._ee_lock = threading.Lock()
+        self._poses: TakenSubscriptions | None = None
+        self._pose_readers = {}
+        if backend == "synthetic":
+            # The scene follows the arms' measured poses, read when a frame is rendered: taken,
+            # not delivered (taken.py), which spares the executor a callback per pose sample.
+            self._poses = TakenSubscriptions(self.context, f"{self.get_name()}_poses", self.get_namespace())
+            self._pose_readers = {arm: self._poses.subscribe(PoseStamped, self.resolve_topic_name(f"{arm.value}/ee_pose"),
+                                                             POSE_QOS) for arm in ARMS}
         start = time.monotonic() + 0.2  # replay: every camera of this process starts in step
         self._streams: list[_Stream] = []
         try:
             for src in sources:
-                cam_backend = open_camera(backend, src, clock_ns=self._now_ns, ee_positions=lambda: self._ee,
+                cam_backend = open_camera(backend, src, clock_ns=self._now_ns, ee_positions=self._ee_positions,
                                           start_monotonic=start)
                 shaper = FrameShaper(width, height)
                 if shaper.aspect_changes(cam_backend.intrinsics.width, cam_backend.intrinsics.height):
@@ -272,9 +288,6 @@ class CameraNode(Node):
             for s in self._streams:
                 s.backend.close()
             raise
-        if backend == "synthetic":
-            for arm in ARMS:
-                self.create_subscription(PoseStamped, f"{arm.value}/ee_pose", self._pose_cb(arm), qos.SENSOR)
         self._pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._diag_lock = threading.Lock()
         self.create_timer(1.0 / check_hz, self._check_health)
@@ -289,10 +302,14 @@ class CameraNode(Node):
     def _now_ns(self) -> int:
         return self.get_clock().now().nanoseconds
 
-    def _pose_cb(self, arm):
-        def cb(msg: PoseStamped) -> None:
-            self._ee = {**self._ee, arm: pose_to_array(msg.pose)[:3]}  # one atomic swap for the renderers
-        return cb
+    def _ee_positions(self) -> dict:
+        """The newest measured EE position of each arm (hardware frame), for the renderers."""
+        with self._ee_lock:
+            for arm, reader in self._pose_readers.items():
+                taken = self._poses.take(reader)
+                if taken:
+                    self._ee = {**self._ee, arm: pose_to_array(taken[-1][0].pose)[:3]}
+            return self._ee
 
     def _on_set_parameters(self, params) -> SetParametersResult:
         new_fault = self.fault
@@ -348,6 +365,8 @@ class CameraNode(Node):
             if s.thread.is_alive():
                 self.get_logger().error(f"{s.camera}: capture thread did not stop; closing the device anyway")
             s.backend.close()
+        if self._poses is not None:
+            self._poses.destroy()
 
 
 def main(args=None) -> int:

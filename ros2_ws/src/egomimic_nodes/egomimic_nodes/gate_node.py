@@ -23,12 +23,13 @@ the driver node's writer (publisher id, see sources.py) and pass the plausibilit
 egomimic_safety.plausibility; a second publisher on a state topic is looked for twice a second.
 Either is STATE_IMPLAUSIBLE.
 
-Joint states are taken, not delivered: their readers sit on a companion node (`<name>_state`)
-that no executor spins, and the node drains them on every watchdog tick and before every
-decision and arm/disarm/reset. A decision therefore always sees the newest sample, an
-implausible or spoofed sample faults within one watchdog period (10 ms), and the main node can
-run on rclpy's EventsExecutor (spin.make_executor), which cannot pass a callback the message
-info that the publisher check needs. The two 100 Hz streams cost no executor wake-ups.
+Joint states and camera health are taken, not delivered: their readers sit on a companion node
+(`<name>_state`) that no executor spins, and the node drains them, in one pass under the lock,
+on every watchdog tick and before every decision and arm/disarm/reset. A decision therefore
+always sees the newest sample, an implausible or spoofed sample faults within one watchdog
+period (10 ms), and the main node can run on rclpy's EventsExecutor (spin.make_executor), which
+cannot pass a callback the message info that the publisher check needs. The two 100 Hz state
+streams and the three 30 Hz health streams cost no executor wake-ups.
 
 Every publisher of the gate sends through an Outbox (outbox.py): a thread of its own, outside
 the GIL. A receiver that is stopped or descheduled inside its shared-memory port's lock blocks a
@@ -97,6 +98,8 @@ lock holds up delivery to all of them, and on its return each reader still gets 
 order (the fault rig audits them by stamp). A driver applies a burst in order, each within its
 own step check, ending at the newest target; with fewer kept, the holds sent while it was
 stopped would be missing from every reader's record."""
+HEALTH_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE)
+"""The polled camera health readers: 300 ms of reports at 30 Hz (reports are per frame)."""
 STATUS_KEEP = 16
 """Status messages that may wait while the status writer is blocked: every transition still
 goes out (observers count them)."""
@@ -138,14 +141,15 @@ class GateNode(Node):
         self._state_sources: dict[Arm, SourceCheck] = {}
         # Joint states are taken, not delivered (see the module docstring and taken.py).
         self._states = TakenSubscriptions(self.context, f"{self.get_name()}_state", self.get_namespace())
-        self._state_subs = []
+        self._state_subs = []  # (reader, callback(msg, info) -> hold target or None), drained in this order
         for arm in ARMS:
             topic = self.resolve_topic_name(f"{arm.value}/joint_states")
             if check_sources:
                 self._state_sources[arm] = SourceCheck(self, topic, node_fqn(self.get_namespace(), f"driver_{arm.value}"))
-            self._state_subs.append((arm, self._states.subscribe(JointState, topic, STATE_QOS), self._joint_cb(arm)))
+            self._state_subs.append((self._states.subscribe(JointState, topic, STATE_QOS), self._joint_cb(arm)))
         for cam in config.required_cameras:
-            self.create_subscription(CameraHealth, f"cameras/{cam}/health", self._health_cb(cam), qos.SENSOR)
+            topic = self.resolve_topic_name(f"cameras/{cam}/health")
+            self._state_subs.append((self._states.subscribe(CameraHealth, topic, HEALTH_QOS), self._health_cb(cam)))
         self.create_subscription(BimanualCommand, "command/proposed", self._on_proposed, qos.COMMAND)
         self._pub_status = Outbox(self.create_publisher(GateStatus, "safety/status", qos.LATCHED), keep=STATUS_KEEP)
         self._pub_diag = Outbox(self.create_publisher(DiagnosticArray, "/diagnostics", 10))
@@ -206,10 +210,16 @@ class GateNode(Node):
             self._status_if_changed()
 
     def _take_states(self) -> None:
-        """Process every joint_states sample waiting in the readers, oldest first."""
-        for _arm, sub, cb in self._state_subs:
-            for msg, info in self._states.take(sub):
-                cb(msg, info)
+        """Process every joint_states and camera health sample waiting in the readers, oldest
+        first per reader, in one pass under the lock (a hold target one of them causes goes out
+        at once)."""
+        batch = [(cb, msg, info) for sub, cb in self._state_subs for msg, info in self._states.take(sub)]
+        if batch:
+            self._guarded("joint_states/health", lambda: self._apply_inputs(batch))
+
+    def _apply_inputs(self, batch) -> None:
+        for cb, msg, info in batch:
+            self._send(cb(msg, info))
 
     def _joint_cb(self, arm: Arm):
         names = arm.joint_names
@@ -237,7 +247,7 @@ class GateNode(Node):
                 ee_pose_hw=None,  # FK when a decision needs it (SafetyGate._measured), not per 100 Hz sample
                 stamp_s=stamp_to_s(msg.header.stamp),
             ), time.monotonic())
-        return lambda msg, info: self._guarded(f"{arm.value}/joint_states", lambda: cb(msg, info))
+        return cb
 
     def _check_state_publishers(self) -> None:
         """A second publisher on a state topic is a fault even before it sends anything."""
@@ -248,12 +258,12 @@ class GateNode(Node):
                 self._guarded("state publishers", lambda arm=arm, detail=detail: self.gate.state_implausible(arm, detail, time.monotonic()))
 
     def _health_cb(self, camera: str):
-        def cb(msg: CameraHealth):
+        def cb(msg: CameraHealth, _info):
             report = CameraReport(ok=msg.state == CameraHealth.OK, detail=msg.detail,
                                   late=msg.state in (CameraHealth.STALLED, CameraHealth.STARTING),
                                   last_frame_stamp_s=stamp_to_s(msg.last_frame_stamp))
             return self.gate.update_camera(camera, report, time.monotonic())
-        return lambda msg: self._guarded(f"cameras/{camera}/health", lambda: cb(msg))
+        return cb
 
     def _on_proposed(self, msg: BimanualCommand) -> None:
         def decide():

@@ -14,6 +14,10 @@ loses nothing but the wake-up.
 
 from __future__ import annotations
 
+import contextlib
+
+from rclpy.guard_condition import GuardCondition
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 
 
@@ -21,8 +25,34 @@ class TakenSubscriptions:
     def __init__(self, context, name: str, namespace: str = ""):
         # use_global_arguments=False: a `-r __node:=` remap on the command line would otherwise
         # rename this companion to its owner's name too.
+        self.context = context
         self.node = Node(name, namespace=namespace or "/", context=context, use_global_arguments=False,
                          start_parameter_services=False)
+        self._wake = GuardCondition(None, None, context=context)
+        self._wait_set = None
+
+    def wait(self, subs: list, timeout_s: float) -> bool:
+        """Block, without the GIL, until one of `subs` holds a sample (True), or `timeout_s`
+        passed or wake() was called (False). For a thread that serves a few readers itself:
+        a sample costs no executor pass (the driver's state loop takes its commands so)."""
+        with contextlib.ExitStack() as handles:
+            handles.enter_context(self.context.handle)
+            for sub in subs:
+                handles.enter_context(sub.handle)
+            handles.enter_context(self._wake.handle)
+            if self._wait_set is None or self._wait_set[0] != len(subs):
+                self._wait_set = (len(subs), _rclpy.WaitSet(len(subs), 1, 0, 0, 0, 0, self.context.handle))
+            ws = self._wait_set[1]
+            ws.clear_entities()
+            for sub in subs:
+                ws.add_subscription(sub.handle)
+            ws.add_guard_condition(self._wake.handle)
+            ws.wait(max(0, int(timeout_s * 1e9)))
+            return bool(ws.get_ready_entities("subscription"))
+
+    def wake(self) -> None:
+        """End a wait() in progress (or the next one) at once."""
+        self._wake.trigger()
 
     def subscribe(self, msg_type, topic: str, qos, raw: bool = False):
         """A reader; nothing is called when a sample arrives: take() it."""
@@ -42,6 +72,7 @@ class TakenSubscriptions:
         return out
 
     def destroy(self) -> None:
+        self._wake.destroy()
         self.node.destroy_node()
 
 
