@@ -27,6 +27,9 @@ from egomimic_hw.description import GRIPPER_EMERGENCY_BELOW_M, JOINTS_PER_ARM, S
 from egomimic_hw.driver.base import ArmReading
 from egomimic_hw.errors import ConfigError
 
+_maximum, _minimum, _abs = np.maximum, np.minimum, np.abs
+_max, _any = np.maximum.reduce, np.logical_or.reduce
+
 MAX_CATCH_UP_S = 2.0
 """A read after a long pause (debugger, suspended VM) integrates at most this much time in
 substeps; the rest is skipped as if the loop had been idle at its target."""
@@ -77,6 +80,9 @@ class SimArx5Controller:
         self._pos_min = np.append(lim.pos_min, config.gripper_min_m)
         self._pos_max = np.append(lim.pos_max, lim.gripper_width_m)
         self._step_max = np.append(lim.vel_max, lim.gripper_speed_max_m_s) * config.loop_dt_s
+        self._step_min = -self._step_max
+        self._implausible_below = lim.pos_min - np.pi  # the SDK's emergency: joints beyond the limits +- pi
+        self._implausible_above = lim.pos_max + np.pi
         start = np.append(np.asarray(config.initial_joints_rad, float), config.initial_gripper_m)
         self._output = start.copy()  # what the SDK loop sends to the motors
         self._measured = start.copy()
@@ -90,8 +96,8 @@ class SimArx5Controller:
         self.fault = ""
         self.loop_steps = 0
         self.clipped_steps = 0
-        self._gain: dict[float, float] = {}  # first-order tracking gain per substep length
         """Substeps in which the speed or position clip changed the output (what the SDK did)."""
+        self._gain: dict[float, float] = {}  # first-order tracking gain per substep length
 
     # -- SDK-like API -------------------------------------------------------------------------
     def command(self, joints_rad, gripper_m: float, now_s: float, preview_s: float) -> None:
@@ -134,6 +140,8 @@ class SimArx5Controller:
             self._loop_once(self._t, dt)
 
     def _loop_once(self, t: float, dt: float) -> None:
+        # 500 substeps a second per arm: bare ufuncs with `out`, not the np.* wrappers or array
+        # methods that go through Python (a third of the driver's state loop was these lines).
         self.loop_steps += 1
         while self._pending and self._pending[0][0] <= t:
             _, target, stamp = self._pending.pop(0)
@@ -146,10 +154,17 @@ class SimArx5Controller:
             return
         t0, x0, t1, x1 = self._seg
         alpha = 1.0 if t1 <= t0 else min(max((t - t0) / (t1 - t0), 0.0), 1.0)
-        desired = x0 + alpha * (x1 - x0)
-        step = np.clip(desired - self._output, -self._step_max, self._step_max)
-        new_output = np.clip(self._output + step, self._pos_min, self._pos_max)
-        if np.max(np.abs(new_output - desired)) > 1e-12:
+        desired = x1 - x0
+        desired *= alpha
+        desired += x0
+        step = desired - self._output
+        _maximum(step, self._step_min, out=step)
+        _minimum(step, self._step_max, out=step)
+        step += self._output
+        _maximum(step, self._pos_min, out=step)
+        new_output = _minimum(step, self._pos_max, out=step)
+        off = new_output - desired
+        if _max(_abs(off, out=off)) > 1e-12:
             self.clipped_steps += 1
         self._output = new_output
         gain = self._gain.get(dt)
@@ -157,16 +172,20 @@ class SimArx5Controller:
             tau = self.config.tracking_time_constant_s
             gain = self._gain[dt] = 1.0 if tau <= 0 else 1.0 - float(np.exp(-dt / tau))
         previous = self._measured
-        self._measured = previous + gain * (self._output - previous)
-        self._velocity = (self._measured - previous) / dt
+        measured = new_output - previous
+        measured *= gain
+        measured += previous
+        self._measured = measured
+        velocity = measured - previous
+        velocity /= dt
+        self._velocity = velocity
         self._check_emergency()
 
     def _check_emergency(self) -> None:
         if 0 < self.config.emergency_after_s <= self._t and not self.fault:
             self.fault = f"emergency rehearsal (sim.emergency_after_s = {self.config.emergency_after_s} s)"
         q = self._measured[:JOINTS_PER_ARM]
-        lim = self.config.limits
-        if np.any(q < lim.pos_min - np.pi) or np.any(q > lim.pos_max + np.pi):
+        if _any(q < self._implausible_below) or _any(q > self._implausible_above):
             self.fault = "joint position implausible (beyond limits +- pi)"
         elif self._measured[JOINTS_PER_ARM] < GRIPPER_EMERGENCY_BELOW_M:
             self.fault = f"gripper below {GRIPPER_EMERGENCY_BELOW_M} m"
