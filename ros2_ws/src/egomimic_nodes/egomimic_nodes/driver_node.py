@@ -162,6 +162,7 @@ class DriverNode(LifecycleNode):
         self._pose_every = max(1, round(rate_hz / pose_rate_hz)) if pose_rate_hz > 0 else 1
         self._ticks = 0
         self._names = self.arm.joint_names
+        self._js: JointState | None = None
         # Lifecycle publishers for the topics' declared semantics; _tick publishes only while active.
         self._pub_joints = Outbox(self.create_lifecycle_publisher(JointState, f"{self.arm.value}/joint_states", qos.SENSOR),
                                   keep=STATE_KEEP)
@@ -340,10 +341,12 @@ class DriverNode(LifecycleNode):
         if state.reading.fault:
             return  # a silent joint_states stream is the fault signal, besides /diagnostics
         stamp = self._measurement_stamp(now_s, state.reading.measured_at_s, ros_now)
-        js = JointState()
+        js = self._js  # reused: an Outbox serializes a message before publish() returns
+        if js is None:
+            js = self._js = JointState()
+            js.header.frame_id = self.arm.hw_frame
+            js.name = self._names
         js.header.stamp = stamp
-        js.header.frame_id = self.arm.hw_frame
-        js.name = self._names
         js.position = [float(x) for x in state.reading.joints_rad] + [state.gripper_norm]
         js.velocity = [float(x) for x in state.reading.joint_velocities_rad_s] + [0.0]
         self._pub_joints.publish(js)
