@@ -69,7 +69,7 @@ def _feed_taken(node, topic_suffix: str, msg) -> None:
     """Process one sample the way the gate's drain does (joint_states and camera health are
     taken on each watchdog tick, not delivered: gate_node)."""
     [cb] = [cb for sub, cb in node._state_subs if sub.topic_name.endswith(topic_suffix)]
-    node._guarded(topic_suffix, lambda: node._apply_inputs([(cb, msg, None)]))
+    node._guarded(topic_suffix, lambda: cb(msg, None))
 
 
 def _feed_state(node) -> None:

@@ -24,8 +24,9 @@ egomimic_safety.plausibility; a second publisher on a state topic is looked for 
 Either is STATE_IMPLAUSIBLE.
 
 Joint states and camera health are taken, not delivered: their readers sit on a companion node
-(`<name>_state`) that no executor spins, and the node drains them, in one pass under the lock,
-on every watchdog tick and before every decision and arm/disarm/reset. A decision therefore
+(`<name>_state`) that no executor spins, and the node drains them on every watchdog tick and
+before every decision and arm/disarm/reset, each sample under the lock on its own (an e-stop
+waiting for the lock goes first between two samples, also during a 1 kHz spoofing flood). A decision therefore
 always sees the newest sample, an implausible or spoofed sample faults within one watchdog
 period (10 ms), and the main node can run on rclpy's EventsExecutor (spin.make_executor), which
 cannot pass a callback the message info that the publisher check needs. The two 100 Hz state
@@ -211,15 +212,10 @@ class GateNode(Node):
 
     def _take_states(self) -> None:
         """Process every joint_states and camera health sample waiting in the readers, oldest
-        first per reader, in one pass under the lock (a hold target one of them causes goes out
-        at once)."""
-        batch = [(cb, msg, info) for sub, cb in self._state_subs for msg, info in self._states.take(sub)]
-        if batch:
-            self._guarded("joint_states/health", lambda: self._apply_inputs(batch))
-
-    def _apply_inputs(self, batch) -> None:
-        for cb, msg, info in batch:
-            self._send(cb(msg, info))
+        first per reader (a hold target one of them causes goes out at once)."""
+        for sub, cb in self._state_subs:
+            for msg, info in self._states.take(sub):
+                self._guarded(sub.topic_name, lambda: cb(msg, info))  # noqa: B023 - called at once
 
     def _joint_cb(self, arm: Arm):
         names = arm.joint_names
