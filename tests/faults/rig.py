@@ -48,6 +48,11 @@ def gate_config_of_graph(required_cameras) -> GateConfig:
 
 
 @dataclass
+JOINT_HISTORY = 1000
+"""Joint samples kept per arm (10 s at 100 Hz): a trial looks back to before its fault, which
+can be several seconds ago (direct_command waits up to 3 s for the driver's 1 Hz diagnostics;
+fc27 kept 300, 3 s, and found none left from before the fault)."""
+
 class Status:
     recv_s: float
     stamp_s: float
@@ -197,6 +202,8 @@ class Rig:
         for cam in CAMERAS:
             health_qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
             self._polled.append((self._taken.subscribe(CameraHealth, f"/eva/cameras/{cam}/health", health_qos), self._health_cb(cam)))
+        self.poll_errors: list[str] = []
+        """Exceptions of the poll thread's callbacks (it goes on); asserted empty at teardown."""
         self._stop_poll = threading.Event()
         self._poll_thread = threading.Thread(target=self._poll_forever, name="rig-poll", daemon=True)
         self._poll_thread.start()
@@ -215,7 +222,10 @@ class Rig:
         while not self._stop_poll.wait(POLL_PERIOD_S):
             for sub, cb in self._polled:
                 for msg, info in self._taken.take(sub):
-                    cb(msg, info)
+                    try:
+                        cb(msg, info)
+                    except Exception as exc:  # noqa: BLE001 - a dead poll thread would starve every later test
+                        self.poll_errors.append(f"{sub.topic_name}: {type(exc).__name__}: {exc}")
 
     def _on_status(self, msg):
         s = Status(time.time(), msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, STATES[msg.state], msg.reason, msg.detail)
@@ -246,7 +256,7 @@ class Rig:
                 self.joints[arm] = positions[:6].copy()
                 self.joints_recv[arm] = now
                 self.joint_history[arm].append(JointSample(msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, now, positions))
-                del self.joint_history[arm][:-300]
+                del self.joint_history[arm][:-JOINT_HISTORY]
         return cb
 
     def joint_samples(self, arm: Arm, since_stamp_s: float, until_stamp_s: float, wait_s: float = 1.0) -> list[JointSample]:

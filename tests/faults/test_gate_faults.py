@@ -111,6 +111,7 @@ def rig(tmp_path_factory):
         assert not missing, f"no CameraHealth from {missing} within 20 s: the camera faults cannot run; " + \
             (tmp / "launch.log").read_text()[-3000:]
         yield r
+        assert not r.poll_errors, f"the rig's poll thread raised: {r.poll_errors[:3]}"
     finally:
         r.close()
 
