@@ -47,12 +47,13 @@ def gate_config_of_graph(required_cameras) -> GateConfig:
     return GateConfig(**fields, required_cameras=tuple(required_cameras))
 
 
-@dataclass
 JOINT_HISTORY = 1000
 """Joint samples kept per arm (10 s at 100 Hz): a trial looks back to before its fault, which
 can be several seconds ago (direct_command waits up to 3 s for the driver's 1 Hz diagnostics;
 fc27 kept 300, 3 s, and found none left from before the fault)."""
 
+
+@dataclass
 class Status:
     recv_s: float
     stamp_s: float
