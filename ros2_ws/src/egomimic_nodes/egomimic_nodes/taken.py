@@ -9,7 +9,9 @@ companion node that no executor spins; DDS queues each sample in the reader hist
 of the QoS), and `take()` returns (message, info) pairs, oldest first. The info carries what a
 callback would have had: the publisher's id (`publisher_gid`, for sources.py), its sequence
 number and the DDS reception time (`received_timestamp`, ns of the system clock), so taking late
-loses nothing but the wake-up.
+loses nothing but the wake-up. A thread that must act on a sample at once (the driver's state
+loop, on a joint command) blocks in `wait()` on its few readers instead: a wait set of its own,
+without the GIL, and no executor pass over the whole node.
 """
 
 from __future__ import annotations
