@@ -43,7 +43,8 @@ def watched_streams(namespace: str) -> list[tuple[str, type, float]]:
     for arm in ARMS:
         streams.append((f"{ns}/{arm.value}/joint_states", JointState, 100.0))
     for arm in ARMS:
-        streams.append((f"{ns}/{arm.value}/ee_pose_dataset", PoseStamped, 100.0 / 3))  # every 3rd 100 Hz tick (driver pose_rate_hz)
+        # every 3rd 100 Hz tick (the driver's pose_rate_hz)
+        streams.append((f"{ns}/{arm.value}/ee_pose_dataset", PoseStamped, 100.0 / 3))
     streams.append((f"{ns}/policy/action", BimanualCommand, 30.0))
     streams.append((f"{ns}/command/proposed", BimanualCommand, 30.0))
     for arm in ARMS:

@@ -26,11 +26,11 @@ Either is STATE_IMPLAUSIBLE.
 Joint states and camera health are taken, not delivered: their readers sit on a companion node
 (`<name>_state`) that no executor spins, and the node drains them on every watchdog tick and
 before every decision and arm/disarm/reset, each sample under the lock on its own (an e-stop
-waiting for the lock goes first between two samples, also during a 1 kHz spoofing flood). A decision therefore
-always sees the newest sample, an implausible or spoofed sample faults within one watchdog
-period (10 ms), and the main node can run on rclpy's EventsExecutor (spin.make_executor), which
-cannot pass a callback the message info that the publisher check needs. The two 100 Hz state
-streams and the three 30 Hz health streams cost no executor wake-ups.
+waiting for the lock goes first between two samples, also during a 1 kHz spoofing flood). A
+decision therefore always sees the newest sample, an implausible or spoofed sample faults within
+one watchdog period (10 ms), and the main node can run on rclpy's EventsExecutor
+(spin.make_executor), which cannot pass a callback the message info that the publisher check
+needs. The two 100 Hz state streams and the three 30 Hz health streams cost no executor wake-ups.
 
 Every publisher of the gate sends through an Outbox (outbox.py): a thread of its own, outside
 the GIL. A receiver that is stopped or descheduled inside its shared-memory port's lock blocks a
@@ -140,17 +140,17 @@ class GateNode(Node):
         self._pub_cmd = {arm: Outbox(self.create_publisher(JointState, f"{arm.value}/joint_command", qos.COMMAND),
                                      keep=COMMAND_KEEP) for arm in ARMS}
         self._state_sources: dict[Arm, SourceCheck] = {}
-        # Joint states are taken, not delivered (see the module docstring and taken.py).
-        self._states = TakenSubscriptions(self.context, f"{self.get_name()}_state", self.get_namespace())
-        self._state_subs = []  # (reader, callback(msg, info) -> hold target or None), drained in this order
+        # Joint states and camera health are taken, not delivered (module docstring, taken.py).
+        self._taken = TakenSubscriptions(self.context, f"{self.get_name()}_state", self.get_namespace())
+        self._taken_subs = []  # (reader, callback(msg, info) -> hold target or None), drained in this order
         for arm in ARMS:
             topic = self.resolve_topic_name(f"{arm.value}/joint_states")
             if check_sources:
                 self._state_sources[arm] = SourceCheck(self, topic, node_fqn(self.get_namespace(), f"driver_{arm.value}"))
-            self._state_subs.append((self._states.subscribe(JointState, topic, STATE_QOS), self._joint_cb(arm)))
+            self._taken_subs.append((self._taken.subscribe(JointState, topic, STATE_QOS), self._joint_cb(arm)))
         for cam in config.required_cameras:
             topic = self.resolve_topic_name(f"cameras/{cam}/health")
-            self._state_subs.append((self._states.subscribe(CameraHealth, topic, HEALTH_QOS), self._health_cb(cam)))
+            self._taken_subs.append((self._taken.subscribe(CameraHealth, topic, HEALTH_QOS), self._health_cb(cam)))
         self.create_subscription(BimanualCommand, "command/proposed", self._on_proposed, qos.COMMAND)
         self._pub_status = Outbox(self.create_publisher(GateStatus, "safety/status", qos.LATCHED), keep=STATUS_KEEP)
         self._pub_diag = Outbox(self.create_publisher(DiagnosticArray, "/diagnostics", 10))
@@ -210,11 +210,11 @@ class GateNode(Node):
                 self._send(self.gate.internal_error(f"{what}: {type(exc).__name__}: {exc}", time.monotonic()))
             self._status_if_changed()
 
-    def _take_states(self) -> None:
+    def _take_inputs(self) -> None:
         """Process every joint_states and camera health sample waiting in the readers, oldest
         first per reader (a hold target one of them causes goes out at once)."""
-        for sub, cb in self._state_subs:
-            for msg, info in self._states.take(sub):
+        for sub, cb in self._taken_subs:
+            for msg, info in self._taken.take(sub):
                 self._guarded(sub.topic_name, lambda: cb(msg, info))  # noqa: B023 - called at once
 
     def _joint_cb(self, arm: Arm):
@@ -280,12 +280,12 @@ class GateNode(Node):
                 self._send(out, msg.header.stamp)  # forwarded: stamped with the tick it is for
                 return None
             return out  # a hold target (or nothing)
-        self._take_states()  # decide on the newest measurement
+        self._take_inputs()  # decide on the newest measurement
         self._guarded("command/proposed", decide)
 
     def _on_watchdog(self) -> None:
         self._note_own_lateness()
-        self._take_states()
+        self._take_inputs()
         self._guarded("watchdog", lambda: self.gate.tick(self._now_s(), time.monotonic()))
 
     def _note_own_lateness(self) -> None:
@@ -331,7 +331,7 @@ class GateNode(Node):
             if name == "estop":
                 self._estop_waiting.set()
             else:
-                self._take_states()  # arm on the newest measurement
+                self._take_inputs()  # arm on the newest measurement
             try:
                 self._lock.acquire()
             finally:
@@ -390,7 +390,7 @@ class GateNode(Node):
                 box.close()
         self._estop_executor.shutdown(timeout_sec=0.5)
         self._estop_node.destroy_node()
-        self._states.destroy()
+        self._taken.destroy()
         super().destroy_node()
 
     def _status_msg(self) -> GateStatus:
