@@ -1,11 +1,16 @@
 """The graph definition (launch arguments -> nodes) and the run statistics."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 from egomimic_bringup.graph import LaunchArgumentError, build_graph
 from egomimic_launch.process import node_command, write_params_file
 from egomimic_launch.stats import stream_stats, tracking_stats
+from egomimic_nodes.cpus import parse_cpu_list
 
 
 def test_default_graph_is_the_sim_loop_in_dependency_order():
@@ -59,3 +64,51 @@ def test_tracking_finds_the_lag():
     meas = np.column_stack([0.05 * np.sin(tm - 0.2), np.zeros_like(tm), np.zeros_like(tm)])
     tr = tracking_stats("left", t, cmd, tm, meas)
     assert abs(tr.lag_s - 0.2) < 0.011 and tr.rms_error_m < 1e-3
+
+
+def test_cpu_lists_parse_like_linux_and_bad_ones_say_why():
+    assert parse_cpu_list("0") == {0} and parse_cpu_list("0,2-3") == {0, 2, 3}
+    assert parse_cpu_list("2-3,0") == {0, 2, 3}
+    for bad, why in [("", "bad entry"), ("a", "bad entry"), ("3-1", "backwards"), ("-1", "bad entry"), ("1,", "bad entry")]:
+        with pytest.raises(ValueError, match=why):
+            parse_cpu_list(bad)
+
+
+def test_control_and_stack_cpus_pin_their_tiers_and_offline_cpus_are_refused():
+    graph = build_graph({"control_cpus": "0", "stack_cpus": "0-0"})
+    tiers = {n.name: n.cpus for n in graph.nodes}
+    assert tiers == {"driver_left": "0", "driver_right": "0", "frames": "0", "safety_gate": "0",
+                     "cameras": "0-0", "policy": "0-0"}
+    assert all(n.cpus == "" for n in build_graph({}).nodes), "no pinning unless asked"
+    with pytest.raises(LaunchArgumentError, match="not online"):
+        build_graph({"control_cpus": "4095"})
+    with pytest.raises(LaunchArgumentError, match="stack_cpus"):
+        build_graph({"stack_cpus": "one"})
+
+
+def test_pin_cpus_moves_every_thread_of_the_process():
+    """In a child process: a thread started before pinning is moved too, and one started after inherits it."""
+    code = (
+        "import os, threading, time\n"
+        "from egomimic_nodes.cpus import pin_cpus\n"
+        "stop = threading.Event()\n"
+        "early = threading.Thread(target=stop.wait); early.start()\n"
+        "print(pin_cpus('0'))\n"
+        "late = threading.Thread(target=stop.wait); late.start()\n"
+        "for tid in sorted(os.listdir('/proc/self/task')):\n"
+        "    print(tid, sorted(os.sched_getaffinity(int(tid))))\n"
+        "stop.set()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "CPUs [0]"
+    assert len(lines[1:]) == 3 and all(line.endswith("[0]") for line in lines[1:]), lines
+
+
+def test_a_node_asked_for_an_offline_cpu_exits_1_before_starting():
+    env = dict(os.environ, EGOMIMIC_CPUS="4095")
+    out = subprocess.run([sys.executable, "-m", "egomimic_nodes.frames_node", "--ros-args"], capture_output=True,
+                         text=True, timeout=60, env=env)
+    assert out.returncode == 1
+    assert "[FATAL] cannot pin to CPUs '4095'" in out.stderr and "not online" in out.stderr

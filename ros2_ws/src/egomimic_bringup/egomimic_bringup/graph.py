@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from egomimic_bringup import CONFIG_DIR
+from egomimic_nodes.cpus import online_cpus, parse_cpu_list
 
 NODE_PACKAGE = "egomimic_nodes"
 
@@ -52,6 +53,9 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
     LaunchArgument("params_file", "", "a YAML file overriding node parameters (applied last)"),
     LaunchArgument("realtime", "true", "run the gate (SCHED_FIFO), the drivers and frames (niceness -5), cameras and policy (-2) at a higher "
                    "scheduling priority than the rest, where permitted; logged either way", ("true", "false")),
+    LaunchArgument("control_cpus", "", "pin the gate, the drivers and frames to these CPUs (a Linux CPU list: 2, 2-3, "
+                   "0,2-3; e.g. cores kept free with isolcpus on a robot PC); '' = no pinning"),
+    LaunchArgument("stack_cpus", "", "pin the cameras and the policy to these CPUs (same syntax); '' = no pinning"),
 )
 
 
@@ -79,6 +83,9 @@ class NodeSpec:
     """With the `realtime` launch argument: "fifo" (the gate: SCHED_FIFO where permitted), "nice"
     (the drivers and frames: niceness -5) or "stack" (cameras, policy: niceness -2); "" runs at
     normal priority. See egomimic_nodes.spin."""
+    cpus: str = ""
+    """A Linux CPU list the node pins itself to (control_cpus / stack_cpus), "" for none. See
+    egomimic_nodes.cpus.pin_cpus."""
     description: str = ""
 
 
@@ -116,6 +123,16 @@ def resolve_arguments(overrides: dict[str, str]) -> dict[str, str]:
         if not Path(args["replay_path"]).exists():
             raise LaunchArgumentError(f"replay_path:={args['replay_path']!r} does not exist")
         args["replay_path"] = str(Path(args["replay_path"]).resolve())
+    for name in ("control_cpus", "stack_cpus"):
+        if args[name].strip():
+            try:
+                cpus = parse_cpu_list(args[name])
+            except ValueError as exc:
+                raise LaunchArgumentError(f"{name}:={exc}") from None
+            missing = cpus - online_cpus()
+            if missing:
+                raise LaunchArgumentError(f"{name}:={args[name]!r} names CPUs {sorted(missing)} that are not online "
+                                          f"(online: {sorted(online_cpus())})")
     try:
         float(args["inject_latency_ms"])
     except ValueError:
@@ -133,13 +150,13 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
         nodes.append(NodeSpec(
             f"driver_{arm}", f"{NODE_PACKAGE}.driver_node", ns,
             {"arm": arm, "backend": args["backend"]}, files, lifecycle=True,
-            priority="nice" if args["realtime"] == "true" else "",
+            priority="nice" if args["realtime"] == "true" else "", cpus=args["control_cpus"],
             description=f"ARX5 driver, {arm} arm ({args['backend']} backend)",
         ))
     # frames is a hop of the command path (policy/action -> command/proposed), so it runs at the
     # drivers' priority: a command that waits behind the cameras arrives late at the gate.
     nodes.append(NodeSpec("frames", f"{NODE_PACKAGE}.frames_node", ns, {}, files,
-                          priority="nice" if args["realtime"] == "true" else "",
+                          priority="nice" if args["realtime"] == "true" else "", cpus=args["control_cpus"],
                           description="hardware <-> dataset frame conversion"))
     cameras = ("front_1", "left_wrist", "right_wrist")
     camera_backend = args["camera_backend"]
@@ -150,7 +167,7 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
         if camera_backend == "replay":
             params["replay_path"] = args["replay_path"]
         nodes.append(NodeSpec("cameras", f"{NODE_PACKAGE}.camera_node", ns, params, files,
-                              priority="stack" if args["realtime"] == "true" else "",
+                              priority="stack" if args["realtime"] == "true" else "", cpus=args["stack_cpus"],
                               description=f"{camera_backend} cameras front_1, left_wrist, right_wrist"))
     else:
         # Hardware: one process per camera, so a stuck USB driver takes down one stream only.
@@ -159,19 +176,19 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
             nodes.append(NodeSpec(
                 f"camera_{cam}", f"{NODE_PACKAGE}.camera_node", ns,
                 {"cameras": [cam], "backend": cam_backend}, files,
-                priority="stack" if args["realtime"] == "true" else "",
+                priority="stack" if args["realtime"] == "true" else "", cpus=args["stack_cpus"],
                 description=f"camera {cam} ({cam_backend})",
             ))
     # The gate starts after the cameras and drivers, so arming (which needs fresh state and
     # camera health) can succeed at once; before the policy, so ARMING sees its first command.
     nodes.append(NodeSpec("safety_gate", f"{NODE_PACKAGE}.gate_node", ns, {"required_cameras": list(cameras)},
                           files, arm_after=True,
-                          priority="fifo" if args["realtime"] == "true" else "",
+                          priority="fifo" if args["realtime"] == "true" else "", cpus=args["control_cpus"],
                           description="safety gate (only publisher of joint commands)"))
     if args["policy"] != "none":
         nodes.append(NodeSpec("policy", f"{NODE_PACKAGE}.policy_node", ns,
                               {"policy": args["policy"], "inject_latency_ms": float(args["inject_latency_ms"])}, files,
-                              priority="stack" if args["realtime"] == "true" else "",
+                              priority="stack" if args["realtime"] == "true" else "", cpus=args["stack_cpus"],
                               description=f"policy ({args['policy']})"))
     if args["record"] == "true" or args["bag"] == "true":
         raise LaunchArgumentError("record:=true and bag:=true arrive with the recording issue; not available yet")

@@ -32,7 +32,7 @@ def generate_launch_description():
                 namespace=spec.namespace,
                 parameters=[*spec.params_files, spec.parameters],
                 output="screen",
-                additional_env={"EGOMIMIC_PRIORITY": spec.priority},
+                additional_env={"EGOMIMIC_PRIORITY": spec.priority, "EGOMIMIC_CPUS": spec.cpus},
             )
             if spec.required:
                 kwargs["on_exit"] = Shutdown(reason=f"required node {spec.name} exited")

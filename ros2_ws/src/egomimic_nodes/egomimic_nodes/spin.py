@@ -9,6 +9,8 @@ context alive, and the context is shut down last.
 Priority: with EGOMIMIC_PRIORITY (the launcher sets it for the gate and the drivers when the
 `realtime` launch argument is true) the node raises its scheduling priority before anything
 else starts (raise_priority), so a busy machine delays cameras, policy and monitoring first.
+With EGOMIMIC_CPUS (the `control_cpus` / `stack_cpus` launch arguments) it also pins itself to
+those CPUs (pin_cpus), e.g. the gate and drivers to a core isolated with `isolcpus`.
 
 Nodes die with their launcher: `egomimic-launch` sets EGOMIMIC_LAUNCHER_PID for its children.
 Such a node asks the kernel for SIGTERM when its parent dies (prctl PR_SET_PDEATHSIG) and also
@@ -24,6 +26,7 @@ import signal
 import sys
 
 import rclpy
+from egomimic_nodes.cpus import CPUS_ENV, pin_cpus
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
 
@@ -192,6 +195,12 @@ def run_node(factory, args=None) -> int:
             return 1
     if os.environ.get(PRIORITY_ENV) in ("fifo", "nice", "stack"):
         say(f"[INFO] scheduling: {raise_priority(os.environ[PRIORITY_ENV])}")
+    if os.environ.get(CPUS_ENV, "").strip():
+        try:
+            say(f"[INFO] affinity: {pin_cpus(os.environ[CPUS_ENV])}")
+        except (ValueError, OSError) as exc:
+            say(f"[FATAL] cannot pin to CPUs {os.environ[CPUS_ENV]!r}: {exc}")
+            return 1
     rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
     node = None
     code = 0
