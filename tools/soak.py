@@ -8,7 +8,8 @@ Runs `egomimic-launch eva_bimanual.launch.py policy:=scripted auto_arm:=true --s
 next to the control stack: a browser, rviz, a logger), samples every node's CPU and RSS every
 `--sample-s` seconds, and reports against issue 13's acceptance:
   - spurious HOLDs (the gate's state history) and rejected commands by reason;
-  - the action stream (policy/action) rate within 1 % of 30 Hz and its worst gap <= 2 periods;
+  - the action stream (policy/action) rate within 1 % of 30 Hz and its worst gap <= 2 periods
+    (between publications, by the DDS source timestamps; the observer's arrival gaps are shown);
   - CPU and RSS per node, and RSS growth from the first sample after start-up to the last
     (<= 5 % per node).
 Exit status 0 when every point holds, 1 otherwise, 2 when the graph did not run. Not part of
@@ -98,11 +99,16 @@ def report(summary: dict, samples: dict[str, list[tuple[float, float, float]]], 
     if action is None:
         checks.append(("action stream observed", False))
     else:
-        nominal, rate, gap = action["nominal_hz"], action["rate_hz"], action.get("max_gap_s", float("nan"))
+        nominal, rate = action["nominal_hz"], action["rate_hz"]
+        gap, seen_gap = action.get("max_source_gap_s", float("nan")), action.get("max_gap_s", float("nan"))
         checks.append((f"action stream {rate:.2f} Hz (nominal {nominal:.0f} +- {RATE_TOLERANCE:.0%})",
                        abs(rate - nominal) <= RATE_TOLERANCE * nominal))
-        checks.append((f"action stream worst gap {gap * 1e3:.0f} ms (limit {MAX_GAP_PERIODS:.0f} periods = "
-                       f"{MAX_GAP_PERIODS / nominal * 1e3:.0f} ms)", gap <= MAX_GAP_PERIODS / nominal))
+        # The policy's own gaps (DDS source timestamps). The launcher's observer runs at niceness
+        # 0 beside the hog, so its arrival gaps also hold its own delays: printed, not judged;
+        # the consumers' view is the gate's (0 rejected, 0 HOLD above).
+        checks.append((f"action stream worst gap {gap * 1e3:.0f} ms between publications (limit {MAX_GAP_PERIODS:.0f} "
+                       f"periods = {MAX_GAP_PERIODS / nominal * 1e3:.0f} ms; {seen_gap * 1e3:.0f} ms between arrivals "
+                       "at the observer)", gap <= MAX_GAP_PERIODS / nominal))
     print(f"\n{'node':<16}{'CPU % mean':>11}{'CPU % max':>11}{'RSS MiB start':>15}{'RSS MiB end':>13}{'growth':>9}")
     growth_ok = True
     per_node = {}

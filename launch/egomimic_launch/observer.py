@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 import threading
 import time
+from collections import deque
 
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
@@ -19,6 +20,7 @@ from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import CameraInfo, Image, JointState
 
 from egomimic_hw.description import ARMS, CAMERAS
+from egomimic_launch.stats import StreamAccumulator
 from egomimic_msgs.msg import BimanualCommand, GateStatus
 
 _STAMP = struct.Struct("<iI")
@@ -52,20 +54,27 @@ def watched_streams(namespace: str) -> list[tuple[str, type, float]]:
     return streams
 
 
+TRACK_KEEP_S = 60.0
+"""The commanded and measured paths are kept for the last minute (tracking is judged on it)."""
+
+
 class GraphObserver:
+    """Bounded memory however long the run (a soak is ten minutes): per-stream accumulators
+    (stats.StreamAccumulator) and the last TRACK_KEEP_S of the paths."""
+
     def __init__(self, node, namespace: str, qos):
         self.node = node
         self.lock = threading.Lock()
-        self.arrivals: dict[str, list[float]] = {}
-        self.latencies: dict[str, list[float]] = {}
-        self.nominal: dict[str, float] = {}
+        self.streams: dict[str, StreamAccumulator] = {}
         self.gate_status: GateStatus | None = None
         self.gate_history: list[tuple[float, int, str]] = []
         self.driver_diag: dict[str, dict[str, str]] = {}
         self.node_diag: dict[str, dict[str, str]] = {}
         """The newest /diagnostics values of the gate and the policy (their own late wake-ups)."""
-        self.cmd_path = {arm.value: ([], []) for arm in ARMS}
-        self.meas_path = {arm.value: ([], []) for arm in ARMS}
+        self.cmd_path = {arm.value: (deque(maxlen=int(TRACK_KEEP_S * 30)), deque(maxlen=int(TRACK_KEEP_S * 30)))
+                         for arm in ARMS}
+        self.meas_path = {arm.value: (deque(maxlen=int(TRACK_KEEP_S * 100)), deque(maxlen=int(TRACK_KEEP_S * 100)))
+                          for arm in ARMS}
         ns = "/" + namespace.strip("/")
         # The streams are taken raw in a batch on each poll() (egomimic_nodes/taken.py), never one
         # executor callback per sample; arrival = the DDS reception time in the message info, so
@@ -79,7 +88,7 @@ class GraphObserver:
         for arm in ARMS:
             content[f"{ns}/{arm.value}/ee_pose_dataset"] = (PoseStamped, self._meas_cb(arm.value))
         for topic, msg_type, hz in watched_streams(namespace):
-            self.arrivals[topic], self.latencies[topic], self.nominal[topic] = [], [], hz
+            self.streams[topic] = StreamAccumulator(topic, hz)
             profile = qos.COMMAND if msg_type is BimanualCommand or "joint_command" in topic else qos.SENSOR
             # A history deep enough for the time between two polls, with margin for a stalled
             # launcher: 2 s of the small streams, 10 frames (330 ms) of the images.
@@ -94,11 +103,11 @@ class GraphObserver:
         """Account every sample received since the last poll."""
         with self.lock:
             for topic, sub, content in self._streams:
-                arrivals, latencies = self.arrivals[topic], self.latencies[topic]
+                add = self.streams[topic].add
                 for raw, info in self._taken.take(sub, limit=10_000):
                     received = (info.get("received_timestamp") or time.time_ns()) * 1e-9
-                    arrivals.append(received)
-                    latencies.append(received - header_stamp_s(raw))
+                    source = info.get("source_timestamp")
+                    add(received, received - header_stamp_s(raw), source * 1e-9 if source else None)
                     if content is not None:
                         msg_type, handler = content
                         handler(deserialize_message(raw, msg_type))
@@ -135,12 +144,17 @@ class GraphObserver:
             xs.append((p.x, p.y, p.z))
         return cb
 
+    def set_window(self, begin_s: float) -> None:
+        """Statistics from `begin_s` on (wall clock, as the DDS reception stamps)."""
+        with self.lock:
+            for acc in self.streams.values():
+                acc.set_window(begin_s)
+
+    def end_window(self, end_s: float) -> None:
+        with self.lock:
+            for acc in self.streams.values():
+                acc.end_window(end_s)
+
     def recent_rate(self, topic: str, window_s: float = 2.0) -> float:
-        t = self.arrivals.get(topic, [])
-        now = time.time()
-        n = 0
-        for x in reversed(t):
-            if now - x > window_s:
-                break
-            n += 1
-        return n / window_s
+        acc = self.streams.get(topic)
+        return acc.recent_rate(time.time(), window_s) if acc is not None else 0.0

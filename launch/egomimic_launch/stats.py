@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,23 +18,80 @@ class StreamStats:
     latency_p99_ms: float
     max_gap_s: float = float("nan")
     """The longest time between two arrivals inside the window (nan: fewer than two)."""
+    max_source_gap_s: float = float("nan")
+    """The longest time between two publications (DDS source timestamps) inside the window."""
 
     @property
     def rate_error(self) -> float:
         return abs(self.rate_hz - self.nominal_hz) / self.nominal_hz if self.nominal_hz else 0.0
 
 
-def stream_stats(topic: str, nominal_hz: float, arrivals_s: list[float], latencies_s: list[float],
-                 window: tuple[float, float]) -> StreamStats:
-    """Rate over the messages that arrived inside `window` (steady state, not start-up)."""
-    t = np.asarray(arrivals_s, dtype=float)
-    lat = np.asarray(latencies_s, dtype=float)
-    inside = (t >= window[0]) & (t <= window[1])
-    t_in, lat_in = t[inside], lat[inside]
-    rate = (len(t_in) - 1) / (t_in[-1] - t_in[0]) if len(t_in) >= 2 and t_in[-1] > t_in[0] else 0.0
-    p50, p99 = (np.percentile(lat_in, [50, 99]) * 1e3) if len(lat_in) else (np.nan, np.nan)
-    gap = float(np.max(np.diff(t_in))) if len(t_in) >= 2 else float("nan")
-    return StreamStats(topic, nominal_hz, int(len(t_in)), float(rate), float(p50), float(p99), gap)
+LATENCY_BIN_S = 1e-4
+"""Latency percentiles are read from a histogram of 0.1 ms bins..."""
+LATENCY_RANGE_S = (-1.0, 3.0)
+"""...from -1 s (a stamp for a tick ahead, e.g. policy/action) to 3 s; beyond, the end bins."""
+RECENT_S = 5.0
+"""Arrivals kept for the progress line's recent rate."""
+
+
+class StreamAccumulator:
+    """One stream's statistics in bounded memory, whatever the run's length: the count, first and
+    last arrival, the worst gap between arrivals and between publications (the DDS source
+    timestamps: the producer's own gaps, whatever delayed this observer), and a latency
+    histogram. Only arrivals inside the window count (steady state, not start-up);
+    `set_window()` restarts the accounting. A ten-minute soak must not grow the observer."""
+
+    def __init__(self, topic: str, nominal_hz: float):
+        self.topic, self.nominal_hz = topic, nominal_hz
+        self.recent: deque[float] = deque()
+        lo, hi = LATENCY_RANGE_S
+        self._bins = np.zeros(int(round((hi - lo) / LATENCY_BIN_S)), dtype=np.int64)
+        self.set_window(float("-inf"), float("inf"))
+
+    def set_window(self, begin_s: float, end_s: float = float("inf")) -> None:
+        self.window = (begin_s, end_s)
+        self.count = 0
+        self.first_s = self.last_s = self.last_source_s = float("nan")
+        self.max_gap_s = self.max_source_gap_s = float("nan")
+        self._bins[:] = 0
+
+    def end_window(self, end_s: float) -> None:
+        self.window = (self.window[0], end_s)
+
+    def add(self, arrival_s: float, latency_s: float, source_s: float | None = None) -> None:
+        recent = self.recent
+        recent.append(arrival_s)
+        while recent[0] < arrival_s - RECENT_S:
+            recent.popleft()
+        if not self.window[0] <= arrival_s <= self.window[1]:
+            return
+        if self.count:
+            self.max_gap_s = np.fmax(self.max_gap_s, arrival_s - self.last_s)
+            if source_s is not None and self.last_source_s == self.last_source_s:
+                self.max_source_gap_s = np.fmax(self.max_source_gap_s, source_s - self.last_source_s)
+        else:
+            self.first_s = arrival_s
+        self.last_s = arrival_s
+        self.last_source_s = source_s if source_s is not None else float("nan")
+        self.count += 1
+        k = int((latency_s - LATENCY_RANGE_S[0]) / LATENCY_BIN_S)
+        self._bins[min(max(k, 0), len(self._bins) - 1)] += 1
+
+    def latency_percentile_ms(self, q: float) -> float:
+        """The q-th percentile (0..100) of the latencies, to the bin (0.1 ms); nan when empty."""
+        if not self.count:
+            return float("nan")
+        k = int(np.searchsorted(np.cumsum(self._bins), q / 100.0 * self.count, side="left"))
+        return (LATENCY_RANGE_S[0] + (k + 0.5) * LATENCY_BIN_S) * 1e3
+
+    def recent_rate(self, now_s: float, window_s: float = 2.0) -> float:
+        return sum(1 for t in self.recent if now_s - t <= window_s) / window_s
+
+    def stats(self) -> StreamStats:
+        span = self.last_s - self.first_s if self.count >= 2 else 0.0
+        rate = (self.count - 1) / span if span > 0 else 0.0
+        return StreamStats(self.topic, self.nominal_hz, self.count, float(rate), self.latency_percentile_ms(50),
+                           self.latency_percentile_ms(99), float(self.max_gap_s), float(self.max_source_gap_s))
 
 
 @dataclass

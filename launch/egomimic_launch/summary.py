@@ -11,8 +11,8 @@ import json
 import time
 from pathlib import Path
 
-from egomimic_launch.observer import GraphObserver
-from egomimic_launch.stats import stream_stats, tracking_stats
+from egomimic_launch.observer import TRACK_KEEP_S, GraphObserver
+from egomimic_launch.stats import tracking_stats
 from egomimic_nodes import qos
 
 GATE_STATES = {0: "DISARMED", 1: "ARMING", 2: "ARMED", 3: "HOLD", 4: "ESTOP"}
@@ -38,10 +38,12 @@ class RunMonitor:
 
     def begin(self, t_up: float) -> None:
         self.t_begin = t_up + SETTLE_S
+        self.obs.set_window(self.t_begin)
 
     def end(self, t: float) -> None:
         self.obs.poll()
         self.t_end = t
+        self.obs.end_window(t)
 
     def progress(self) -> None:
         """Called about every 0.1 s: account the samples, print a line every 2 s."""
@@ -61,8 +63,7 @@ class RunMonitor:
     def report(self, launcher, run_dir: Path, json_path: Path | None) -> bool:
         o = self.obs
         o.poll()
-        window = (self.t_begin or 0.0, self.t_end or time.time())
-        streams = [stream_stats(t, o.nominal[t], o.arrivals[t], o.latencies[t], window) for t in o.arrivals]
+        streams = [acc.stats() for acc in o.streams.values()]
         tracks = [tracking_stats(a, *o.cmd_path[a], *o.meas_path[a]) for a in ("left", "right")]
         gs = o.gate_status
         checks = []  # (what, ok, timing): a timing check is a measurement of this machine, see report()
@@ -81,11 +82,15 @@ class RunMonitor:
             ok = t.samples > 0 and t.commanded_span_m > 0.01 and t.rms_error_m <= TRACKING_MAX_FRACTION * t.commanded_span_m
             checks.append((f"{t.arm} EE follows the scripted motion", ok, False))
         lines = ["", "=" * 96, "EVA run summary", "=" * 96,
-                 f"{'topic':<44}{'nominal':>9}{'rate Hz':>10}{'msgs':>8}{'lat p50 ms':>12}{'lat p99 ms':>12}"]
+                 f"{'topic':<40}{'nominal':>8}{'rate Hz':>9}{'msgs':>7}{'lat p50':>8}{'lat p99':>8}{'gap':>8}{'pub gap':>8}",
+                 f"{'':<40}{'':>8}{'':>9}{'':>7}{'ms':>8}{'ms':>8}{'ms':>8}{'ms':>8}"]
         for s in streams:
-            lines.append(f"{s.topic:<44}{s.nominal_hz:>9.1f}{s.rate_hz:>10.2f}{s.count:>8d}{s.latency_p50_ms:>12.2f}{s.latency_p99_ms:>12.2f}")
+            lines.append(f"{s.topic:<40}{s.nominal_hz:>8.1f}{s.rate_hz:>9.2f}{s.count:>7d}{s.latency_p50_ms:>8.1f}"
+                         f"{s.latency_p99_ms:>8.1f}{s.max_gap_s * 1e3:>8.0f}{s.max_source_gap_s * 1e3:>8.0f}")
+        lines.append("(gap: the longest time between two arrivals here; pub gap: between two publications, by the "
+                     "writer's DDS source timestamps)")
         lines.append("-" * 96)
-        lines.append(f"{'tracking (dataset frame)':<28}{'commanded span mm':>20}{'RMS error mm':>15}{'lag s':>8}{'samples':>9}")
+        lines.append(f"{f'tracking (last {TRACK_KEEP_S:.0f} s)':<28}{'commanded span mm':>20}{'RMS error mm':>15}{'lag s':>8}{'samples':>9}")
         for t in tracks:
             lines.append(f"{t.arm:<28}{t.commanded_span_m * 1e3:>20.1f}{t.rms_error_m * 1e3:>15.2f}{t.lag_s:>8.2f}{t.samples:>9d}")
         lines.append("-" * 96)

@@ -9,7 +9,7 @@ import pytest
 
 from egomimic_bringup.graph import LaunchArgumentError, build_graph
 from egomimic_launch.process import node_command, write_params_file
-from egomimic_launch.stats import stream_stats, tracking_stats
+from egomimic_launch.stats import LATENCY_BIN_S, RECENT_S, StreamAccumulator, tracking_stats
 from egomimic_nodes.cpus import parse_cpu_list
 
 
@@ -43,18 +43,57 @@ def test_node_command_runs_module_with_ros_args(tmp_path):
     assert cmd[-1] == str(params) and "/robot2/driver_left" in params.read_text()
 
 
-def test_stream_stats_uses_the_steady_window():
+HALF_BIN_MS = LATENCY_BIN_S / 2 * 1e3 + 1e-9
+"""A percentile read from the histogram is the middle of its bin."""
+
+
+def accumulate(t, window, latency=0.002, sources=None):
+    acc = StreamAccumulator("x", 100.0)
+    acc.set_window(*window)
+    for k, x in enumerate(t):
+        acc.add(x, latency, None if sources is None else sources[k])
+    return acc.stats()
+
+
+def test_stream_stats_use_the_steady_window():
     t = list(np.arange(0, 10, 0.01))
-    s = stream_stats("x", 100.0, t, [0.002] * len(t), (2.0, 8.0))
-    assert abs(s.rate_hz - 100.0) < 0.5 and abs(s.latency_p50_ms - 2.0) < 1e-6
+    s = accumulate(t, (2.0, 8.0))
+    assert abs(s.rate_hz - 100.0) < 0.5 and abs(s.latency_p50_ms - 2.0) <= HALF_BIN_MS and abs(s.latency_p99_ms - 2.0) <= HALF_BIN_MS
+    assert s.count == sum(1 for x in t if 2.0 <= x <= 8.0)
     assert abs(s.max_gap_s - 0.01) < 1e-9
 
 
-def test_stream_stats_reports_the_worst_gap_inside_the_window():
+def test_stream_stats_report_the_worst_gap_inside_the_window():
     t = [k * 0.01 for k in range(300)] + [3.5 + k * 0.01 for k in range(300)]  # 0.51 s silent at 2.99 s
-    s = stream_stats("x", 100.0, t, [0.002] * len(t), (1.0, 5.0))
-    assert abs(s.max_gap_s - 0.51) < 1e-9
-    assert stream_stats("x", 100.0, t, [0.002] * len(t), (4.0, 5.0)).max_gap_s < 0.0101
+    assert abs(accumulate(t, (1.0, 5.0)).max_gap_s - 0.51) < 1e-9
+    assert accumulate(t, (4.0, 5.0)).max_gap_s < 0.0101
+
+
+def test_publication_gaps_are_told_apart_from_arrival_gaps():
+    """A reader that was itself late sees an arrival gap that the producer never made."""
+    sources = [k / 30 for k in range(300)]
+    arrivals = [x + (0.08 if k == 150 else 0.0) for k, x in enumerate(sources)]  # one arrival 80 ms late
+    s = accumulate(arrivals, (0.0, 100.0), sources=sources)
+    assert abs(s.max_gap_s - (1 / 30 + 0.08)) < 1e-9 and abs(s.max_source_gap_s - 1 / 30) < 1e-9
+
+
+def test_latency_percentiles_match_numpy_to_the_bin():
+    rng = np.random.default_rng(0)
+    lat = rng.gamma(2.0, 0.004, 5000) - 0.003  # some negative: a stamp for a tick ahead
+    acc = StreamAccumulator("x", 100.0)
+    for k, x in enumerate(lat):
+        acc.add(k * 0.01, float(x))
+    for q in (50, 99):
+        assert abs(acc.latency_percentile_ms(q) - np.percentile(lat, q) * 1e3) <= 2 * HALF_BIN_MS
+
+
+def test_stream_accumulator_memory_is_bounded():
+    acc = StreamAccumulator("x", 100.0)
+    acc.set_window(0.0)
+    for k in range(100_000):  # 1000 s at 100 Hz
+        acc.add(k * 0.01, 0.002, k * 0.01)
+    assert len(acc.recent) <= RECENT_S * 100 + 1 and acc.count == 100_000
+    assert abs(acc.recent_rate(999.99, 2.0) - 100.0) <= 0.5
 
 
 def test_tracking_finds_the_lag():

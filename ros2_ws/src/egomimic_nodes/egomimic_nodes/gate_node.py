@@ -7,12 +7,19 @@
   srv  safety/arm, safety/disarm, safety/estop, safety/reset (std_srvs/Trigger)
 The logic is egomimic_safety.gate.SafetyGate; this node only converts messages, reads the two
 clocks (the ROS clock for stamp ages; time.monotonic() for silence, so a wall-clock step
-cannot hide a dead producer) and runs the watchdog timer so silence is detected even when no
-message arrives. Every timer of this node runs on a STEADY clock (the one time.monotonic()
-reads): a ROS-clock timer stalls when the system clock steps back and stops altogether with
-use_sim_time when /clock stops, which is exactly when silence must still be detected. The
-watchdog runs at 100 Hz so a 100 ms timeout is seen within 10 ms (the HOLD target is still
-re-sent only once per control period). The measured EE pose is computed by the gate, by FK of
+cannot hide a dead producer) and runs the watchdog so silence is detected even when no message
+arrives.
+
+Decisions run on a thread of their own (`decisions`), not in an executor callback: it blocks
+in a wait set on the command/proposed reader (level-triggered: a waiting sample is seen however
+the middleware signalled it; a run once saw the EventsExecutor deliver no proposal for 300 ms
+right after arming while the launcher's reader of the same writer got every one), decides on
+each proposal the moment it arrives, and runs the watchdog whenever its period is due (the
+wait's timeout, on time.monotonic()). A ROS-clock timer would stall when the system clock steps
+back and stop altogether with use_sim_time when /clock stops, which is exactly when silence must
+still be detected. The watchdog runs at 100 Hz so a 100 ms timeout is seen within 10 ms (the
+HOLD target is still re-sent only once per control period). The other timers (status,
+diagnostics, the publisher check) run on a STEADY clock in the executor. The measured EE pose is computed by the gate, by FK of
 the measured joints when a decision first needs them, so it never compares against a pose from
 another instant. Any
 exception in a callback or a service handler becomes a HOLD (INTERNAL_ERROR) whose target goes
@@ -25,7 +32,7 @@ Either is STATE_IMPLAUSIBLE.
 
 Joint states and camera health are taken, not delivered: their readers sit on a companion node
 (`<name>_state`) that no executor spins, and the node drains them on every watchdog tick and
-before every decision and arm/disarm/reset, each sample under the lock on its own (an e-stop
+before every decision and arm/disarm/reset (one thread at a time), each sample under the lock on its own (an e-stop
 waiting for the lock goes first between two samples, also during a 1 kHz spoofing flood). A
 decision therefore always sees the newest sample, an implausible or spoofed sample faults within
 one watchdog period (10 ms), and the main node can run on rclpy's EventsExecutor
@@ -113,9 +120,10 @@ publishers together)."""
 
 
 class GateNode(Node):
-    def __init__(self, **node_options):
+    def __init__(self, start_decisions: bool = True, **node_options):
         """`node_options`: rclpy Node keyword arguments (context, parameter_overrides), for
-        tests that run the node in process; the launched node passes none."""
+        tests that run the node in process; the launched node passes none. Such a test may
+        leave the decision thread stopped (start_decisions=False) and drive it itself."""
 
         super().__init__("safety_gate", **node_options)
         cameras = self.declare_parameter("required_cameras", list(CAMERAS), ParameterDescriptor(
@@ -151,7 +159,10 @@ class GateNode(Node):
         for cam in config.required_cameras:
             topic = self.resolve_topic_name(f"cameras/{cam}/health")
             self._taken_subs.append((self._taken.subscribe(CameraHealth, topic, HEALTH_QOS), self._health_cb(cam)))
-        self.create_subscription(BimanualCommand, "command/proposed", self._on_proposed, qos.COMMAND)
+        self._proposals = self._taken.subscribe(BimanualCommand, self.resolve_topic_name("command/proposed"), qos.COMMAND)
+        self._take_lock = threading.Lock()
+        """One thread takes from the readers at a time (the decision thread, or a service that
+        wants the newest measurement)."""
         self._pub_status = Outbox(self.create_publisher(GateStatus, "safety/status", qos.LATCHED), keep=STATUS_KEEP)
         self._pub_diag = Outbox(self.create_publisher(DiagnosticArray, "/diagnostics", 10))
         for name, fn in (("arm", self._srv_arm), ("disarm", self.gate.disarm), ("reset", self.gate.reset)):
@@ -173,12 +184,18 @@ class GateNode(Node):
         self._last_watchdog: tuple[float, float] | None = None  # (monotonic, this thread's CPU time)
         self.watchdog_late = 0
         self.watchdog_late_max_s = 0.0
-        self.watchdog_timer = self.create_timer(1.0 / rate_hz, self._on_watchdog, clock=steady)
+        self.empty_wakeups = 0
+        """Waits that said "ready" yet gave nothing to take (the loop then paces on the watchdog)."""
+        self.fatal = ""
+        self._stopping = threading.Event()
+        self._decisions = threading.Thread(target=self._decision_loop, name="decisions", daemon=True)
         if self._state_sources:
             self.create_timer(0.5, self._check_state_publishers, clock=steady)
         self.create_timer(0.5, self._locked(self._publish_status), clock=steady)
         self.create_timer(1.0, self._locked(self._publish_diagnostics), clock=steady)
         self._publish_status()
+        if start_decisions:
+            self._decisions.start()
         self.get_logger().info(
             f"safety gate up: DISARMED; cameras required: {list(config.required_cameras) or 'none'}; "
             f"watchdog {rate_hz:.0f} Hz; kinematics {self._kin[ARMS[0]].backend} ({self._kin[ARMS[0]].backend_reason})")
@@ -213,9 +230,10 @@ class GateNode(Node):
     def _take_inputs(self) -> None:
         """Process every joint_states and camera health sample waiting in the readers, oldest
         first per reader (a hold target one of them causes goes out at once)."""
-        for sub, cb in self._taken_subs:
-            for msg, info in self._taken.take(sub):
-                self._guarded(sub.topic_name, lambda: cb(msg, info))  # noqa: B023 - called at once
+        with self._take_lock:
+            for sub, cb in self._taken_subs:
+                for msg, info in self._taken.take(sub):
+                    self._guarded(sub.topic_name, lambda: cb(msg, info))  # noqa: B023 - called at once
 
     def _joint_cb(self, arm: Arm):
         names = arm.joint_names
@@ -261,6 +279,45 @@ class GateNode(Node):
             return self.gate.update_camera(camera, report, time.monotonic())
         return cb
 
+    def _decision_loop(self) -> None:
+        """The gate's decisions, on a thread of their own: every proposal the moment it arrives
+        (a wait set on its reader, level-triggered: a sample waiting is seen however the
+        middleware signalled it), and the watchdog when its period is due (the wait's timeout,
+        time.monotonic(): a steady clock). An exception here that the gate's own guards did
+        not turn into a HOLD ends the node (`fatal`): on_exit then latches ESTOP and holds."""
+        period = self._watchdog_period_s
+        next_tick = time.monotonic()
+        try:
+            while not self._stopping.is_set():
+                now = time.monotonic()
+                if now >= next_tick:
+                    self._on_watchdog()
+                    next_tick = next_tick + period if now - next_tick < period else now + period
+                    continue
+                if self._taken.wait([self._proposals], next_tick - now) and not self._on_proposals():
+                    self.empty_wakeups += 1  # ready, yet nothing to take: never spin on it (SCHED_FIFO)
+                    self._stopping.wait(max(0.0, next_tick - time.monotonic()))
+        except Exception as exc:  # noqa: BLE001 - a dead decision thread must stop the node, never hide
+            if self.context.ok() and not self._stopping.is_set():
+                self.fatal = f"decision thread: {type(exc).__name__}: {exc}"
+
+    def _stop_decisions(self) -> None:
+        self._stopping.set()
+        self._taken.wake()
+        if self._decisions.is_alive() and self._decisions is not threading.current_thread():
+            self._decisions.join(timeout=1.0)
+
+    def _on_proposals(self) -> int:
+        """Decide on every proposal waiting, in order, each on the newest measurement; returns
+        how many there were."""
+        with self._take_lock:
+            proposals = self._taken.take(self._proposals)
+        if proposals:
+            self._take_inputs()  # decide on the newest measurement
+            for msg, _info in proposals:
+                self._on_proposed(msg)
+        return len(proposals)
+
     def _on_proposed(self, msg: BimanualCommand) -> None:
         def decide():
             proposal = Proposal(
@@ -280,7 +337,6 @@ class GateNode(Node):
                 self._send(out, msg.header.stamp)  # forwarded: stamped with the tick it is for
                 return None
             return out  # a hold target (or nothing)
-        self._take_inputs()  # decide on the newest measurement
         self._guarded("command/proposed", decide)
 
     def _on_watchdog(self) -> None:
@@ -368,6 +424,7 @@ class GateNode(Node):
         """Shutdown (signal, or the launcher gone): a gate that may have commanded the arms
         latches ESTOP and sends its hold target; a DISARMED one sends nothing. Waits briefly
         for the drivers to acknowledge, then the node is destroyed."""
+        self._stop_decisions()
         with self._lock:
             if self.gate.state != GateState.DISARMED:
                 self.gate.estop()
@@ -385,6 +442,7 @@ class GateNode(Node):
                 pass
 
     def destroy_node(self) -> None:
+        self._stop_decisions()
         for box in (*self._pub_cmd.values(), self._pub_status, self._pub_diag):
             if isinstance(box, Outbox):
                 box.close()
@@ -421,7 +479,8 @@ class GateNode(Node):
         level = {GateState.HOLD: diagnostics.ERROR, GateState.ESTOP: diagnostics.ERROR}.get(g.state, diagnostics.OK)
         values = {"state": g.state.name, "reason": g.reason.value if g.reason else "", "forwarded": g.forwarded,
                   "rejected": g.rejected, "clamped": g.clamped, "deferred": g.deferred, "last_deferral": g.last_deferral}
-        values.update({"watchdog_late": self.watchdog_late, "watchdog_late_max_ms": round(self.watchdog_late_max_s * 1e3, 1)})
+        values.update({"watchdog_late": self.watchdog_late, "watchdog_late_max_ms": round(self.watchdog_late_max_s * 1e3, 1),
+                       "empty_wakeups": self.empty_wakeups})
         values.update({f"deferred.{k}": v for k, v in sorted(g.deferred_counts.items())})
         values.update({f"refused_measurements.{k}": v for k, v in sorted(g.refused_measurements.items())})
         values.update({f"reason.{k}": v for k, v in sorted(g.reason_counts.items())})
