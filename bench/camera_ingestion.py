@@ -3,8 +3,9 @@
 What: the stages every published frame goes through in the camera node, each timed over
 `--frames` frames of 640x480 (or the 960x720 upstream head-camera size where it resizes):
   render (synthetic scene), replay decode (JPEG q85 -> RGB), shape 960x720 bgr -> 640x480 rgb
-  (area resize + one channel swap), health (fingerprint + compare), fill_image (the one buffer
-  copy into sensor_msgs/Image), JPEG encode (image_raw/compressed);
+  (area resize + one channel swap), health (fingerprint + compare), the message bytes (before:
+  fill a sensor_msgs/Image and serialize it, what publish() does; now: stamp and one copy into
+  bytes serialized once, egomimic_nodes/serialized.py), JPEG encode (image_raw/compressed);
 and the episode writer: 3 cameras + 12 arrays per step at 30 Hz, blocks of 30 steps.
 Reported: median and p99 ms per frame, the share of one core that 3 cameras at 30 Hz cost
 (= ms x 90 / 1000), the ratio to the raw copy of the same 921 600 bytes (the physical floor of
@@ -52,7 +53,10 @@ def main() -> int:
     a = ap.parse_args()
     from sensor_msgs.msg import Image
 
+    from rclpy.serialization import serialize_message
+
     from egomimic_nodes.msg_convert import fill_image
+    from egomimic_nodes.serialized import SerializedImage
 
     scene = SyntheticScene("front_1", default_intrinsics("front_1"))
     ee = {arm: np.array([0.3, 0.05 * (1 if arm is ARMS[0] else -1), 0.3]) for arm in ARMS}
@@ -64,6 +68,7 @@ def main() -> int:
     shaper = FrameShaper(W, H)
     monitor = CameraHealthMonitor("front_1")
     msg = Image()
+    template = SerializedImage("front_1_optical", H, W)
     n = a.frames
     stages = {
         "copy floor (tobytes + frombuffer().copy())": timed(lambda i: np.frombuffer(frames[i % 32].tobytes(), np.uint8).copy(), n),
@@ -71,7 +76,8 @@ def main() -> int:
         "replay decode JPEG q85": timed(lambda i: simplejpeg.decode_jpeg(jpegs[i % 32], colorspace="RGB"), n),
         "shape 960x720 bgr -> 640x480 rgb": timed(lambda i: shaper.shape(Frame(big_bgr[i % 32], 0, i, "bgr8")), n),
         "health (fingerprint + compare)": timed(lambda i: monitor.on_frame(i * 33_333_333, frames[i % 32]), n),
-        "fill_image (one buffer copy)": timed(lambda i: fill_image(msg, frames[i % 32]), n),
+        "Image msg: fill + serialize (publish())": timed(lambda i: serialize_message(fill_image(msg, frames[i % 32])), n),
+        "serialized template: stamp + one copy": timed(lambda i: template.fill(i * 33_333_333, frames[i % 32]), n),
         "JPEG encode q85 (compressed topic)": timed(lambda i: simplejpeg.encode_jpeg(frames[i % 32], quality=85, colorspace="RGB"), n),
     }
     floor = stages["copy floor (tobytes + frombuffer().copy())"]["p50_ms"]
@@ -81,9 +87,13 @@ def main() -> int:
         s["x_floor"] = s["p50_ms"] / floor
         s["core_pct_3x30hz"] = s["p50_ms"] * 3 * RATE_HZ / 10.0
         print(f"{name:<40} {s['p50_ms']:8.3f} {s['p99_ms']:8.3f} {s['x_floor']:8.1f} {s['core_pct_3x30hz']:14.1f}%")
-    node_path = ["render synthetic", "health (fingerprint + compare)", "fill_image (one buffer copy)"]
+    node_path = ["render synthetic", "health (fingerprint + compare)", "serialized template: stamp + one copy"]
     per_frame = sum(stages[k]["p50_ms"] for k in node_path)
-    print(f"synthetic node path per frame (render + health + fill): {per_frame:.3f} ms = "
+    before = stages["Image msg: fill + serialize (publish())"]["p50_ms"]
+    now = stages["serialized template: stamp + one copy"]["p50_ms"]
+    print(f"message bytes per frame: {now:.3f} ms with the serialized template vs {before:.3f} ms through an Image "
+          f"message ({before / now:.0f}x); the middleware's own copy into shared memory comes on top of both")
+    print(f"synthetic node path per frame (render + health + serialized template): {per_frame:.3f} ms = "
           f"{per_frame / (1e3 / RATE_HZ) * 100:.1f}% of a 33.3 ms period, {per_frame * 9:.1f}% of a core for 3 cameras")
 
     # Episode writer: 3 cameras + 12 arrays at 30 Hz, as the recorder will drive it.

@@ -55,7 +55,9 @@ from egomimic_hw.cameras.processing import FrameShaper
 from egomimic_hw.description import ARMS, CAMERAS
 from egomimic_hw.errors import ConfigError
 from egomimic_nodes import diagnostics, qos
-from egomimic_nodes.msg_convert import fill_image, ns_to_stamp, pose_to_array
+from egomimic_nodes.msg_convert import ns_to_stamp, pose_to_array
+from egomimic_nodes.outbox import publish_serialized
+from egomimic_nodes.serialized import SerializedImage, serialized_camera_info
 from egomimic_nodes.spin import run_node
 from egomimic_nodes.taken import TakenSubscriptions
 
@@ -120,14 +122,15 @@ class _Stream:
                                if compressed_quality else None)
         self.jpeg_quality = compressed_quality
         self.intrinsics = shaper.output_intrinsics(backend.intrinsics)
-        self.info = camera_info(camera, self.intrinsics)
-        self.image = Image()
-        self.image.header.frame_id = f"{camera}_optical"
+        self.info = serialized_camera_info(camera_info(camera, self.intrinsics))
+        # The Image's bytes are built once and patched per frame (serialized.py): ~1 ms of CPU
+        # per frame less than publish(msg), the same bytes on the wire.
+        self.image = SerializedImage(f"{camera}_optical", shaper.height, shaper.width)
         # A standard JPEG of the RGB image. The format string follows image_transport's
         # convention: "jpeg compressed bgr8" means "decode with a standard decoder" (cv::imdecode
         # yields BGR); "compressed rgb8" would tell decoders to skip the swap: red/blue exchanged.
         self.compressed = CompressedImage(format="rgb8; jpeg compressed bgr8")
-        self.compressed.header.frame_id = self.image.header.frame_id
+        self.compressed.header.frame_id = f"{camera}_optical"
         self.frozen: np.ndarray | None = None
         self.publish_errors = 0
         self.lock = threading.Lock()  # guards last_state / last_health_ns (capture thread vs timer)
@@ -162,15 +165,14 @@ class _Stream:
             self.publish(rgb, frame.capture_ns)
 
     def publish(self, rgb: np.ndarray, capture_ns: int) -> None:
-        stamp = ns_to_stamp(capture_ns)
-        self.image.header.stamp = stamp
-        fill_image(self.image, rgb)
-        self.info.header.stamp = stamp
+        self.info.stamp(capture_ns)
         try:
-            self.pub_image.publish(self.image)
-            self.pub_info.publish(self.info)
+            sent = publish_serialized(self.pub_image, self.image.fill(capture_ns, rgb))
+            sent &= publish_serialized(self.pub_info, self.info.buffer)
+            if not sent:
+                raise RuntimeError("rcl refused the message")
             if self.pub_compressed is not None:
-                self.compressed.header.stamp = stamp
+                self.compressed.header.stamp = ns_to_stamp(capture_ns)
                 self.compressed.data = simplejpeg.encode_jpeg(rgb, quality=self.jpeg_quality, colorspace="RGB")
                 self.pub_compressed.publish(self.compressed)
         except Exception as exc:  # noqa: BLE001 - a reliable writer can refuse under overload

@@ -90,7 +90,7 @@ from egomimic_nodes.msg_convert import pose_to_array, stamp_to_s
 from egomimic_nodes.outbox import Outbox
 from egomimic_nodes.params import declare_config
 from egomimic_nodes.sources import SourceCheck, node_fqn
-from egomimic_nodes.spin import run_node
+from egomimic_nodes.spin import end_profile, run_node, start_profile
 from egomimic_nodes.taken import TakenSubscriptions
 from egomimic_safety.checks import ArmCommand, ArmMeasurement
 from egomimic_safety.config import GateConfig
@@ -287,6 +287,7 @@ class GateNode(Node):
         not turn into a HOLD ends the node (`fatal`): on_exit then latches ESTOP and holds."""
         period = self._watchdog_period_s
         next_tick = time.monotonic()
+        profiler = start_profile()
         try:
             while not self._stopping.is_set():
                 now = time.monotonic()
@@ -300,6 +301,8 @@ class GateNode(Node):
         except Exception as exc:  # noqa: BLE001 - a dead decision thread must stop the node, never hide
             if self.context.ok() and not self._stopping.is_set():
                 self.fatal = f"decision thread: {type(exc).__name__}: {exc}"
+        finally:
+            end_profile(profiler, self, "decisions")
 
     def _stop_decisions(self) -> None:
         self._stopping.set()

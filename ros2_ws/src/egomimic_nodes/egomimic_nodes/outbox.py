@@ -82,7 +82,7 @@ class Outbox:
     def __init__(self, publisher, keep: int = 1, name: str | None = None):
         self.publisher = publisher
         self.topic = publisher.topic_name
-        self._publish, self._reset_error = _rcl()
+        _rcl()  # load librcl's entry points now, not in the sending thread
         self._queue: deque[bytes] = deque(maxlen=keep)
         self._cv = threading.Condition()
         self._closed = False
@@ -156,9 +156,24 @@ class Outbox:
                     return
 
     def _send(self, data: bytes) -> bool:
-        msg = _SerializedMessage(data, len(data), len(data), _Allocator())
-        with self.publisher.handle:  # keeps the rcl publisher alive during the call
-            ret = self._publish(self.publisher.handle.pointer, ctypes.byref(msg), None)
-        if ret != 0:
-            self._reset_error()
-        return ret == 0
+        return publish_serialized(self.publisher, data)
+
+
+def publish_serialized(publisher, data: bytes | bytearray) -> bool:
+    """Publish CDR bytes that are already a message of the publisher's type, here and now,
+    without the GIL during the middleware call (rcl_publish_serialized_message through ctypes).
+    For a message built once and patched per sample (serialized.py) and for the Outbox's
+    thread. The middleware has copied `data` when this returns, so the caller may reuse it.
+    False when rcl refused (its error state is reset)."""
+    publish, reset_error = _rcl()
+    n = len(data)
+    if isinstance(data, bytearray):
+        buffer = ctypes.cast((ctypes.c_char * n).from_buffer(data), ctypes.c_char_p)
+    else:
+        buffer = data
+    msg = _SerializedMessage(buffer, n, n, _Allocator())
+    with publisher.handle:  # keeps the rcl publisher alive during the call
+        ret = publish(publisher.handle.pointer, ctypes.byref(msg), None)
+    if ret != 0:
+        reset_error()
+    return ret == 0

@@ -58,7 +58,8 @@ commands did (STALE_COMMAND HOLD)."""
 
 PROFILE_ENV = "EGOMIMIC_PROFILE_DIR"
 """A directory: the node runs its spin loop under cProfile and writes `<node name>.prof` there
-on exit (CPU time of the main thread only; `python -m pstats FILE` reads it). For finding where a node's CPU
+on exit (CPU time of the main thread; a node's own busy threads, such as the gate's decisions,
+write `<node name>_<thread>.prof` the same way; `python -m pstats FILE` reads it). For finding where a node's CPU
 goes; py-spy (`py-spy record --native -p PID`) also sees native code and other threads."""
 
 
@@ -152,11 +153,12 @@ def start_profile():
     return profiler
 
 
-def end_profile(profiler, node) -> None:
+def end_profile(profiler, node, part: str = "") -> None:
+    """Write `<node name>[_<part>].prof` (part: a thread of the node that profiles itself)."""
     if profiler is None:
         return
     profiler.disable()
-    path = os.path.join(os.environ[PROFILE_ENV], f"{node.get_name()}.prof")
+    path = os.path.join(os.environ[PROFILE_ENV], f"{node.get_name()}{'_' + part if part else ''}.prof")
     try:
         os.makedirs(os.environ[PROFILE_ENV], exist_ok=True)
         profiler.dump_stats(path)
