@@ -69,8 +69,11 @@ def _callback(node, kind: str, name: str):
 def _feed_taken(node, topic_suffix: str, msg) -> None:
     """Process one sample the way the gate's drain does (joint_states and camera health are
     taken on each watchdog tick, not delivered: gate_node)."""
-    [cb] = [cb for sub, cb in node._taken_subs if sub.topic_name.endswith(topic_suffix)]
-    node._guarded(topic_suffix, lambda: cb(msg, None))
+    from rclpy.serialization import serialize_message
+
+    [(sub, cb)] = [(sub, cb) for sub, cb in node._taken_subs if sub.topic_name.endswith(topic_suffix)]
+    sample = serialize_message(msg) if sub.raw else msg  # joint_states are read raw (serialized.py)
+    node._guarded(topic_suffix, lambda: cb(sample, None))
 
 
 def _feed_state(node) -> None:

@@ -8,7 +8,7 @@ from rclpy.serialization import deserialize_message, serialize_message
 from sensor_msgs.msg import CameraInfo, Image
 
 from egomimic_nodes.msg_convert import fill_image, ns_to_stamp
-from egomimic_nodes.serialized import SerializedImage, serialized_camera_info
+from egomimic_nodes.serialized import SerializedImage, SerializedJointState, read_joint_state, serialized_camera_info
 
 
 @pytest.mark.parametrize("height,width", [(480, 640), (7, 5)])  # 5 px: rows of 15 bytes, odd lengths
@@ -46,3 +46,55 @@ def test_a_frame_of_the_wrong_shape_is_refused():
     template = SerializedImage("x", 4, 4)
     with pytest.raises(ValueError):
         template.fill(0, np.zeros((4, 5, 3), np.uint8))
+
+
+def _joint_state(names, position, velocity=(), effort=(), frame_id="left_base", stamp_ns=1_796_000_000_123_456_789):
+    from sensor_msgs.msg import JointState
+
+    msg = JointState()
+    msg.header.frame_id = frame_id
+    msg.header.stamp = ns_to_stamp(stamp_ns)
+    msg.name, msg.position, msg.velocity, msg.effort = list(names), list(position), list(velocity), list(effort)
+    return msg
+
+
+def test_serialized_joint_state_reads_back_as_the_message():
+    from sensor_msgs.msg import JointState
+
+    names = [f"left_joint{k}" for k in range(1, 7)] + ["left_gripper"]
+    template = SerializedJointState("left_base", names)
+    rng = np.random.default_rng(2)
+    for stamp_ns in (5, 1_796_321_441_837_479_832):
+        p, v = rng.normal(size=7), rng.normal(size=7)
+        raw = template.fill(stamp_ns, p, v)
+        reference = _joint_state(names, p, v, stamp_ns=stamp_ns)
+        assert len(raw) == len(serialize_message(reference))
+        assert deserialize_message(raw, JointState) == reference
+
+
+@pytest.mark.parametrize("names,position,velocity,effort,frame_id", [
+    ([f"left_joint{k}" for k in range(1, 7)] + ["left_gripper"], np.arange(7) * 0.1, np.ones(7), (), "left_base"),
+    (["a"], [1.5], (), (), ""),                      # one short name, no frame_id
+    (["ab", "abc", "abcd", "abcde"], [1.0, 2.0, 3.0, 4.0], [1.0], [2.0], "x"),  # every name length mod 4
+    (["j1", "j2"], [], [0.5, 0.5], (), "odd"),        # no positions
+    ([], [], (), (), "nothing"),
+])
+def test_read_joint_state_matches_deserialization(names, position, velocity, effort, frame_id):
+    msg = _joint_state(names, position, velocity, effort, frame_id)
+    stamp_ns, got_names, got_position = read_joint_state(serialize_message(msg))
+    assert stamp_ns == 1_796_000_000_123_456_789
+    assert got_names == list(names) and np.array_equal(got_position, np.asarray(position, float))
+
+
+def test_read_joint_state_refuses_what_is_not_one():
+    raw = serialize_message(_joint_state(["left_joint1", "left_joint2"], [0.1, 0.2]))
+    positions_end = raw.find(np.asarray([0.1, 0.2], "<f8").tobytes()) + 16
+    # truncated (in the header; in the last position), big-endian, empty
+    for bad in (raw[:10], raw[:positions_end - 1], b"\x00\x00" + raw[2:], b"", raw[:4]):
+        with pytest.raises(ValueError):
+            read_joint_state(bad)
+    names_count = 4 + 24  # encapsulation; stamp 8, frame_id 4 + len("left_base\0") = 22, aligned to 24
+    assert raw[names_count:names_count + 4] == (2).to_bytes(4, "little")
+    huge = raw[:names_count] + (10**6).to_bytes(4, "little") + raw[names_count + 4:]
+    with pytest.raises(ValueError, match="joint names"):
+        read_joint_state(huge)

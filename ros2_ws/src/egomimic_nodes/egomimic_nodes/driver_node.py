@@ -67,9 +67,10 @@ from egomimic_hw.pacing import Pacer
 from egomimic_nodes import diagnostics, qos
 from egomimic_nodes.msg_convert import pose_stamped
 from egomimic_nodes.outbox import Outbox
+from egomimic_nodes.serialized import SerializedJointState
 from egomimic_nodes.params import declare_config
 from egomimic_nodes.sources import SourceCheck, node_fqn
-from egomimic_nodes.spin import run_node
+from egomimic_nodes.spin import end_profile, run_node, start_profile
 from egomimic_nodes.taken import TakenSubscriptions
 
 COMMANDING_STATES = (GateStatus.ARMING, GateStatus.ARMED, GateStatus.HOLD, GateStatus.ESTOP)
@@ -162,7 +163,7 @@ class DriverNode(LifecycleNode):
         self._pose_every = max(1, round(rate_hz / pose_rate_hz)) if pose_rate_hz > 0 else 1
         self._ticks = 0
         self._names = self.arm.joint_names
-        self._js: JointState | None = None
+        self._js: SerializedJointState | None = None
         # Lifecycle publishers for the topics' declared semantics; _tick publishes only while active.
         self._pub_joints = Outbox(self.create_lifecycle_publisher(JointState, f"{self.arm.value}/joint_states", qos.SENSOR),
                                   keep=STATE_KEEP)
@@ -244,6 +245,13 @@ class DriverNode(LifecycleNode):
         latency, not plus a period."""
         self._take_inputs(apply_commands=False)  # commands sent while inactive are not for now
         readers = [self._status_sub, self._sub]
+        profiler = start_profile()
+        try:
+            self._serve(pacer, readers)
+        finally:
+            end_profile(profiler, self, "state_loop")
+
+    def _serve(self, pacer: Pacer, readers: list) -> None:
         while not pacer.stopped:
             due = self._watchdog_due_monotonic()
             deadline = pacer.next_deadline if due is None else min(due, pacer.next_deadline)
@@ -341,15 +349,13 @@ class DriverNode(LifecycleNode):
         if state.reading.fault:
             return  # a silent joint_states stream is the fault signal, besides /diagnostics
         stamp = self._measurement_stamp(now_s, state.reading.measured_at_s, ros_now)
-        js = self._js  # reused: an Outbox serializes a message before publish() returns
+        js = self._js  # serialized once; each tick writes its stamp and values (serialized.py)
         if js is None:
-            js = self._js = JointState()
-            js.header.frame_id = self.arm.hw_frame
-            js.name = self._names
-        js.header.stamp = stamp
-        js.position = [float(x) for x in state.reading.joints_rad] + [state.gripper_norm]
-        js.velocity = [float(x) for x in state.reading.joint_velocities_rad_s] + [0.0]
-        self._pub_joints.publish(js)
+            js = self._js = SerializedJointState(self.arm.hw_frame, self._names)
+        reading = state.reading
+        self._pub_joints.publish_bytes(js.fill(stamp.sec * 1_000_000_000 + stamp.nanosec,
+                                               np.append(reading.joints_rad, state.gripper_norm),
+                                               np.append(reading.joint_velocities_rad_s, 0.0)))
         self._ticks += 1
         if with_pose:
             self._pub_pose.publish(pose_stamped(state.ee_pose_hw, self.arm.hw_frame, stamp))

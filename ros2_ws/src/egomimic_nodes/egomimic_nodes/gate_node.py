@@ -89,6 +89,7 @@ from egomimic_nodes import diagnostics, qos
 from egomimic_nodes.msg_convert import pose_to_array, stamp_to_s
 from egomimic_nodes.outbox import Outbox
 from egomimic_nodes.params import declare_config
+from egomimic_nodes.serialized import read_joint_state
 from egomimic_nodes.sources import SourceCheck, node_fqn
 from egomimic_nodes.spin import end_profile, run_node, start_profile
 from egomimic_nodes.taken import TakenSubscriptions
@@ -155,7 +156,8 @@ class GateNode(Node):
             topic = self.resolve_topic_name(f"{arm.value}/joint_states")
             if check_sources:
                 self._state_sources[arm] = SourceCheck(self, topic, node_fqn(self.get_namespace(), f"driver_{arm.value}"))
-            self._taken_subs.append((self._taken.subscribe(JointState, topic, STATE_QOS), self._joint_cb(arm)))
+            # raw: read with serialized.read_joint_state, no Python message per 100 Hz sample
+            self._taken_subs.append((self._taken.subscribe(JointState, topic, STATE_QOS, raw=True), self._joint_cb(arm)))
         for cam in config.required_cameras:
             topic = self.resolve_topic_name(f"cameras/{cam}/health")
             self._taken_subs.append((self._taken.subscribe(CameraHealth, topic, HEALTH_QOS), self._health_cb(cam)))
@@ -239,19 +241,24 @@ class GateNode(Node):
         names = arm.joint_names
         source = self._state_sources.get(arm)
 
-        def cb(msg: JointState, info):
-            positions = np.asarray(msg.position, dtype=float)
-            if source is not None:
-                verdict = source.verdict(info)
-                if not verdict.ok:
-                    self.get_logger().error(f"refused: {verdict.why}", throttle_duration_sec=2.0)
-                    if verdict.foreign:
-                        return self.gate.state_implausible(arm, verdict.why, time.monotonic())
-                    if positions.shape == (JOINTS_PER_ARM + 1,):
-                        return self.gate.unverified_measurement(arm, positions[:JOINTS_PER_ARM], stamp_to_s(msg.header.stamp),
-                                                                time.monotonic())
-                    return None
-            if list(msg.name) != names or positions.shape != (JOINTS_PER_ARM + 1,) or not np.all(np.isfinite(positions)):
+        def cb(raw: bytes, info):
+            verdict = source.verdict(info) if source is not None else None
+            if verdict is not None and verdict.foreign:  # whatever it sent
+                self.get_logger().error(f"refused: {verdict.why}", throttle_duration_sec=2.0)
+                return self.gate.state_implausible(arm, verdict.why, time.monotonic())
+            try:
+                stamp_ns, msg_names, positions = read_joint_state(raw)
+            except ValueError as exc:
+                self.get_logger().error(f"malformed {arm.value}/joint_states ignored: {exc}", throttle_duration_sec=2.0)
+                return None
+            sec, nanosec = divmod(stamp_ns, 1_000_000_000)
+            stamp_s = sec + nanosec * 1e-9  # as msg_convert.stamp_to_s
+            if verdict is not None and not verdict.ok:
+                self.get_logger().error(f"refused: {verdict.why}", throttle_duration_sec=2.0)
+                if positions.shape == (JOINTS_PER_ARM + 1,):
+                    return self.gate.unverified_measurement(arm, positions[:JOINTS_PER_ARM], stamp_s, time.monotonic())
+                return None
+            if msg_names != names or positions.shape != (JOINTS_PER_ARM + 1,) or not np.all(np.isfinite(positions)):
                 self.get_logger().error(f"malformed {arm.value}/joint_states ignored", throttle_duration_sec=2.0)
                 return None
             joints = positions[:JOINTS_PER_ARM]
@@ -259,7 +266,7 @@ class GateNode(Node):
                 joints_rad=joints,
                 gripper_norm=float(positions[JOINTS_PER_ARM]),
                 ee_pose_hw=None,  # FK when a decision needs it (SafetyGate._measured), not per 100 Hz sample
-                stamp_s=stamp_to_s(msg.header.stamp),
+                stamp_s=stamp_s,
             ), time.monotonic())
         return cb
 

@@ -93,7 +93,10 @@ class Outbox:
         self._thread.start()
 
     def publish(self, msg) -> None:
-        data = serialize_message(msg)
+        self.publish_bytes(serialize_message(msg))
+
+    def publish_bytes(self, data: bytes) -> None:
+        """Queue CDR bytes that are already a message of the publisher's type (serialized.py)."""
         with self._cv:
             if self._closed:
                 return

@@ -1,4 +1,5 @@
-"""Messages whose bytes are built once and patched per sample: a camera's Image and CameraInfo.
+"""Messages as CDR bytes: built once and patched per sample (a camera's Image and CameraInfo,
+a driver's JointState), or read without building the message (read_joint_state).
 
 Why: converting a 640x480 rgb8 Image to its C struct and serializing it costs about 1 ms of
 CPU in rclpy (serialize_message, and publish() does the same), four copies of 900 KB, for a
@@ -22,7 +23,7 @@ import struct
 
 import numpy as np
 from rclpy.serialization import serialize_message
-from sensor_msgs.msg import CameraInfo, Image
+from sensor_msgs.msg import CameraInfo, Image, JointState
 
 STAMP = struct.Struct("<iI")
 STAMP_OFFSET = 4
@@ -79,3 +80,78 @@ class SerializedImage(SerializedTemplate):
 def serialized_camera_info(info: CameraInfo) -> SerializedTemplate:
     """CameraInfo never changes but for its stamp."""
     return SerializedTemplate(info)
+
+
+class SerializedJointState(SerializedTemplate):
+    """A sensor_msgs/JointState with fixed frame_id and names and `n` positions and velocities
+    (effort empty): the driver's 100 Hz joint_states. `fill()` writes the stamp and the values."""
+
+    def __init__(self, frame_id: str, names: list[str]):
+        n = len(names)
+        probe_p = [1e300 + k * 1e285 for k in range(n)]  # distinct doubles, found once in the bytes
+        probe_v = [-1e300 - k * 1e285 for k in range(n)]
+        msg = JointState()
+        msg.header.frame_id = frame_id
+        msg.name, msg.position, msg.velocity = list(names), probe_p, probe_v
+        super().__init__(msg)
+        raw = bytes(self.buffer)
+        self.position = self._doubles(raw, probe_p)
+        self.velocity = self._doubles(raw, probe_v)
+
+    def _doubles(self, raw: bytes, probe: list[float]) -> np.ndarray:
+        offset = raw.find(np.asarray(probe, "<f8").tobytes())
+        counts = {struct.unpack_from("<I", raw, offset - back)[0] for back in (4, 8) if offset >= back}
+        if offset < 0 or len(probe) not in counts:  # its length sits right before it, or before the padding
+            raise RuntimeError("sensor_msgs/JointState: a double sequence is not where CDR puts it")
+        return np.frombuffer(self.buffer, "<f8", count=len(probe), offset=offset)
+
+    def fill(self, stamp_ns: int, position, velocity) -> bytes:
+        """The message's bytes (a copy: the caller may hand them to another thread)."""
+        self.stamp(stamp_ns)
+        self.position[:] = position
+        self.velocity[:] = velocity
+        return bytes(self.buffer)
+
+
+_U32 = struct.Struct("<I")
+MAX_JOINT_NAMES = 64
+"""A JointState with more names than this is malformed here (a robot arm has a handful)."""
+
+
+def read_joint_state(raw: bytes) -> tuple[int, list[str], np.ndarray]:
+    """(header.stamp in ns, names, positions) of a CDR sensor_msgs/JointState, without building
+    the message (the gate reads 200 a second; rclpy's deserialization makes a dozen Python
+    objects each). Velocity and effort are not read. ValueError, with what is wrong, on bytes
+    that are not such a message: truncated, big-endian, absurd counts, bad UTF-8."""
+    if len(raw) < 4 or raw[:2] != CDR_LE:
+        raise ValueError("not little-endian CDR")
+    body = memoryview(raw)[4:]
+    try:
+        sec, nanosec = STAMP.unpack_from(body, 0)
+        pos = 8 + 4 + _U32.unpack_from(body, 8)[0]  # frame_id: length (with its NUL), bytes
+        pos = (pos + 3) & ~3
+        count = _U32.unpack_from(body, pos)[0]
+        pos += 4
+        if count > MAX_JOINT_NAMES:
+            raise ValueError(f"{count} joint names")
+        names = []
+        for _ in range(count):
+            pos = (pos + 3) & ~3
+            length = _U32.unpack_from(body, pos)[0]
+            if length < 1 or pos + 4 + length > len(body):
+                raise ValueError("a joint name runs past the message")
+            names.append(bytes(body[pos + 4:pos + 3 + length]).decode())
+            pos += 4 + length
+        pos = (pos + 3) & ~3
+        n = _U32.unpack_from(body, pos)[0]
+        pos += 4
+        if n > MAX_JOINT_NAMES:
+            raise ValueError(f"{n} positions")
+        if n:
+            pos = (pos + 7) & ~7
+        if pos + 8 * n > len(body):
+            raise ValueError("the positions run past the message")
+        positions = np.frombuffer(body, "<f8", count=n, offset=pos).astype(float)
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise ValueError(f"malformed JointState: {exc}") from None
+    return sec * 1_000_000_000 + nanosec, names, positions
