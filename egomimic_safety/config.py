@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from egomimic_hw.description import CAMERAS, CONTROL_RATE_HZ, DEFAULT_PREVIEW_S, X5_LIMITS
+from egomimic_hw.description import ARMS, CAMERAS, CONTROL_RATE_HZ, DEFAULT_PREVIEW_S, X5_LIMITS
 from egomimic_hw.errors import ConfigError
 from egomimic_safety.plausibility import PlausibilityConfig
 
@@ -159,7 +159,7 @@ class GateConfig:
                     raise ConfigError(f"gate parameter {name} must be 3 finite numbers [x, y, z] m, got {value!r}")
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"gate parameter {name} must be a finite number >= 0, got {value!r}")
-        for arm in ("left", "right"):
+        for arm in (a.value for a in ARMS):
             lo, hi = getattr(self, f"workspace_{arm}_min_m"), getattr(self, f"workspace_{arm}_max_m")
             if not all(a < b for a, b in zip(lo, hi)):
                 raise ConfigError(f"workspace_{arm}: min {list(lo)} must be below max {list(hi)} on every axis")

@@ -46,7 +46,7 @@ def main() -> int:
     from egomimic_hw.description import ARMS
     from egomimic_hw.pinocchio_kinematics import PinocchioArm
     from egomimic_hw.rotations import geodesic_angle, quat_to_mat
-    from egomimic_nodes import qos
+    from egomimic_nodes import topics
 
     reference = PinocchioArm()
     lock = threading.Lock()
@@ -68,8 +68,8 @@ def main() -> int:
             with lock:
                 poses[arm][stamp(msg)] = np.array([p.x, p.y, p.z, o.w, o.x, o.y, o.z])
 
-        node.create_subscription(JointState, f"/{args.namespace}/{arm.value}/joint_states", on_joints, qos.SENSOR)
-        node.create_subscription(PoseStamped, f"/{args.namespace}/{arm.value}/ee_pose", on_pose, qos.SENSOR)
+        node.create_subscription(JointState, topics.JOINT_STATES.resolve(args.namespace, arm=arm), on_joints, topics.JOINT_STATES.qos)
+        node.create_subscription(PoseStamped, topics.EE_POSE.resolve(args.namespace, arm=arm), on_pose, topics.EE_POSE.qos)
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     end = time.monotonic() + args.seconds

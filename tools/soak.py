@@ -30,9 +30,10 @@ from pathlib import Path
 import psutil
 
 from egomimic_launch.process import node_processes
+from egomimic_nodes import topics
 
 REPO = Path(__file__).resolve().parents[1]
-ACTION_TOPIC_SUFFIX = "policy/action"
+ACTION_TOPIC_SUFFIX = "/" + topics.POLICY_ACTION.name()
 RATE_TOLERANCE = 0.01
 MAX_GAP_PERIODS = 2.0
 MAX_RSS_GROWTH = 0.05

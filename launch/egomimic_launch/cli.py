@@ -181,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     from egomimic_launch.heartbeat import Heartbeats
     from egomimic_launch.ros_client import LauncherClient  # rclpy after the environment is set
     from egomimic_launch.summary import RunMonitor
+    from egomimic_nodes import topics
 
     clean_shared_memory(env)  # segments of processes that died without cleaning up
     client = LauncherClient()
@@ -211,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         arm_until = time.monotonic() + ARM_TIMEOUT_S
         ok, msg = False, ""
         while time.monotonic() < arm_until and not launcher.stop_event.is_set():
-            ok, msg = client.trigger(f"/{graph.namespace}/safety/arm")
+            ok, msg = client.trigger(topics.SAFETY_ARM.resolve(graph.namespace))
             if ok:
                 break
             time.sleep(0.2)
@@ -247,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                     launcher.dead_at_wall = time.time()
                     launcher.stop_reason = why
                     safe_print(f"[launch] SAFE STOP: {launcher.stop_reason}", err=True)
-                    ok, msg = client.trigger(f"/{graph.namespace}/safety/estop", timeout_s=1.0)
+                    ok, msg = client.trigger(topics.SAFETY_ESTOP.resolve(graph.namespace), timeout_s=1.0)
                     launcher.safe_stop_detail = f"safety/estop: {msg}" if ok else f"gate unreachable ({msg}); drivers hold on their own watchdog"
                     time.sleep(0.5)  # let the hold reach the drivers before anything stops
                     exit_code = EXIT_SAFE_STOP
@@ -261,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
             monitor.end(time.time())
         if exit_code == EXIT_OK and not launcher.dead_node:
             # Orderly stop: disarm first so the arms hold while the graph goes down.
-            client.trigger(f"/{graph.namespace}/safety/disarm", timeout_s=1.0)
+            client.trigger(topics.SAFETY_DISARM.resolve(graph.namespace), timeout_s=1.0)
     finally:
         launcher.teardown()
         client.close()

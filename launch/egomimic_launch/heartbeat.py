@@ -14,18 +14,14 @@ from __future__ import annotations
 import threading
 import time
 
-from sensor_msgs.msg import JointState
-
-from egomimic_msgs.msg import GateStatus
-
 
 class Heartbeats:
     def __init__(self, node, graph):
         """Subscribes at once (so the late-joiner status arrives); judged only after start()."""
-        from egomimic_nodes import qos
+        from egomimic_hw.description import ARMS
+        from egomimic_nodes import topics
         from egomimic_nodes.taken import TakenSubscriptions
 
-        ns = "/" + graph.namespace.strip("/") if graph.namespace.strip("/") else ""
         self._lock = threading.Lock()
         self._last: dict[str, float] = {}
         self._topics: dict[str, str] = {}
@@ -33,12 +29,13 @@ class Heartbeats:
         self._started = False
         self._taken = TakenSubscriptions(node.context, f"{node.get_name()}_heartbeat")
         names = {spec.name for spec in graph.nodes}
-        sources = [("safety_gate", GateStatus, f"{ns}/safety/status", qos.LATCHED)]
-        sources += [(f"driver_{arm}", JointState, f"{ns}/{arm}/joint_states", qos.SENSOR) for arm in ("left", "right")]
-        for name, msg_type, topic, profile in sources:
+        sources = [("safety_gate", topics.SAFETY_STATUS, topics.SAFETY_STATUS.resolve(graph.namespace))]
+        sources += [(f"driver_{arm.value}", topics.JOINT_STATES, topics.JOINT_STATES.resolve(graph.namespace, arm=arm))
+                    for arm in ARMS]
+        for name, topic, fqn in sources:
             if name in names:
-                self._topics[name] = topic
-                self._subs[name] = self._taken.subscribe(msg_type, topic, profile, raw=True)
+                self._topics[name] = fqn
+                self._subs[name] = self._taken.subscribe(topic.type, fqn, topic.qos, raw=True)
 
     def _take(self) -> None:
         """A beat per source with a new sample: when DDS received the newest one (system clock,

@@ -17,11 +17,12 @@ from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from rclpy.qos import QoSProfile
 from rclpy.serialization import deserialize_message
-from sensor_msgs.msg import CameraInfo, Image, JointState
+from sensor_msgs.msg import Image
 
 from egomimic_hw.description import ARMS, CAMERAS
 from egomimic_launch.stats import StreamAccumulator
 from egomimic_msgs.msg import BimanualCommand, GateStatus
+from egomimic_nodes import topics
 
 _STAMP = struct.Struct("<iI")
 OBSERVER_DEPTH = 200
@@ -35,22 +36,21 @@ def header_stamp_s(raw: bytes) -> float:
     return sec + nsec * 1e-9
 
 
-def watched_streams(namespace: str) -> list[tuple[str, type, float]]:
-    ns = "/" + namespace.strip("/")
+WATCHED = (topics.IMAGE_RAW, topics.CAMERA_INFO, topics.JOINT_STATES, topics.EE_POSE_DATASET, topics.POLICY_ACTION,
+           topics.COMMAND_PROPOSED, topics.JOINT_COMMAND)
+"""The streams whose rate, gaps and latency the run summary reports, in its order."""
+
+
+def watched_streams(namespace: str) -> list[tuple[str, topics.Topic]]:
+    """(fully qualified name, topic) of every watched stream: each camera's, each arm's."""
     streams = []
-    for cam in CAMERAS:
-        streams.append((f"{ns}/cameras/{cam}/image_raw", Image, 30.0))
-    for cam in CAMERAS:
-        streams.append((f"{ns}/cameras/{cam}/camera_info", CameraInfo, 30.0))
-    for arm in ARMS:
-        streams.append((f"{ns}/{arm.value}/joint_states", JointState, 100.0))
-    for arm in ARMS:
-        # every 3rd 100 Hz tick (the driver's pose_rate_hz)
-        streams.append((f"{ns}/{arm.value}/ee_pose_dataset", PoseStamped, 100.0 / 3))
-    streams.append((f"{ns}/policy/action", BimanualCommand, 30.0))
-    streams.append((f"{ns}/command/proposed", BimanualCommand, 30.0))
-    for arm in ARMS:
-        streams.append((f"{ns}/{arm.value}/joint_command", JointState, 30.0))
+    for topic in WATCHED:
+        if "{cam}" in topic.template:
+            streams += [(topic.resolve(namespace, cam=cam), topic) for cam in CAMERAS]
+        elif "{arm}" in topic.template:
+            streams += [(topic.resolve(namespace, arm=arm), topic) for arm in ARMS]
+        else:
+            streams.append((topic.resolve(namespace), topic))
     return streams
 
 
@@ -62,10 +62,11 @@ class GraphObserver:
     """Bounded memory however long the run (a soak is ten minutes): per-stream accumulators
     (stats.StreamAccumulator) and the last TRACK_KEEP_S of the paths."""
 
-    def __init__(self, node, namespace: str, qos):
+    def __init__(self, node, namespace: str):
         self.node = node
         self.lock = threading.Lock()
         self.streams: dict[str, StreamAccumulator] = {}
+        self.topic_of: dict[str, topics.Topic] = {}
         self.gate_status: GateStatus | None = None
         self.gate_history: list[tuple[float, int, str]] = []
         self.driver_diag: dict[str, dict[str, str]] = {}
@@ -75,7 +76,6 @@ class GraphObserver:
                          for arm in ARMS}
         self.meas_path = {arm.value: (deque(maxlen=int(TRACK_KEEP_S * 100)), deque(maxlen=int(TRACK_KEEP_S * 100)))
                           for arm in ARMS}
-        ns = "/" + namespace.strip("/")
         # The streams are taken raw in a batch on each poll() (egomimic_nodes/taken.py), never one
         # executor callback per sample; arrival = the DDS reception time in the message info, so
         # a poll that comes late changes no rate and no latency. The few small messages whose
@@ -84,20 +84,20 @@ class GraphObserver:
 
         self._taken = TakenSubscriptions(node.context, f"{node.get_name()}_observer")
         self._streams = []
-        content = {f"{ns}/policy/action": (BimanualCommand, self._on_action)}
+        content = {topics.POLICY_ACTION.resolve(namespace): (BimanualCommand, self._on_action)}
         for arm in ARMS:
-            content[f"{ns}/{arm.value}/ee_pose_dataset"] = (PoseStamped, self._meas_cb(arm.value))
-        for topic, msg_type, hz in watched_streams(namespace):
-            self.streams[topic] = StreamAccumulator(topic, hz)
-            profile = qos.COMMAND if msg_type is BimanualCommand or "joint_command" in topic else qos.SENSOR
+            content[topics.EE_POSE_DATASET.resolve(namespace, arm=arm)] = (PoseStamped, self._meas_cb(arm.value))
+        for name, topic in watched_streams(namespace):
+            self.streams[name] = StreamAccumulator(name, topic.rate_hz)
+            self.topic_of[name] = topic
             # A history deep enough for the time between two polls, with margin for a stalled
             # launcher: 2 s of the small streams, 10 frames (330 ms) of the images.
-            depth = OBSERVER_IMAGE_DEPTH if msg_type is Image else OBSERVER_DEPTH
-            profile = QoSProfile(history=profile.history, depth=depth, reliability=profile.reliability,
-                                 durability=profile.durability)
-            self._streams.append((topic, self._taken.subscribe(msg_type, topic, profile, raw=True), content.get(topic)))
-        node.create_subscription(GateStatus, f"{ns}/safety/status", self._on_status, qos.LATCHED)
-        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 50)
+            depth = OBSERVER_IMAGE_DEPTH if topic.type is Image else OBSERVER_DEPTH
+            profile = QoSProfile(history=topic.qos.history, depth=depth, reliability=topic.qos.reliability,
+                                 durability=topic.qos.durability)
+            self._streams.append((name, self._taken.subscribe(topic.type, name, profile, raw=True), content.get(name)))
+        node.create_subscription(GateStatus, topics.SAFETY_STATUS.resolve(namespace), self._on_status, topics.SAFETY_STATUS.qos)
+        node.create_subscription(DiagnosticArray, topics.DIAGNOSTICS.name(), self._on_diag, 50)
 
     def poll(self) -> None:
         """Account every sample received since the last poll."""
@@ -129,7 +129,7 @@ class GraphObserver:
 
     def _on_action(self, msg: BimanualCommand) -> None:
         t = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
-        for arm in ("left", "right"):
+        for arm in (a.value for a in ARMS):
             p = getattr(msg, arm).pose.position
             ts, xs = self.cmd_path[arm]
             ts.append(t)

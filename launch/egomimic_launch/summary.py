@@ -13,7 +13,8 @@ from pathlib import Path
 
 from egomimic_launch.observer import TRACK_KEEP_S, GraphObserver
 from egomimic_launch.stats import tracking_stats
-from egomimic_nodes import qos
+from egomimic_hw.description import ARMS, CAMERAS
+from egomimic_nodes import topics
 
 GATE_STATES = {0: "DISARMED", 1: "ARMING", 2: "ARMED", 3: "HOLD", 4: "ESTOP"}
 RATE_TOLERANCE = 0.05
@@ -32,7 +33,7 @@ class RunMonitor:
         self.scripted = scripted
         self.expect_armed = expect_armed
         self.ns = "/" + namespace.strip("/")
-        self.obs = GraphObserver(node, namespace, qos)
+        self.obs = GraphObserver(node, namespace)
         self.t_begin = self.t_end = None
         self._next_progress = 0.0
 
@@ -53,24 +54,24 @@ class RunMonitor:
             return
         self._next_progress = now + 2.0
         o = self.obs
-        cams = " ".join(f"{o.recent_rate(f'{self.ns}/cameras/{c}/image_raw'):4.1f}" for c in ("front_1", "left_wrist", "right_wrist"))
-        joints = " ".join(f"{o.recent_rate(f'{self.ns}/{a}/joint_states'):5.1f}" for a in ("left", "right"))
-        cmds = " ".join(f"{o.recent_rate(f'{self.ns}/{a}/joint_command'):4.1f}" for a in ("left", "right"))
+        cams = " ".join(f"{o.recent_rate(topics.IMAGE_RAW.resolve(self.ns, cam=c)):4.1f}" for c in CAMERAS)
+        joints = " ".join(f"{o.recent_rate(topics.JOINT_STATES.resolve(self.ns, arm=a)):5.1f}" for a in ARMS)
+        cmds = " ".join(f"{o.recent_rate(topics.JOINT_COMMAND.resolve(self.ns, arm=a)):4.1f}" for a in ARMS)
         gate = GATE_STATES.get(o.gate_status.state, "?") if o.gate_status else "no status"
         print(f"[run] cameras {cams} Hz | joint_states {joints} Hz | policy/action "
-              f"{o.recent_rate(f'{self.ns}/policy/action'):4.1f} Hz | joint_command {cmds} Hz | gate {gate}", flush=True)
+              f"{o.recent_rate(topics.POLICY_ACTION.resolve(self.ns)):4.1f} Hz | joint_command {cmds} Hz | gate {gate}", flush=True)
 
     def report(self, launcher, run_dir: Path, json_path: Path | None) -> bool:
         o = self.obs
         o.poll()
         streams = [acc.stats() for acc in o.streams.values()]
-        tracks = [tracking_stats(a, *o.cmd_path[a], *o.meas_path[a]) for a in ("left", "right")]
+        tracks = [tracking_stats(a, *o.cmd_path[a], *o.meas_path[a]) for a in (arm.value for arm in ARMS)]
         gs = o.gate_status
         checks = []  # (what, ok, timing): a timing check is a measurement of this machine, see report()
         for s in streams:
-            if "image_raw" in s.topic or "joint_states" in s.topic or s.topic.endswith("policy/action"):
+            if o.topic_of[s.topic] in (topics.IMAGE_RAW, topics.JOINT_STATES, topics.POLICY_ACTION):
                 checks.append((f"{s.topic} at {s.nominal_hz:.0f} Hz (+-5 %)", s.rate_error <= RATE_TOLERANCE, True))
-        for arm in ("left", "right"):
+        for arm in (a.value for a in ARMS):
             applied = int(o.driver_diag.get(arm, {}).get("commands_applied", "0"))
             checks.append((f"joint commands applied by driver_{arm} ({applied})", applied > 0, False))
         if self.expect_armed:
@@ -103,7 +104,7 @@ class RunMonitor:
             lines.append(f"             last detail: {gs.detail}")
         else:
             lines.append("safety gate: no status received")
-        for arm in ("left", "right"):
+        for arm in (a.value for a in ARMS):
             d = o.driver_diag.get(arm, {})
             lines.append(f"driver_{arm}: applied {d.get('commands_applied', '?')}, refused {d.get('commands_refused', '?')}, "
                          f"watchdog holds {d.get('watchdog_holds', '?')}; {d.get('message', 'no diagnostics')}")

@@ -37,6 +37,7 @@ from rcl_interfaces.srv import ListParameters
 from rclpy.executors import SingleThreadedExecutor
 from std_srvs.srv import Trigger
 
+from egomimic_nodes import topics
 from egomimic_nodes.spin import raise_priority
 
 WARMUP_CALLS = 3
@@ -58,7 +59,7 @@ class Participant:
         self.executor.add_node(self.node)
         self.spinner = threading.Thread(target=self.executor.spin, daemon=True)
         self.spinner.start()
-        self.client = self.node.create_client(Trigger, "/eva/safety/estop")
+        self.client = self.node.create_client(topics.SAFETY_ESTOP.type, topics.SAFETY_ESTOP.resolve("eva"))
 
     def warm_up(self, calls: int, pause_s: float) -> None:
         warm = self.node.create_client(ListParameters, "/eva/safety_gate_estop/list_parameters")

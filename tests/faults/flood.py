@@ -16,7 +16,7 @@ import rclpy
 
 from egomimic_hw.description import ARMS
 from egomimic_msgs.msg import BimanualCommand
-from egomimic_nodes import qos
+from egomimic_nodes import topics
 from egomimic_nodes.msg_convert import array_to_pose
 
 
@@ -24,7 +24,7 @@ def main() -> None:
     rate_hz, duration_s, poses = float(sys.argv[1]), float(sys.argv[2]), json.loads(sys.argv[3])
     rclpy.init()
     node = rclpy.create_node("command_flood")
-    pub = node.create_publisher(BimanualCommand, "/eva/command/proposed", qos.COMMAND)
+    pub = node.create_publisher(BimanualCommand, topics.COMMAND_PROPOSED.resolve("eva"), topics.COMMAND_PROPOSED.qos)
     deadline = time.time() + 10
     while pub.get_subscription_count() < 1 and time.time() < deadline:
         time.sleep(0.01)

@@ -175,7 +175,7 @@ class Rig:
         from sensor_msgs.msg import JointState
         from std_srvs.srv import Trigger
 
-        from egomimic_nodes import qos
+        from egomimic_nodes import topics
         from egomimic_nodes.sources import SourceCheck
 
         n = self.node
@@ -183,10 +183,10 @@ class Rig:
         # ARMED, or it would audit a new armed run against the previous one's last command).
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
         every_status = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        n.create_subscription(GateStatus, "/eva/safety/status", self._on_status, every_status)
-        n.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 50)
-        self.state_source = {arm: SourceCheck(n, f"/eva/{arm.value}/joint_states", f"/eva/driver_{arm.value}") for arm in ARMS}
-        self.command_source = {arm: SourceCheck(n, f"/eva/{arm.value}/joint_command", "/eva/safety_gate") for arm in ARMS}
+        n.create_subscription(GateStatus, topics.SAFETY_STATUS.resolve("eva"), self._on_status, every_status)
+        n.create_subscription(DiagnosticArray, topics.DIAGNOSTICS.name(), self._on_diag, 50)
+        self.state_source = {arm: SourceCheck(n, topics.JOINT_STATES.resolve("eva", arm=arm), f"/eva/driver_{arm.value}") for arm in ARMS}
+        self.command_source = {arm: SourceCheck(n, topics.JOINT_COMMAND.resolve("eva", arm=arm), "/eva/safety_gate") for arm in ARMS}
         # Deep queues: a rig that stalls (load) must still see every sample and command, since
         # holds are checked against the exact samples the driver published.
         deep = QoSProfile(depth=500, reliability=ReliabilityPolicy.RELIABLE)
@@ -198,11 +198,11 @@ class Rig:
         self._taken = TakenSubscriptions(self.ctx, f"fault_rig_{os.getpid()}_taken")
         self._polled = []
         for arm in ARMS:
-            self._polled.append((self._taken.subscribe(JointState, f"/eva/{arm.value}/joint_states", deep), self._joint_cb(arm)))
-            n.create_subscription(JointState, f"/eva/{arm.value}/joint_command", self._command_cb(arm), deep)
+            self._polled.append((self._taken.subscribe(JointState, topics.JOINT_STATES.resolve("eva", arm=arm), deep), self._joint_cb(arm)))
+            n.create_subscription(JointState, topics.JOINT_COMMAND.resolve("eva", arm=arm), self._command_cb(arm), deep)
         for cam in CAMERAS:
             health_qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
-            self._polled.append((self._taken.subscribe(CameraHealth, f"/eva/cameras/{cam}/health", health_qos), self._health_cb(cam)))
+            self._polled.append((self._taken.subscribe(CameraHealth, topics.CAMERA_HEALTH.resolve("eva", cam=cam), health_qos), self._health_cb(cam)))
         self.poll_errors: list[str] = []
         """Exceptions of the poll thread's callbacks (it goes on); asserted empty at teardown."""
         self._stop_poll = threading.Event()
@@ -214,7 +214,7 @@ class Rig:
         # were lost (DDS drops a departed writer's untaken samples). keep=64: nothing is dropped.
         from egomimic_nodes.outbox import Outbox
 
-        self.pub = Outbox(n.create_publisher(BimanualCommand, "/eva/command/proposed", qos.COMMAND), keep=64)
+        self.pub = Outbox(n.create_publisher(BimanualCommand, topics.COMMAND_PROPOSED.resolve("eva"), topics.COMMAND_PROPOSED.qos), keep=64)
         self.srv = {name: n.create_client(Trigger, f"/eva/safety/{name}") for name in ("arm", "disarm", "estop", "reset")}
         self.param_client = n.create_client(SetParameters, "/eva/cameras/set_parameters")
         self._Trigger, self._BimanualCommand = Trigger, BimanualCommand

@@ -649,13 +649,13 @@ def test_spoofed_state_at_the_limits(rig):
     outside the limits reaches a driver and the arm does not move."""
     from sensor_msgs.msg import JointState
 
-    from egomimic_nodes import qos
+    from egomimic_nodes import topics
 
     for rng in trials("spoofed_state"):
         t_start = time.time()
         arm_and_stream(rig, rng)
         arm = random_arm(rng)
-        pub = rig.node.create_publisher(JointState, f"/eva/{arm.value}/joint_states", qos.SENSOR)
+        pub = rig.node.create_publisher(JointState, topics.JOINT_STATES.resolve("eva", arm=arm), topics.JOINT_STATES.qos)
         try:
             wait_matched(pub, 2)  # the gate and this rig
             msg = JointState()
@@ -683,7 +683,7 @@ def test_direct_joint_command_from_another_publisher(rig):
     arm does not move, and nothing outside the limits is applied."""
     from sensor_msgs.msg import JointState
 
-    from egomimic_nodes import qos
+    from egomimic_nodes import topics
 
     for i, rng in enumerate(trials("direct_command")):
         t_start = time.time()
@@ -693,7 +693,7 @@ def test_direct_joint_command_from_another_publisher(rig):
         else:
             to_disarmed(rig)
         arm = random_arm(rng)
-        pub = rig.node.create_publisher(JointState, f"/eva/{arm.value}/joint_command", qos.COMMAND)
+        pub = rig.node.create_publisher(JointState, topics.JOINT_COMMAND.resolve("eva", arm=arm), topics.JOINT_COMMAND.qos)
         try:
             wait_matched(pub, 2)  # the driver and this rig
             before = rig.driver_refusals(arm, "foreign_publisher") + rig.driver_refusals(arm, "unknown_publisher")

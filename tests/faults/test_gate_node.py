@@ -81,11 +81,13 @@ def _feed_state(node) -> None:
     from egomimic_msgs.msg import CameraHealth
     from sensor_msgs.msg import JointState
 
+    from egomimic_nodes import topics
+
     for arm in ARMS:
         msg = JointState()
         msg.name = arm.joint_names
         msg.position = [float(v) for v in Q] + [0.5]
-        _feed_taken(node, f"{arm.value}/joint_states", msg)  # stamp 0: the stopped ROS clock
+        _feed_taken(node, topics.JOINT_STATES.name(arm), msg)  # stamp 0: the stopped ROS clock
     health = CameraHealth()
     health.state = CameraHealth.OK
     _feed_taken(node, "cameras/front_1/health", health)
@@ -164,3 +166,43 @@ def test_exception_in_a_service_handler_sends_the_hold_at_once(gate_node):
         sent = node._pub_cmd[arm].sent[before[arm]:]
         assert len(sent) >= 1, "the hold target was not sent by the failing handler"
         assert all(np.array_equal(v, np.append(Q, 0.5)) for _, v in sent)
+
+
+def test_every_gate_parameter_is_read_only(gate_node):
+    """A limit or a workspace box set at run time would be accepted and ignored (the gate builds
+    its config once): it must be refused instead, with the reason."""
+    from rclpy.parameter import Parameter
+
+    node, _ = gate_node
+    names = node._parameters.keys() - {"use_sim_time"}  # rclpy's own clock switch
+    assert {"workspace_left_max_m", "required_cameras", "watchdog_rate_hz", "kinematics"} <= names
+    for name in sorted(names):
+        current = node.get_parameter(name)
+        result = node.set_parameters([Parameter(name, current.type_, current.value)])[0]
+        assert not result.successful and "read-only" in result.reason, (name, result.reason)
+    before = node.gate.config.workspace_left_max_m
+    result = node.set_parameters([Parameter("workspace_left_max_m", Parameter.Type.DOUBLE_ARRAY, [0.0, 0.0, 0.0])])[0]
+    assert not result.successful
+    assert tuple(node.get_parameter("workspace_left_max_m").value) == tuple(before) == node.gate.config.workspace_left_max_m
+
+
+def test_an_integer_is_taken_where_a_float_is_declared():
+    import rclpy
+    from rclpy.parameter import Parameter
+
+    from egomimic_nodes.gate_node import GateNode
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, args=["--ros-args", "--disable-external-lib-logs"])
+    try:
+        node = GateNode(start_decisions=False, context=ctx, parameter_overrides=[
+            Parameter("watchdog_rate_hz", Parameter.Type.INTEGER, 50),
+            Parameter("command_timeout_s", Parameter.Type.INTEGER, 1),  # as `command_timeout_s: 1` in YAML
+        ])
+        try:
+            assert node.gate.config.command_timeout_s == 1.0 and isinstance(node.gate.config.command_timeout_s, float)
+            assert node._watchdog_period_s == pytest.approx(0.02)
+        finally:
+            node.destroy_node()
+    finally:
+        rclpy.try_shutdown(context=ctx)

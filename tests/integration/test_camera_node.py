@@ -12,12 +12,13 @@ import time
 import numpy as np
 import pytest
 
+from egomimic_hw.description import CAMERAS
 from .conftest import REPO_ROOT, wait_for
 
 pytestmark = pytest.mark.integration
 
 NS = "/h4cam"
-CAMS = ("front_1", "left_wrist", "right_wrist")
+CAMS = CAMERAS
 PERIOD_NS = 33_333_333
 
 

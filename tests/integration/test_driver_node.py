@@ -10,8 +10,8 @@ from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState
 from sensor_msgs.msg import JointState
 
-from egomimic_hw.description import X5_LIMITS
-from egomimic_nodes import qos
+from egomimic_hw.description import X5_LIMITS, Arm
+from egomimic_nodes import topics
 
 from .conftest import wait_for
 
@@ -35,13 +35,13 @@ class DriverProbe:
         self.node = ros_node
         self.states: list[tuple[float, np.ndarray, np.ndarray]] = []
         self.diag: list[tuple[float, str, dict]] = []
-        ros_node.create_subscription(JointState, "/eva/left/joint_states", self._on_state, qos.SENSOR)
-        ros_node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 50)
+        ros_node.create_subscription(JointState, topics.JOINT_STATES.resolve("eva", arm=Arm.LEFT), self._on_state, topics.JOINT_STATES.qos)
+        ros_node.create_subscription(DiagnosticArray, topics.DIAGNOSTICS.name(), self._on_diag, 50)
         import rclpy
 
         self.gate = rclpy.create_node("safety_gate", namespace="/eva", context=ros_node.context)
-        self.pub = self.gate.create_publisher(JointState, "/eva/left/joint_command", qos.COMMAND)
-        self.status = self.gate.create_publisher(GateStatus, "/eva/safety/status", qos.LATCHED)
+        self.pub = self.gate.create_publisher(JointState, topics.JOINT_COMMAND.resolve("eva", arm=Arm.LEFT), topics.JOINT_COMMAND.qos)
+        self.status = self.gate.create_publisher(GateStatus, topics.SAFETY_STATUS.resolve("eva"), topics.SAFETY_STATUS.qos)
         self.status.publish(GateStatus(state=GateStatus.ARMED if gate_state is None else gate_state))
         client = ros_node.create_client(ChangeState, "/eva/driver_left/change_state")
         assert client.wait_for_service(timeout_sec=30), "driver lifecycle service did not appear"
@@ -200,7 +200,7 @@ def test_commands_from_anyone_but_the_armed_gate_are_refused_and_the_arm_stays(n
     far[0] += 1.7
     t0 = d.now_s()
     d.stream(far, 0.5)  # from the gate's node, but the gate is DISARMED
-    stranger = ros_node.create_publisher(JointState, "/eva/left/joint_command", qos.COMMAND)
+    stranger = ros_node.create_publisher(JointState, topics.JOINT_COMMAND.resolve("eva", arm=Arm.LEFT), topics.JOINT_COMMAND.qos)
     assert wait_for(lambda: stranger.get_subscription_count() > 0, 10)
     msg = JointState()
     msg.name = [f"left_joint{i}" for i in range(1, 7)] + ["left_gripper"]

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 from geometry_msgs.msg import PoseStamped
 
+from egomimic_hw.description import ARMS, Arm
 from egomimic_hw.frames import pose_ds_from_hw, pose_hw_from_ds
 from egomimic_msgs.msg import BimanualCommand
-from egomimic_nodes import qos
+from egomimic_nodes import topics
 from egomimic_nodes.msg_convert import array_to_pose, pose_to_array
 
 from .conftest import wait_for
@@ -18,7 +19,7 @@ POSE_DS = np.array([0.3, 0.05, 0.25, 0.5, 0.5, 0.5, 0.5])
 
 def action(frame_suffix: str) -> BimanualCommand:
     msg = BimanualCommand()
-    for arm in ("left", "right"):
+    for arm in (a.value for a in ARMS):
         ps = getattr(msg, arm)
         ps.header.frame_id = f"{arm}_base{frame_suffix}"
         array_to_pose(POSE_DS, ps.pose)
@@ -29,10 +30,10 @@ def action(frame_suffix: str) -> BimanualCommand:
 def test_frames_node_converts_and_refuses_wrong_frame(node_process, ros_node):
     node_process("egomimic_nodes.frames_node", "-r", "__ns:=/eva")
     received, poses_ds = [], []
-    ros_node.create_subscription(BimanualCommand, "/eva/command/proposed", received.append, qos.COMMAND)
-    ros_node.create_subscription(PoseStamped, "/eva/left/ee_pose_dataset", poses_ds.append, qos.SENSOR)
-    pub = ros_node.create_publisher(BimanualCommand, "/eva/policy/action", qos.COMMAND)
-    pub_pose = ros_node.create_publisher(PoseStamped, "/eva/left/ee_pose", qos.SENSOR)
+    ros_node.create_subscription(BimanualCommand, topics.COMMAND_PROPOSED.resolve("eva"), received.append, topics.COMMAND_PROPOSED.qos)
+    ros_node.create_subscription(PoseStamped, topics.EE_POSE_DATASET.resolve("eva", arm=Arm.LEFT), poses_ds.append, topics.EE_POSE_DATASET.qos)
+    pub = ros_node.create_publisher(BimanualCommand, topics.POLICY_ACTION.resolve("eva"), topics.POLICY_ACTION.qos)
+    pub_pose = ros_node.create_publisher(PoseStamped, topics.EE_POSE.resolve("eva", arm=Arm.LEFT), topics.EE_POSE.qos)
     assert wait_for(lambda: pub.get_subscription_count() > 0 and pub_pose.get_subscription_count() > 0, 20)
 
     for _ in range(5):

@@ -15,10 +15,11 @@ import pytest
 from geometry_msgs.msg import PoseStamped
 from sensor_msgs.msg import JointState
 
+from egomimic_hw.description import Arm
 from egomimic_hw.frames import pose_ds_from_hw
 from egomimic_hw.pinocchio_kinematics import PinocchioArm
 from egomimic_hw.rotations import geodesic_angle, quat_to_mat
-from egomimic_nodes import qos
+from egomimic_nodes import topics
 
 from .conftest import wait_for
 from .test_driver_node import START, DriverProbe
@@ -59,9 +60,9 @@ def test_pose_topics_are_link6_of_the_measured_joints(node_process, ros_node):
         with lock:
             joints[_stamp(msg)] = np.array(msg.position[:6])
 
-    ros_node.create_subscription(PoseStamped, "/eva/left/ee_pose", keep("hw"), qos.SENSOR)
-    ros_node.create_subscription(PoseStamped, "/eva/left/ee_pose_dataset", keep("ds"), qos.SENSOR)
-    ros_node.create_subscription(JointState, "/eva/left/joint_states", on_state, qos.SENSOR)
+    ros_node.create_subscription(PoseStamped, topics.EE_POSE.resolve("eva", arm=Arm.LEFT), keep("hw"), topics.EE_POSE.qos)
+    ros_node.create_subscription(PoseStamped, topics.EE_POSE_DATASET.resolve("eva", arm=Arm.LEFT), keep("ds"), topics.EE_POSE_DATASET.qos)
+    ros_node.create_subscription(JointState, topics.JOINT_STATES.resolve("eva", arm=Arm.LEFT), on_state, topics.JOINT_STATES.qos)
     d = DriverProbe(node_process, ros_node)
     d.stream(START + 0.3, 1.5)
     assert wait_for(lambda: len(poses["ds"]) >= 50, 10), f"ee_pose_dataset samples: {len(poses['ds'])}"

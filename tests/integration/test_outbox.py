@@ -70,12 +70,12 @@ def test_a_blocked_send_holds_up_only_its_own_thread(node):
     box = Outbox(node.create_publisher(Header, "/outbox_test/h", 10), keep=1)
     entered = threading.Event()
 
-    def blocking_send(_pointer, _msg, _allocation):
+    def blocking_send(_publisher, _data):
         entered.set()
-        usleep(400_000)
-        return 0
+        usleep(400_000)  # a C call through ctypes: the GIL is released, as in the real send
+        return True
 
-    box._publish = blocking_send
+    box.send = blocking_send
     box.publish(Header())
     assert entered.wait(5.0)
     t0 = time.monotonic()

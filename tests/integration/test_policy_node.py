@@ -18,7 +18,7 @@ from std_srvs.srv import Trigger
 
 from egomimic_hw.frames import pose_hw_from_ds
 from egomimic_msgs.msg import ActionChunk, BimanualCommand
-from egomimic_nodes import diagnostics, qos
+from egomimic_nodes import diagnostics, topics
 from egomimic_nodes.msg_convert import array_to_pose, stamp_to_ns
 
 from .conftest import REPO_ROOT, wait_for
@@ -37,9 +37,9 @@ class ArmStatePublisher:
     def __init__(self, node):
         self.node = node
         self.on = True
-        self.pubs = {arm: (node.create_publisher(PoseStamped, f"/eva/{arm}/ee_pose_dataset", qos.SENSOR),
-                           node.create_publisher(JointState, f"/eva/{arm}/joint_states", qos.SENSOR)) for arm in POSES}
-        self.pubs_hw = {arm: node.create_publisher(PoseStamped, f"/eva/{arm}/ee_pose", qos.SENSOR) for arm in POSES}
+        self.pubs = {arm: (node.create_publisher(PoseStamped, topics.EE_POSE_DATASET.resolve("eva", arm=arm), topics.EE_POSE_DATASET.qos),
+                           node.create_publisher(JointState, topics.JOINT_STATES.resolve("eva", arm=arm), topics.JOINT_STATES.qos)) for arm in POSES}
+        self.pubs_hw = {arm: node.create_publisher(PoseStamped, topics.EE_POSE.resolve("eva", arm=arm), topics.EE_POSE.qos) for arm in POSES}
         node.create_timer(0.01, self._publish)
 
     def _publish(self):
@@ -67,9 +67,9 @@ class Recorder:
         self.actions: list[BimanualCommand] = []
         self.chunks: list[ActionChunk] = []
         self.diags: list[dict] = []
-        node.create_subscription(BimanualCommand, "/eva/policy/action", self.actions.append, qos.COMMAND)
-        node.create_subscription(ActionChunk, "/eva/policy/chunk", self.chunks.append, qos.COMMAND)
-        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
+        node.create_subscription(BimanualCommand, topics.POLICY_ACTION.resolve("eva"), self.actions.append, topics.POLICY_ACTION.qos)
+        node.create_subscription(ActionChunk, topics.POLICY_CHUNK.resolve("eva"), self.chunks.append, topics.POLICY_CHUNK.qos)
+        node.create_subscription(DiagnosticArray, topics.DIAGNOSTICS.name(), self._on_diag, 10)
 
     def _on_diag(self, msg):
         for st in msg.status:

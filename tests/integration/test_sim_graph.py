@@ -43,7 +43,6 @@ def test_a_node_that_stops_answering_is_a_dead_node(tmp_path):
     import os
     import signal
     import subprocess
-    import sys
     import threading
     import time
 

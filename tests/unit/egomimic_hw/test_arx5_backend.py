@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from egomimic_hw.description import CALIBRATED_GRIPPERS, DEFAULT_PREVIEW_S, Arm
+from egomimic_hw.description import ARMS, CALIBRATED_GRIPPERS, DEFAULT_PREVIEW_S, Arm
 from egomimic_hw.driver.arm_driver import ArmDriver, DriverConfig
 from egomimic_hw.driver.arx5 import (
     MAX_GAIN_FACTOR,
@@ -212,7 +212,7 @@ def test_the_arx5_yaml_states_the_code_defaults():
     path = Path(__file__).resolve().parents[3] / "ros2_ws/src/egomimic_bringup/config/eva_arx5.yaml"
     params = yaml.safe_load(path.read_text())
     defaults = Arx5Gains()
-    for arm in ("left", "right"):
+    for arm in (a.value for a in ARMS):
         p = params[f"/**/driver_{arm}"]["ros__parameters"]
         assert np.allclose(p["arx5.kp"], defaults.kp) and np.allclose(p["arx5.kd"], defaults.kd)
         assert (p["arx5.gripper_kp"], p["arx5.gripper_kd"]) == (defaults.gripper_kp, defaults.gripper_kd)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from egomimic_bringup.graph import NodeSpec
-from egomimic_launch.process import NodeProcess, safe_print
+from egomimic_launch.process import NodeProcess
 
 CHATTY = '''
 import sys, time

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from egomimic_hw.description import CAMERAS
 from egomimic_hw.frames import pose_ds_from_hw
 from egomimic_hw.kinematics import ArmKinematics
 from egomimic_policy.episodes import format as fmt
@@ -19,7 +20,7 @@ from egomimic_policy.episodes.format import (
 )
 from egomimic_policy.episodes.sim import render_sim_episode
 
-CAMS = ("front_1", "left_wrist", "right_wrist")
+CAMS = CAMERAS
 META = EpisodeMeta(task_name="unit")
 
 

@@ -1,16 +1,15 @@
 """blend `inpaint`: the committed prefix built from the queue with the measured latency, passed
 to the policy by the executor, and the merge that keeps the committed rows exactly."""
 
-from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from egomimic_hw.description import Arm
-from egomimic_policy.interface import Chunk, Observation
+from egomimic_policy.interface import Observation
 from egomimic_policy.rollout import AsyncChunkExecutor
 from egomimic_policy.rollout.scheduler import ChunkScheduler, ExecutorConfig
-from egomimic_policy.scripted import ScriptedChunkPolicy, ScriptedMotion, ScriptedMotionConfig
+from egomimic_policy.scripted import ScriptedChunkPolicy
 
 from .scheduler_helpers import LEFT0, MOTION, P_NS, RIGHT0, T0, obs, reference, shifted  # noqa: F401
 

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from egomimic_hw.description import Arm
 from egomimic_hw.errors import ConfigError
-from egomimic_policy.interface import Chunk, Observation
+from egomimic_policy.interface import Chunk
 from egomimic_policy.rollout.scheduler import ChunkScheduler, ExecutorConfig, TickStatus
-from egomimic_policy.scripted import ScriptedChunkPolicy, ScriptedMotion, ScriptedMotionConfig
+from egomimic_policy.scripted import ScriptedChunkPolicy
 
 from .scheduler_helpers import LEFT0, MOTION, P_NS, RIGHT0, T0, obs, reference, row_ns, shifted  # noqa: F401
 

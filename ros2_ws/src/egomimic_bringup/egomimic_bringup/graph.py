@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from egomimic_bringup import CONFIG_DIR
+from egomimic_hw.description import ARMS, CAMERAS
 from egomimic_nodes.cpus import online_cpus, parse_cpu_list
 
 NODE_PACKAGE = "egomimic_nodes"
@@ -146,7 +147,7 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
     ns = args["namespace"].strip("/")
     files = tuple(f for f in (str(CONFIG_DIR / f"eva_{args['backend']}.yaml"), args["params_file"]) if f)
     nodes: list[NodeSpec] = []
-    for arm in ("left", "right"):
+    for arm in (a.value for a in ARMS):
         nodes.append(NodeSpec(
             f"driver_{arm}", f"{NODE_PACKAGE}.driver_node", ns,
             {"arm": arm, "backend": args["backend"]}, files, lifecycle=True,
@@ -158,7 +159,7 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
     nodes.append(NodeSpec("frames", f"{NODE_PACKAGE}.frames_node", ns, {}, files,
                           priority="nice" if args["realtime"] == "true" else "", cpus=args["control_cpus"],
                           description="hardware <-> dataset frame conversion"))
-    cameras = ("front_1", "left_wrist", "right_wrist")
+    cameras = CAMERAS
     camera_backend = args["camera_backend"]
     if camera_backend in ("synthetic", "replay"):
         # One process serves all three (one render/decode loop per camera, cameras in step;

@@ -54,7 +54,7 @@ from egomimic_hw.cameras.health import CameraHealthMonitor, HealthConfig, Health
 from egomimic_hw.cameras.processing import FrameShaper
 from egomimic_hw.description import ARMS, CAMERAS
 from egomimic_hw.errors import ConfigError
-from egomimic_nodes import diagnostics, qos
+from egomimic_nodes import diagnostics, topics
 from egomimic_nodes.msg_convert import ns_to_stamp, pose_to_array
 from egomimic_nodes.outbox import publish_serialized
 from egomimic_nodes.serialized import SerializedImage, serialized_camera_info
@@ -65,6 +65,9 @@ POSE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=Reli
 """The scene's ee_pose readers: only the newest pose is drawn."""
 
 READ_TIMEOUT_S = 0.25
+EXIT_JOIN_S = 1.2
+"""On exit, how long all capture threads together may take to stop (a read wakes within
+READ_TIMEOUT_S; a hardware read can take up to ~1 s to time out)."""
 """A capture thread wakes at least this often (to notice shutdown); silence is judged by health."""
 STALE_REPUBLISH_NS = 100_000_000
 """While a camera is not OK and no frame comes, its health is republished every 100 ms."""
@@ -114,11 +117,10 @@ class _Stream:
         self.backend = backend
         self.shaper = shaper
         self.monitor = CameraHealthMonitor(camera, health)
-        prefix = f"cameras/{camera}"
-        self.pub_image = node.create_publisher(Image, f"{prefix}/image_raw", qos.SENSOR)
-        self.pub_info = node.create_publisher(CameraInfo, f"{prefix}/camera_info", qos.SENSOR)
-        self.pub_health = node.create_publisher(CameraHealth, f"{prefix}/health", qos.SENSOR)
-        self.pub_compressed = (node.create_publisher(CompressedImage, f"{prefix}/image_raw/compressed", qos.SENSOR)
+        self.pub_image = node.create_publisher(Image, topics.IMAGE_RAW.name(cam=camera), topics.IMAGE_RAW.qos)
+        self.pub_info = node.create_publisher(CameraInfo, topics.CAMERA_INFO.name(cam=camera), topics.CAMERA_INFO.qos)
+        self.pub_health = node.create_publisher(CameraHealth, topics.CAMERA_HEALTH.name(cam=camera), topics.CAMERA_HEALTH.qos)
+        self.pub_compressed = (node.create_publisher(CompressedImage, topics.IMAGE_COMPRESSED.name(cam=camera), topics.IMAGE_COMPRESSED.qos)
                                if compressed_quality else None)
         self.jpeg_quality = compressed_quality
         self.intrinsics = shaper.output_intrinsics(backend.intrinsics)
@@ -271,7 +273,7 @@ class CameraNode(Node):
             # The scene follows the arms' measured poses, read when a frame is rendered: taken,
             # not delivered (taken.py), which spares the executor a callback per pose sample.
             self._poses = TakenSubscriptions(self.context, f"{self.get_name()}_poses", self.get_namespace())
-            self._pose_readers = {arm: self._poses.subscribe(PoseStamped, self.resolve_topic_name(f"{arm.value}/ee_pose"),
+            self._pose_readers = {arm: self._poses.subscribe(PoseStamped, self.resolve_topic_name(topics.EE_POSE.name(arm)),
                                                              POSE_QOS) for arm in ARMS}
         start = time.monotonic() + 0.2  # replay: every camera of this process starts in step
         self._streams: list[_Stream] = []
@@ -290,7 +292,7 @@ class CameraNode(Node):
             for s in self._streams:
                 s.backend.close()
             raise
-        self._pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._pub_diag = self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos)
         self._diag_lock = threading.Lock()
         self.create_timer(1.0 / check_hz, self._check_health)
         self.create_timer(1.0, self._publish_diagnostics)
@@ -360,12 +362,19 @@ class CameraNode(Node):
     def on_exit(self) -> None:
         # Stop and join the capture threads BEFORE closing the devices: releasing an OpenCV
         # capture while a thread is inside grab() is a use-after-free (reads time out in ~1 s).
+        # One deadline for all: a thread can also be held up in a publish to a subscriber that
+        # died holding its shared-memory port (a SIGKILLed launcher), for seconds; the node must
+        # still exit promptly. A device whose thread is still inside it is left to the process
+        # exit to release, never closed under the thread.
         self.stopping.set()
+        deadline = time.monotonic() + EXIT_JOIN_S
         for s in self._streams:
-            s.thread.join(timeout=2.0)
+            s.thread.join(timeout=max(0.0, deadline - time.monotonic()))
         for s in self._streams:
             if s.thread.is_alive():
-                self.get_logger().error(f"{s.camera}: capture thread did not stop; closing the device anyway")
+                self.get_logger().error(f"{s.camera}: capture thread did not stop within {EXIT_JOIN_S:.1f} s "
+                                        "(a read or a publish blocked); the process exit releases the device")
+                continue
             s.backend.close()
         if self._poses is not None:
             self._poses.destroy()

@@ -64,7 +64,7 @@ from egomimic_hw.driver.base import make_controller
 from egomimic_hw.driver.sim import SimConfig
 from egomimic_hw.kinematics import ArmKinematics
 from egomimic_hw.pacing import Pacer
-from egomimic_nodes import diagnostics, qos
+from egomimic_nodes import diagnostics, qos, topics
 from egomimic_nodes.msg_convert import pose_stamped
 from egomimic_nodes.outbox import Outbox
 from egomimic_nodes.serialized import SerializedJointState
@@ -165,18 +165,18 @@ class DriverNode(LifecycleNode):
         self._names = self.arm.joint_names
         self._js: SerializedJointState | None = None
         # Lifecycle publishers for the topics' declared semantics; _tick publishes only while active.
-        self._pub_joints = Outbox(self.create_lifecycle_publisher(JointState, f"{self.arm.value}/joint_states", qos.SENSOR),
+        self._pub_joints = Outbox(self.create_lifecycle_publisher(JointState, topics.JOINT_STATES.name(self.arm), topics.JOINT_STATES.qos),
                                   keep=STATE_KEEP)
-        self._pub_pose = Outbox(self.create_lifecycle_publisher(PoseStamped, f"{self.arm.value}/ee_pose", qos.SENSOR))
-        self._pub_diag = Outbox(self.create_publisher(DiagnosticArray, "/diagnostics", 10))
+        self._pub_pose = Outbox(self.create_lifecycle_publisher(PoseStamped, topics.EE_POSE.name(self.arm), topics.EE_POSE.qos))
+        self._pub_diag = Outbox(self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos))
         self._require_gate = bool(self.get_parameter("require_gate").value)
         gate_fqn = node_fqn(self.get_namespace(), str(self.get_parameter("gate_node").value))
-        command_topic = self.resolve_topic_name(f"{self.arm.value}/joint_command")
+        command_topic = self.resolve_topic_name(topics.JOINT_COMMAND.name(self.arm))
         self._command_source = SourceCheck(self, command_topic, gate_fqn)
-        self._status_source = SourceCheck(self, self.resolve_topic_name("safety/status"), gate_fqn)
+        self._status_source = SourceCheck(self, self.resolve_topic_name(topics.SAFETY_STATUS.name()), gate_fqn)
         # Taken by the state loop, not delivered by the executor (module docstring).
         self._inputs = TakenSubscriptions(self.context, f"{self.get_name()}_in", self.get_namespace())
-        self._status_sub = self._inputs.subscribe(GateStatus, self.resolve_topic_name("safety/status"), qos.LATCHED)
+        self._status_sub = self._inputs.subscribe(GateStatus, self.resolve_topic_name(topics.SAFETY_STATUS.name()), qos.LATCHED)
         self._sub = self._inputs.subscribe(JointState, command_topic, qos.COMMAND)
         self._last_measured_at: float | None = None
         self._last_stamp = None

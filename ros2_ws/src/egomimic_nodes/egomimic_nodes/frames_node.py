@@ -19,7 +19,7 @@ from egomimic_hw.description import ARMS, Arm
 from egomimic_hw.errors import PoseError
 from egomimic_hw.frames import pose_ds_from_hw, pose_hw_from_ds
 from egomimic_msgs.msg import BimanualCommand
-from egomimic_nodes import diagnostics, qos
+from egomimic_nodes import diagnostics, topics
 from egomimic_nodes.msg_convert import array_to_pose, pose_to_array
 from egomimic_nodes.spin import run_node
 
@@ -29,11 +29,11 @@ class FramesNode(Node):
         super().__init__("frames")
         self._pub_pose_ds = {}
         for arm in ARMS:
-            self._pub_pose_ds[arm] = self.create_publisher(PoseStamped, f"{arm.value}/ee_pose_dataset", qos.SENSOR)
-            self.create_subscription(PoseStamped, f"{arm.value}/ee_pose", self._pose_cb(arm), qos.SENSOR)
-        self._pub_cmd = self.create_publisher(BimanualCommand, "command/proposed", qos.COMMAND)
-        self.create_subscription(BimanualCommand, "policy/action", self._on_action, qos.COMMAND)
-        self._pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+            self._pub_pose_ds[arm] = self.create_publisher(PoseStamped, topics.EE_POSE_DATASET.name(arm), topics.EE_POSE_DATASET.qos)
+            self.create_subscription(PoseStamped, topics.EE_POSE.name(arm), self._pose_cb(arm), topics.EE_POSE.qos)
+        self._pub_cmd = self.create_publisher(BimanualCommand, topics.COMMAND_PROPOSED.name(), topics.COMMAND_PROPOSED.qos)
+        self.create_subscription(BimanualCommand, topics.POLICY_ACTION.name(), self._on_action, topics.POLICY_ACTION.qos)
+        self._pub_diag = self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos)
         self.counts: Counter[str] = Counter()
         self.last_refusal = ""
         self.create_timer(1.0, self._publish_diagnostics)
@@ -46,19 +46,19 @@ class FramesNode(Node):
     def _pose_cb(self, arm: Arm):
         def cb(msg: PoseStamped) -> None:
             if msg.header.frame_id != arm.hw_frame:
-                self._refuse(f"{arm.value}/ee_pose", f"frame_id {msg.header.frame_id!r}, expected {arm.hw_frame!r}")
+                self._refuse(topics.EE_POSE.name(arm), f"frame_id {msg.header.frame_id!r}, expected {arm.hw_frame!r}")
                 return
             try:
                 pose_ds = pose_ds_from_hw(pose_to_array(msg.pose))
             except PoseError as exc:
-                self._refuse(f"{arm.value}/ee_pose", str(exc))
+                self._refuse(topics.EE_POSE.name(arm), str(exc))
                 return
             out = PoseStamped()
             out.header.stamp = msg.header.stamp
             out.header.frame_id = arm.dataset_frame
             array_to_pose(pose_ds, out.pose)
             self._pub_pose_ds[arm].publish(out)
-            self.counts[f"{arm.value}/ee_pose_converted"] += 1
+            self.counts[f"{topics.EE_POSE.name(arm)}_converted"] += 1
         return cb
 
     def _on_action(self, msg: BimanualCommand) -> None:
@@ -69,19 +69,19 @@ class FramesNode(Node):
         for arm in ARMS:
             src: PoseStamped = getattr(msg, arm.value)
             if src.header.frame_id != arm.dataset_frame:
-                self._refuse("policy/action", f"{arm.value} frame_id {src.header.frame_id!r}, expected {arm.dataset_frame!r}")
+                self._refuse(topics.POLICY_ACTION.name(), f"{arm.value} frame_id {src.header.frame_id!r}, expected {arm.dataset_frame!r}")
                 return
             try:
                 pose_hw = pose_hw_from_ds(pose_to_array(src.pose))
             except PoseError as exc:
-                self._refuse("policy/action", f"{arm.value}: {exc}")
+                self._refuse(topics.POLICY_ACTION.name(), f"{arm.value}: {exc}")
                 return
             dst: PoseStamped = getattr(out, arm.value)
             dst.header.stamp = src.header.stamp
             dst.header.frame_id = arm.hw_frame
             array_to_pose(pose_hw, dst.pose)
         self._pub_cmd.publish(out)
-        self.counts["policy/action_converted"] += 1
+        self.counts[f"{topics.POLICY_ACTION.name()}_converted"] += 1
 
     def _publish_diagnostics(self) -> None:
         refused = sum(v for k, v in self.counts.items() if k.endswith("_refused"))

@@ -79,13 +79,12 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
-from std_srvs.srv import Trigger
 
 from egomimic_hw.description import ARMS, CAMERAS, JOINTS_PER_ARM, Arm
 from egomimic_hw.errors import ConfigError
 from egomimic_hw.kinematics import ArmKinematics
 from egomimic_msgs.msg import BimanualCommand, CameraHealth, GateStatus
-from egomimic_nodes import diagnostics, qos
+from egomimic_nodes import diagnostics, topics
 from egomimic_nodes.msg_convert import pose_to_array, stamp_to_s
 from egomimic_nodes.outbox import Outbox
 from egomimic_nodes.params import declare_config
@@ -127,17 +126,23 @@ class GateNode(Node):
         leave the decision thread stopped (start_decisions=False) and drive it itself."""
 
         super().__init__("safety_gate", **node_options)
+        # Every parameter is read-only: the gate builds its config once, so a `ros2 param set`
+        # of a limit or a workspace box is refused, never accepted and silently ignored.
         cameras = self.declare_parameter("required_cameras", list(CAMERAS), ParameterDescriptor(
-            type=ParameterType.PARAMETER_STRING_ARRAY,
+            type=ParameterType.PARAMETER_STRING_ARRAY, read_only=True,
             description="cameras whose health must be OK to arm and stay armed ([] = none)")).value
         config = declare_config(self, GateConfig, required_cameras=tuple(cameras or ()))
-        rate_hz = float(self.declare_parameter("watchdog_rate_hz", 100.0).value)
-        if not 10.0 <= rate_hz <= 1000.0:
-            raise ConfigError(f"watchdog_rate_hz must be in [10, 1000], got {rate_hz}")
+        rate = self.declare_parameter("watchdog_rate_hz", 100.0, ParameterDescriptor(
+            read_only=True, dynamic_typing=True, description="watchdog rate, Hz (10..1000): silence is seen within a period")).value
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 10.0 <= rate <= 1000.0:
+            raise ConfigError(f"watchdog_rate_hz must be a number in [10, 1000], got {rate!r}")
+        rate_hz = float(rate)
         check_sources = bool(self.declare_parameter("check_state_publishers", True, ParameterDescriptor(
+            read_only=True,
             description="accept joint_states only from the driver nodes (driver_<arm> in this namespace); "
                         "false only for in-process adapter tests")).value)
         backend = str(self.declare_parameter("kinematics", "auto", ParameterDescriptor(
+            read_only=True,
             description="FK/IK backend: auto (the SDK solver where it imports, else Pinocchio), sdk or pinocchio")).value)
         self._kin = {arm: ArmKinematics(backend=backend) for arm in ARMS}  # one solver per arm, shared with the gate
         self.gate = SafetyGate(config, self._kin)
@@ -146,35 +151,36 @@ class GateNode(Node):
         self._estop_waiting = threading.Event()
         """Set while an e-stop waits for the lock: the main callbacks step aside (a plain lock
         is not fair: under a command flood the main thread would re-take it every time)."""
-        self._pub_cmd = {arm: Outbox(self.create_publisher(JointState, f"{arm.value}/joint_command", qos.COMMAND),
+        self._pub_cmd = {arm: Outbox(self.create_publisher(JointState, topics.JOINT_COMMAND.name(arm), topics.JOINT_COMMAND.qos),
                                      keep=COMMAND_KEEP) for arm in ARMS}
         self._state_sources: dict[Arm, SourceCheck] = {}
         # Joint states and camera health are taken, not delivered (module docstring, taken.py).
         self._taken = TakenSubscriptions(self.context, f"{self.get_name()}_state", self.get_namespace())
         self._taken_subs = []  # (reader, callback(msg, info) -> hold target or None), drained in this order
         for arm in ARMS:
-            topic = self.resolve_topic_name(f"{arm.value}/joint_states")
+            topic = self.resolve_topic_name(topics.JOINT_STATES.name(arm))
             if check_sources:
                 self._state_sources[arm] = SourceCheck(self, topic, node_fqn(self.get_namespace(), f"driver_{arm.value}"))
             # raw: read with serialized.read_joint_state, no Python message per 100 Hz sample
             self._taken_subs.append((self._taken.subscribe(JointState, topic, STATE_QOS, raw=True), self._joint_cb(arm)))
         for cam in config.required_cameras:
-            topic = self.resolve_topic_name(f"cameras/{cam}/health")
+            topic = self.resolve_topic_name(topics.CAMERA_HEALTH.name(cam=cam))
             self._taken_subs.append((self._taken.subscribe(CameraHealth, topic, HEALTH_QOS), self._health_cb(cam)))
-        self._proposals = self._taken.subscribe(BimanualCommand, self.resolve_topic_name("command/proposed"), qos.COMMAND)
+        self._proposals = self._taken.subscribe(BimanualCommand, self.resolve_topic_name(topics.COMMAND_PROPOSED.name()), topics.COMMAND_PROPOSED.qos)
         self._take_lock = threading.Lock()
         """One thread takes from the readers at a time (the decision thread, or a service that
         wants the newest measurement)."""
-        self._pub_status = Outbox(self.create_publisher(GateStatus, "safety/status", qos.LATCHED), keep=STATUS_KEEP)
-        self._pub_diag = Outbox(self.create_publisher(DiagnosticArray, "/diagnostics", 10))
-        for name, fn in (("arm", self._srv_arm), ("disarm", self.gate.disarm), ("reset", self.gate.reset)):
-            self.create_service(Trigger, f"safety/{name}", self._service(name, fn))
+        self._pub_status = Outbox(self.create_publisher(GateStatus, topics.SAFETY_STATUS.name(), topics.SAFETY_STATUS.qos), keep=STATUS_KEEP)
+        self._pub_diag = Outbox(self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos))
+        for srv, fn in ((topics.SAFETY_ARM, self._srv_arm), (topics.SAFETY_DISARM, self.gate.disarm),
+                        (topics.SAFETY_RESET, self.gate.reset)):
+            self.create_service(srv.type, srv.name, self._service(srv.name.rsplit("/", 1)[-1], fn))
         self._last_published = None
         # use_global_arguments=False: the command line's `-r __node:=` remap would otherwise
         # rename this companion to the gate's own name too.
         self._estop_node = Node(f"{self.get_name()}_estop", namespace=self.get_namespace(), context=self.context,
                                 use_global_arguments=False)
-        self._estop_node.create_service(Trigger, self.resolve_topic_name("safety/estop"), self._service("estop", self.gate.estop))
+        self._estop_node.create_service(topics.SAFETY_ESTOP.type, self.resolve_topic_name(topics.SAFETY_ESTOP.name), self._service("estop", self.gate.estop))
         self._estop_executor = SingleThreadedExecutor(context=self.context)
         self._estop_executor.add_node(self._estop_node)
         # The e-stop thread needs the GIL too: hand it over within 1 ms instead of CPython's 5 ms.
@@ -347,7 +353,7 @@ class GateNode(Node):
                 self._send(out, msg.header.stamp)  # forwarded: stamped with the tick it is for
                 return None
             return out  # a hold target (or nothing)
-        self._guarded("command/proposed", decide)
+        self._guarded(topics.COMMAND_PROPOSED.name(), decide)
 
     def _on_watchdog(self) -> None:
         self._note_own_lateness()

@@ -83,6 +83,8 @@ class Outbox:
         self.publisher = publisher
         self.topic = publisher.topic_name
         _rcl()  # load librcl's entry points now, not in the sending thread
+        self.send = publish_serialized
+        """How the thread hands bytes to the middleware: (publisher, data) -> ok."""
         self._queue: deque[bytes] = deque(maxlen=keep)
         self._cv = threading.Condition()
         self._closed = False
@@ -159,7 +161,7 @@ class Outbox:
                     return
 
     def _send(self, data: bytes) -> bool:
-        return publish_serialized(self.publisher, data)
+        return self.send(self.publisher, data)
 
 
 def publish_serialized(publisher, data: bytes | bytearray) -> bool:

@@ -3,6 +3,10 @@
 Each field becomes a parameter with its type and default; a field's docstring-like metadata
 `help` becomes the parameter description. Building the dataclass runs its validation, so a
 bad value in a YAML file is refused with the dataclass's message.
+
+The parameters are read-only: a node builds its config once, at start, so a `ros2 param set`
+that it would silently ignore (a gate limit, a workspace box) is refused instead. A float
+parameter also takes an integer (`rate_hz: 100` in YAML), converted.
 """
 
 from __future__ import annotations
@@ -12,11 +16,14 @@ import typing
 
 from rcl_interfaces.msg import ParameterDescriptor
 
+from egomimic_hw.errors import ConfigError
+
 SCALARS = (bool, int, float, str)
 
 
 def declare_config(node, cls, prefix: str = "", skip: tuple[str, ...] = (), **fixed):
-    """Declare `cls`'s scalar/tuple fields as `<prefix><field>` parameters; return `cls(...)`."""
+    """Declare `cls`'s scalar/tuple fields as read-only `<prefix><field>` parameters; return
+    `cls(...)`."""
     kwargs = dict(fixed)
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
@@ -29,9 +36,13 @@ def declare_config(node, cls, prefix: str = "", skip: tuple[str, ...] = (), **fi
             default = [float(x) for x in default]
         elif not isinstance(default, SCALARS):
             continue
-        desc = ParameterDescriptor(description=f.metadata.get("help", f"{cls.__name__}.{f.name}"))
+        is_float = hints.get(f.name) is float
+        desc = ParameterDescriptor(description=f.metadata.get("help", f"{cls.__name__}.{f.name}"), read_only=True,
+                                   dynamic_typing=is_float)  # a float also takes an integer, converted below
         value = node.declare_parameter(prefix + f.name, default, desc).value
-        if hints.get(f.name) is float and isinstance(value, int):
+        if is_float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"parameter {prefix + f.name}: expected a number, got {value!r}")
             value = float(value)
         if isinstance(value, list):
             value = tuple(value)

@@ -43,7 +43,7 @@ from std_srvs.srv import Trigger
 from egomimic_hw.description import ARMS, JOINTS_PER_ARM, Arm
 from egomimic_hw.sync import ObservationSynchronizer
 from egomimic_msgs.msg import ActionChunk, BimanualCommand
-from egomimic_nodes import diagnostics, qos
+from egomimic_nodes import diagnostics, qos, topics
 from egomimic_nodes.msg_convert import array_to_pose, image_to_array, ns_to_stamp, pose_to_array, stamp_to_ns
 from egomimic_nodes.params import declare_config
 from egomimic_nodes.spin import run_node
@@ -64,15 +64,15 @@ would have used."""
 
 
 def _pose_stream(arm: Arm) -> str:
-    return f"{arm.value}/ee_pose_dataset"
+    return topics.EE_POSE_DATASET.name(arm)
 
 
 def _joint_stream(arm: Arm) -> str:
-    return f"{arm.value}/joint_states"
+    return topics.JOINT_STATES.name(arm)
 
 
 def _image_stream(camera: str) -> str:
-    return f"cameras/{camera}/image_raw"
+    return topics.IMAGE_RAW.name(cam=camera)
 
 
 class PolicyNode(Node):
@@ -121,9 +121,9 @@ class PolicyNode(Node):
         self._take_lock = threading.Lock()
         for cam in self.cameras:  # only what the policy needs: scripted subscribes to none
             self.create_subscription(Image, _image_stream(cam), self._image_cb(cam), qos.SENSOR)
-        self._pub_action = self.create_publisher(BimanualCommand, "policy/action", qos.COMMAND)
-        self._pub_chunk = self.create_publisher(ActionChunk, "policy/chunk", qos.COMMAND)
-        self._pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._pub_action = self.create_publisher(BimanualCommand, topics.POLICY_ACTION.name(), topics.POLICY_ACTION.qos)
+        self._pub_chunk = self.create_publisher(ActionChunk, topics.POLICY_CHUNK.name(), topics.POLICY_CHUNK.qos)
+        self._pub_diag = self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos)
         self.create_service(Trigger, "policy/reset", self._on_reset)
 
         # The model's observation window: one synchronized observation per control tick, so

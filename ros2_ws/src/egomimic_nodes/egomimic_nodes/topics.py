@@ -1,0 +1,82 @@
+"""Every topic and service of the EVA graph, once: name, type, QoS and nominal rate.
+
+The names are the interface contract (the README's Architecture section lists them); nodes,
+the launcher's observer and summary, tests and benches take them from here instead of writing
+the strings.
+Names are relative to the robot namespace (`/eva` by default) unless they start with `/`.
+A per-arm or per-camera name is a template: `JOINT_STATES.name(arm=Arm.LEFT)` is
+"left/joint_states"; `resolve(ns)` prefixes a namespace for tools that are not a node in it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from diagnostic_msgs.msg import DiagnosticArray
+from egomimic_msgs.msg import ActionChunk, BimanualCommand, CameraHealth, GateStatus
+from geometry_msgs.msg import PoseStamped
+from rclpy.qos import QoSProfile
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image, JointState
+from std_srvs.srv import Trigger
+
+from egomimic_hw.description import CONTROL_RATE_HZ, Arm
+from egomimic_nodes import qos
+
+STATE_RATE_HZ = 100.0
+"""The drivers' joint_states (`rate_hz` of the driver)."""
+POSE_RATE_HZ = STATE_RATE_HZ / 3
+"""ee_pose: every third state tick (the driver's `pose_rate_hz` rounds to it)."""
+CAMERA_RATE_HZ = 30.0
+"""The cameras' frame rate (the camera node's `rate_hz`). The control tick is
+egomimic_hw.description.CONTROL_RATE_HZ: one action per tick, one joint command per arm."""
+
+
+@dataclass(frozen=True)
+class Topic:
+    template: str
+    type: type
+    qos: QoSProfile
+    rate_hz: float | None = None
+    """Nominal rate (None: on events, e.g. a status on change)."""
+
+    def name(self, arm: Arm | str | None = None, cam: str | None = None) -> str:
+        """The topic name relative to the robot namespace (absolute if the template is)."""
+        return self.template.format(arm=Arm(arm).value if arm is not None else "{arm}", cam=cam or "{cam}")
+
+    def resolve(self, namespace: str, arm: Arm | str | None = None, cam: str | None = None) -> str:
+        """The fully qualified name in `namespace` (e.g. "eva" -> "/eva/left/joint_states")."""
+        name = self.name(arm, cam)
+        return name if name.startswith("/") else f"/{namespace.strip('/')}/{name}".replace("//", "/")
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    type: type
+
+    def resolve(self, namespace: str) -> str:
+        return f"/{namespace.strip('/')}/{self.name}".replace("//", "/")
+
+
+IMAGE_RAW = Topic("cameras/{cam}/image_raw", Image, qos.SENSOR, CAMERA_RATE_HZ)
+IMAGE_COMPRESSED = Topic("cameras/{cam}/image_raw/compressed", CompressedImage, qos.SENSOR, CAMERA_RATE_HZ)
+CAMERA_INFO = Topic("cameras/{cam}/camera_info", CameraInfo, qos.SENSOR, CAMERA_RATE_HZ)
+CAMERA_HEALTH = Topic("cameras/{cam}/health", CameraHealth, qos.SENSOR, CAMERA_RATE_HZ)
+JOINT_STATES = Topic("{arm}/joint_states", JointState, qos.SENSOR, STATE_RATE_HZ)
+EE_POSE = Topic("{arm}/ee_pose", PoseStamped, qos.SENSOR, POSE_RATE_HZ)
+EE_POSE_DATASET = Topic("{arm}/ee_pose_dataset", PoseStamped, qos.SENSOR, POSE_RATE_HZ)
+POLICY_ACTION = Topic("policy/action", BimanualCommand, qos.COMMAND, CONTROL_RATE_HZ)
+POLICY_CHUNK = Topic("policy/chunk", ActionChunk, qos.COMMAND)
+COMMAND_PROPOSED = Topic("command/proposed", BimanualCommand, qos.COMMAND, CONTROL_RATE_HZ)
+JOINT_COMMAND = Topic("{arm}/joint_command", JointState, qos.COMMAND, CONTROL_RATE_HZ)
+SAFETY_STATUS = Topic("safety/status", GateStatus, qos.LATCHED)
+DIAGNOSTICS = Topic("/diagnostics", DiagnosticArray, QoSProfile(depth=10))
+
+SAFETY_ARM = Service("safety/arm", Trigger)
+SAFETY_DISARM = Service("safety/disarm", Trigger)
+SAFETY_ESTOP = Service("safety/estop", Trigger)
+SAFETY_RESET = Service("safety/reset", Trigger)
+
+TOPICS = (IMAGE_RAW, IMAGE_COMPRESSED, CAMERA_INFO, CAMERA_HEALTH, JOINT_STATES, EE_POSE, EE_POSE_DATASET,
+          POLICY_ACTION, POLICY_CHUNK, COMMAND_PROPOSED, JOINT_COMMAND, SAFETY_STATUS, DIAGNOSTICS)
+SERVICES = (SAFETY_ARM, SAFETY_DISARM, SAFETY_ESTOP, SAFETY_RESET)
