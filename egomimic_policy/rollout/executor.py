@@ -40,8 +40,12 @@ class AsyncChunkExecutor:
         clock_ns: Callable[[], int] = time.time_ns,
         *,
         start: bool = True,
+        on_worker_start: Callable[[], None] | None = None,
     ):
+        """`on_worker_start`: called first thing in the worker thread (the ROS node lowers the
+        worker's scheduling priority there: the tick is on the control path, the model is not)."""
         self.policy = policy
+        self._on_worker_start = on_worker_start
         self.config = config
         self._observe = observe
         self._clock_ns = clock_ns
@@ -82,6 +86,8 @@ class AsyncChunkExecutor:
 
     # ------------------------------------------------------------- worker
     def _run(self) -> None:
+        if self._on_worker_start is not None:
+            self._on_worker_start()
         while not self._stop.is_set():
             if not self._wake.wait(0.5):
                 continue  # only a tick (or a reset) starts work: no ticks, no queries

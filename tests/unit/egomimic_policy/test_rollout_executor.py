@@ -176,3 +176,22 @@ def test_injected_latency_delays_every_query_on_a_real_clock():
         assert stats["rows_dropped_late"] >= 4  # 150 ms at 30 Hz: at least rows 0..4 had passed
     finally:
         ex.stop()
+
+
+def test_on_worker_start_runs_in_the_worker_before_any_query():
+    import threading
+
+    seen = []
+    started = threading.Event()
+
+    def on_start():
+        seen.append(threading.current_thread().name)
+        started.set()
+
+    ex = AsyncChunkExecutor(ScriptedChunkPolicy(), ExecutorConfig(), lambda now_ns: Observation(now_ns, {}, LEFT0, RIGHT0, 0.5, 0.5),
+                            on_worker_start=on_start)
+    try:
+        assert started.wait(5.0)
+        assert seen == ["chunk-executor-worker"] and ex.stats(time.time_ns())["chunks"] == 0
+    finally:
+        ex.stop()

@@ -52,8 +52,8 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
     LaunchArgument("auto_arm", "", "call safety/arm once the graph is up ('' = true with sim, false with arx5)",
                    ("", "true", "false")),
     LaunchArgument("params_file", "", "a YAML file overriding node parameters (applied last)"),
-    LaunchArgument("realtime", "true", "run the gate (SCHED_FIFO), the drivers and frames (niceness -5), cameras and policy (-2) at a higher "
-                   "scheduling priority than the rest, where permitted; logged either way", ("true", "false")),
+    LaunchArgument("realtime", "true", "run the gate (SCHED_FIFO), the drivers, frames and the policy's tick (niceness -5), cameras and the "
+                   "policy's model (-2) at a higher scheduling priority than the rest, where permitted; logged either way", ("true", "false")),
     LaunchArgument("control_cpus", "", "pin the gate, the drivers and frames to these CPUs (a Linux CPU list: 2, 2-3, "
                    "0,2-3; e.g. cores kept free with isolcpus on a robot PC); '' = no pinning"),
     LaunchArgument("stack_cpus", "", "pin the cameras and the policy to these CPUs (same syntax); '' = no pinning"),
@@ -82,7 +82,7 @@ class NodeSpec:
     """A required node that exits takes the whole system to a safe stop."""
     priority: str = ""
     """With the `realtime` launch argument: "fifo" (the gate: SCHED_FIFO where permitted), "nice"
-    (the drivers and frames: niceness -5) or "stack" (cameras, policy: niceness -2); "" runs at
+    (the drivers, frames and policy: niceness -5) or "stack" (cameras: niceness -2); "" runs at
     normal priority. See egomimic_nodes.spin."""
     cpus: str = ""
     """A Linux CPU list the node pins itself to (control_cpus / stack_cpus), "" for none. See
@@ -187,9 +187,12 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                           priority="fifo" if args["realtime"] == "true" else "", cpus=args["control_cpus"],
                           description="safety gate (only publisher of joint commands)"))
     if args["policy"] != "none":
+        # The policy's 30 Hz tick is a hop of the command path: its process runs at the drivers'
+        # priority and its model worker lowers itself to the stack's (policy_node._lower_worker).
+        # A soak beside a CPU hog at -2 saw one 85 ms gap between actions.
         nodes.append(NodeSpec("policy", f"{NODE_PACKAGE}.policy_node", ns,
                               {"policy": args["policy"], "inject_latency_ms": float(args["inject_latency_ms"])}, files,
-                              priority="stack" if args["realtime"] == "true" else "", cpus=args["stack_cpus"],
+                              priority="nice" if args["realtime"] == "true" else "", cpus=args["stack_cpus"],
                               description=f"policy ({args['policy']})"))
     if args["record"] == "true" or args["bag"] == "true":
         raise LaunchArgumentError("record:=true and bag:=true arrive with the recording issue; not available yet")

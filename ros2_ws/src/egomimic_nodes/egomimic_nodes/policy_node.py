@@ -46,7 +46,7 @@ from egomimic_msgs.msg import ActionChunk, BimanualCommand
 from egomimic_nodes import diagnostics, qos, topics
 from egomimic_nodes.msg_convert import array_to_pose, image_to_array, ns_to_stamp, pose_to_array, stamp_to_ns
 from egomimic_nodes.params import declare_config
-from egomimic_nodes.spin import run_node
+from egomimic_nodes.spin import lower_this_thread, run_node
 from egomimic_nodes.taken import TakenSubscriptions
 from egomimic_policy.interface import Observation
 from egomimic_policy.loading import choose_device, load_policy
@@ -133,7 +133,8 @@ class PolicyNode(Node):
         self._history_lock = threading.Lock()
         self._period_ns = int(1e9 / rate_hz)
         # Not `self.executor`: rclpy.Node uses that name for the executor spinning the node.
-        self.rollout = AsyncChunkExecutor(self.policy, self.executor_config, self._observe, self._now_ns)
+        self.rollout = AsyncChunkExecutor(self.policy, self.executor_config, self._observe, self._now_ns,
+                                          on_worker_start=self._lower_worker)
         self._status = TickStatus.WAITING
         self._last_tick: tuple[float, float] | None = None  # (monotonic, this thread's CPU time)
         self.late_ticks = 0
@@ -235,6 +236,13 @@ class PolicyNode(Node):
         )
 
     # ----------------------------------------------------------------- tick
+    def _lower_worker(self) -> None:
+        """The model runs below the tick: with `realtime` the process is at the control tier (its
+        30 Hz actions are a hop of the command path), the inference at the stack's."""
+        done = lower_this_thread("stack")
+        if done:
+            self.get_logger().info(f"scheduling: {done}")
+
     def _on_tick(self) -> None:
         self._note_lateness()
         self._take_arm_state()

@@ -24,6 +24,7 @@ import ctypes
 import os
 import signal
 import sys
+import threading
 
 import rclpy
 from egomimic_nodes.cpus import CPUS_ENV, pin_cpus
@@ -37,7 +38,7 @@ PR_SET_PDEATHSIG = 1
 EXECUTOR_ENV = "EGOMIMIC_EXECUTOR"
 """`single` forces the SingleThreadedExecutor on every node (a comparison run: bench/graph_cpu.py)."""
 PRIORITY_ENV = "EGOMIMIC_PRIORITY"
-"""`fifo` (the gate), `nice` (the drivers, frames), `stack` (cameras, policy) or empty; set by the
+"""`fifo` (the gate), `nice` (the drivers, frames, policy), `stack` (cameras) or empty; set by the
 launcher (graph.NodeSpec.priority)."""
 FIFO_PRIORITY = 10
 """SCHED_FIFO priority of the gate (1..99; kernel threads use 50). The gate is light (about a
@@ -46,10 +47,11 @@ else; Linux keeps 5 % of each second for normal tasks, so even a runaway gate ca
 the machine. The drivers are not FIFO: on a 2-core machine two simulated drivers (a quarter
 of a core each) would starve the cameras and the policy outright."""
 PRIORITY_NICENESS = -5
-"""Niceness of the drivers and frames, and of the gate where SCHED_FIFO is not permitted: under load the
+"""Niceness of the drivers, frames and the policy (its model worker lowers itself to
+STACK_NICENESS), and of the gate where SCHED_FIFO is not permitted: under load the
 kernel gives them about 3x the CPU share of a niceness-0 process and wakes them first."""
 STACK_NICENESS = -2
-"""Niceness of the rest of the robot's stack (cameras, policy): below the gate and the drivers,
+"""Niceness of the rest of the robot's stack (cameras, the policy's model worker): below the gate and the drivers,
 above what else runs on a robot PC at niceness 0 (a browser, rviz, loggers, this project's own
 launcher and monitoring). Measured with one busy process beside `make run` (2 cores): at
 niceness 0 the cameras' health reports stalled 300 ms (STALE_CAMERA HOLD) or the policy's
@@ -139,6 +141,22 @@ def raise_priority(kind: str) -> str:
         return f"niceness {os.nice(0)}" + (" (SCHED_FIFO not permitted)" if kind == "fifo" else "")
     except OSError as exc:
         return f"normal priority (a higher one is not permitted: {exc})"
+
+
+def lower_this_thread(kind: str = "stack") -> str:
+    """Give the calling thread the niceness of `kind`'s tier when the process runs above it
+    (a thread may always lower its own priority): the policy node's model worker, so the 30 Hz
+    tick of its process runs at the control tier and the inference at the stack's. Returns
+    what it did, for the log ("" when nothing was needed)."""
+    target = STACK_NICENESS if kind == "stack" else 0
+    tid = threading.get_native_id()
+    try:
+        if os.getpriority(os.PRIO_PROCESS, tid) >= target:
+            return ""
+        os.setpriority(os.PRIO_PROCESS, tid, target)
+        return f"thread {threading.current_thread().name}: niceness {target}"
+    except OSError as exc:
+        return f"thread {threading.current_thread().name}: niceness unchanged ({exc})"
 
 
 def start_profile():

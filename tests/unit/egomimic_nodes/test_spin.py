@@ -1,0 +1,29 @@
+"""Scheduling helpers of egomimic_nodes.spin, in a child process (they change its priority)."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+def test_a_thread_lowers_itself_to_the_stack_tier_and_the_process_keeps_its_own():
+    code = (
+        "import os, threading\n"
+        "from egomimic_nodes.spin import STACK_NICENESS, lower_this_thread\n"
+        "os.setpriority(os.PRIO_PROCESS, 0, STACK_NICENESS - 3)\n"  # the control tier (needs root or CAP_SYS_NICE)
+        "out = {}\n"
+        "def worker():\n"
+        "    out['did'] = lower_this_thread('stack')\n"
+        "    out['worker'] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())\n"
+        "    out['again'] = lower_this_thread('stack')\n"
+        "t = threading.Thread(target=worker, name='model'); t.start(); t.join()\n"
+        "print(out['did'], '|', out['worker'], '|', out['again'] or 'nothing', '|', os.getpriority(os.PRIO_PROCESS, 0), '|', STACK_NICENESS)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    if "Permission denied" in out.stderr or "Operation not permitted" in out.stderr:
+        pytest.skip("raising a priority needs root or CAP_SYS_NICE here")
+    assert out.returncode == 0, out.stderr
+    did, worker, again, main, stack = (x.strip() for x in out.stdout.split("|"))
+    assert did == f"thread model: niceness {stack}" and int(worker) == int(stack)
+    assert again == "nothing", "already at the tier: nothing to do"
+    assert int(main) == int(stack) - 3, "the process (its tick) keeps the control tier"
