@@ -27,3 +27,19 @@ def test_a_thread_lowers_itself_to_the_stack_tier_and_the_process_keeps_its_own(
     assert did == f"thread model: niceness {stack}" and int(worker) == int(stack)
     assert again == "nothing", "already at the tier: nothing to do"
     assert int(main) == int(stack) - 3, "the process (its tick) keeps the control tier"
+
+
+def test_freeze_heap_leaves_nothing_for_a_full_collection_to_walk():
+    code = (
+        "import gc\n"
+        "import egomimic_nodes.policy_node, torch\n"  # the biggest heap of the graph
+        "from egomimic_nodes.spin import freeze_heap\n"
+        "before = len(gc.get_objects())\n"
+        "freeze_heap()\n"
+        "gc.collect()\n"
+        "print(before, gc.get_freeze_count(), len(gc.get_objects()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    before, frozen, tracked = out.stdout.split()
+    assert int(frozen) >= int(before) // 2 and int(tracked) < 1000, out.stdout

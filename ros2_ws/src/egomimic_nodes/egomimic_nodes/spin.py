@@ -21,6 +21,7 @@ graph: the gate latches ESTOP and sends its hold, the drivers hold, and every no
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import signal
 import sys
@@ -143,6 +144,16 @@ def raise_priority(kind: str) -> str:
         return f"normal priority (a higher one is not permitted: {exc})"
 
 
+def freeze_heap() -> None:
+    """Collect once, then move every object that exists after start-up (modules, torch, the
+    node) out of the garbage collector's sight (gc.freeze). A full collection in the policy
+    process walks ~180 000 objects and stops every thread for 70-80 ms; CPython runs one now
+    and then on its own, and a 10-minute soak saw the policy's actions stop for 85-102 ms once.
+    Afterwards a full collection walks only what was allocated since: ~0.01 ms here."""
+    gc.collect()
+    gc.freeze()
+
+
 def lower_this_thread(kind: str = "stack") -> str:
     """Give the calling thread the niceness of `kind`'s tier when the process runs above it
     (a thread may always lower its own priority): the policy node's model worker, so the 30 Hz
@@ -226,6 +237,7 @@ def run_node(factory, args=None) -> int:
     code = 0
     try:
         node = factory()
+        freeze_heap()
         executor = make_executor(node)
         executor.add_node(node)
         profiler = start_profile()
