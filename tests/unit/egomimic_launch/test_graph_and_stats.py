@@ -125,26 +125,6 @@ def test_control_and_stack_cpus_pin_their_tiers_and_offline_cpus_are_refused():
         build_graph({"stack_cpus": "one"})
 
 
-def test_pin_cpus_moves_every_thread_of_the_process():
-    """In a child process: a thread started before pinning is moved too, and one started after inherits it."""
-    code = (
-        "import os, threading, time\n"
-        "from egomimic_nodes.cpus import pin_cpus\n"
-        "stop = threading.Event()\n"
-        "early = threading.Thread(target=stop.wait); early.start()\n"
-        "print(pin_cpus('0'))\n"
-        "late = threading.Thread(target=stop.wait); late.start()\n"
-        "for tid in sorted(os.listdir('/proc/self/task')):\n"
-        "    print(tid, sorted(os.sched_getaffinity(int(tid))))\n"
-        "stop.set()\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
-    assert lines[0] == "CPUs [0]"
-    assert len(lines[1:]) == 3 and all(line.endswith("[0]") for line in lines[1:]), lines
-
-
 def test_a_node_asked_for_an_offline_cpu_exits_1_before_starting():
     env = dict(os.environ, EGOMIMIC_CPUS="4095")
     out = subprocess.run([sys.executable, "-m", "egomimic_nodes.frames_node", "--ros-args"], capture_output=True,

@@ -1,9 +1,8 @@
 """Scheduling helpers of egomimic_nodes.spin, in a child process (they change its priority)."""
 
-import subprocess
-import sys
-
 import pytest
+
+from .child import run_python
 
 
 def test_a_thread_lowers_itself_to_the_stack_tier_and_the_process_keeps_its_own():
@@ -19,7 +18,7 @@ def test_a_thread_lowers_itself_to_the_stack_tier_and_the_process_keeps_its_own(
         "t = threading.Thread(target=worker, name='model'); t.start(); t.join()\n"
         "print(out['did'], '|', out['worker'], '|', out['again'] or 'nothing', '|', os.getpriority(os.PRIO_PROCESS, 0), '|', STACK_NICENESS)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = run_python(code)
     if "Permission denied" in out.stderr or "Operation not permitted" in out.stderr:
         pytest.skip("raising a priority needs root or CAP_SYS_NICE here")
     assert out.returncode == 0, out.stderr
@@ -39,7 +38,7 @@ def test_freeze_heap_leaves_nothing_for_a_full_collection_to_walk():
         "gc.collect()\n"
         "print(before, gc.get_freeze_count(), len(gc.get_objects()))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = run_python(code)
     assert out.returncode == 0, out.stderr
     before, frozen, tracked = out.stdout.split()
     assert int(frozen) >= int(before) // 2 and int(tracked) < 1000, out.stdout
