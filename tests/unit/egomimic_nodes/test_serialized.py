@@ -8,7 +8,7 @@ from rclpy.serialization import deserialize_message, serialize_message
 from sensor_msgs.msg import CameraInfo, Image
 
 from egomimic_nodes.msg_convert import fill_image, ns_to_stamp
-from egomimic_nodes.serialized import SerializedImage, SerializedJointState, read_joint_state, serialized_camera_info
+from egomimic_nodes.serialized import SerializedImage, SerializedJointState, SerializedTemplate, read_joint_state
 
 
 @pytest.mark.parametrize("height,width", [(480, 640), (7, 5)])  # 5 px: rows of 15 bytes, odd lengths
@@ -34,7 +34,7 @@ def test_camera_info_template_keeps_everything_but_the_stamp():
     info.header.frame_id = "left_wrist_optical"
     info.width, info.height, info.distortion_model = 640, 480, "plumb_bob"
     info.k = [400.0, 0.0, 320.0, 0.0, 400.0, 240.0, 0.0, 0.0, 1.0]
-    template = serialized_camera_info(info)
+    template = SerializedTemplate(info)
     assert (info.header.stamp.sec, info.header.stamp.nanosec) == (0, 0), "the caller's message is left as it was"
     template.stamp(12_000_000_345)
     info.header.stamp = ns_to_stamp(12_000_000_345)

@@ -57,7 +57,7 @@ from egomimic_hw.errors import ConfigError
 from egomimic_nodes import diagnostics, topics
 from egomimic_nodes.msg_convert import ns_to_stamp, pose_to_array
 from egomimic_nodes.outbox import publish_serialized
-from egomimic_nodes.serialized import SerializedImage, serialized_camera_info
+from egomimic_nodes.serialized import SerializedImage, SerializedTemplate
 from egomimic_nodes.spin import run_node
 from egomimic_nodes.taken import TakenSubscriptions
 
@@ -124,7 +124,7 @@ class _Stream:
                                if compressed_quality else None)
         self.jpeg_quality = compressed_quality
         self.intrinsics = shaper.output_intrinsics(backend.intrinsics)
-        self.info = serialized_camera_info(camera_info(camera, self.intrinsics))
+        self.info = SerializedTemplate(camera_info(camera, self.intrinsics))
         # The Image's bytes are built once and patched per frame (serialized.py): ~1 ms of CPU
         # per frame less than publish(msg), the same bytes on the wire.
         self.image = SerializedImage(f"{camera}_optical", shaper.height, shaper.width)

@@ -41,15 +41,21 @@ def online_cpus() -> set[int]:
         return set(range(os.cpu_count() or 1))
 
 
+def online_cpu_list(text: str) -> set[int]:
+    """parse_cpu_list(text), and ValueError when one of its CPUs is not online here."""
+    cpus = parse_cpu_list(text)
+    missing = cpus - online_cpus()
+    if missing:
+        raise ValueError(f"{text!r} names CPUs {sorted(missing)} that are not online (online: {sorted(online_cpus())})")
+    return cpus
+
+
 def pin_cpus(text: str) -> str:
     """Restrict this process to the CPUs of `text` (a CPU list) and say so, for the start log.
     Called before rclpy starts its threads, so the DDS threads inherit the mask. Raises
     ValueError or OSError with the reason when that is impossible: a node that was asked to run
     on given cores does not silently run elsewhere."""
-    cpus = parse_cpu_list(text)
-    missing = cpus - online_cpus()
-    if missing:
-        raise ValueError(f"CPUs {sorted(missing)} are not online here (online: {sorted(online_cpus())})")
+    cpus = online_cpu_list(text)
     for tid in os.listdir("/proc/self/task"):  # every thread there is; later ones inherit the mask
         os.sched_setaffinity(int(tid), cpus)
     return f"CPUs {sorted(os.sched_getaffinity(0))}"

@@ -6,9 +6,10 @@ CPU in rclpy (serialize_message, and publish() does the same), four copies of 90
 message in which only the stamp and the pixels change from frame to frame. Here rclpy's own
 serializer writes the message once, with the camera's frame_id, size and encoding; each frame
 then writes its stamp into those bytes and copies its pixels into the data field (one copy,
-~30 us), and outbox.publish_serialized hands the bytes to the middleware. The bytes are exactly
-what publish() would have sent (tests/unit compares them), so every subscriber, rviz and a bag
-included, sees the same message.
+~30 us), and outbox.publish_serialized hands the bytes to the middleware. The bytes are the
+message publish() would have sent: the same length and the same fields when read back (tests/unit
+checks both; only CDR alignment padding, which is unspecified, may differ), so every subscriber,
+rviz and a bag included, sees the same message.
 
 CDR layout used (little-endian, as rclpy writes on these machines): a 4-byte encapsulation
 header, then the first field, std_msgs/Header, whose stamp (int32 sec, uint32 nanosec) sits
@@ -23,7 +24,7 @@ import struct
 
 import numpy as np
 from rclpy.serialization import serialize_message
-from sensor_msgs.msg import CameraInfo, Image, JointState
+from sensor_msgs.msg import Image, JointState
 
 STAMP = struct.Struct("<iI")
 STAMP_OFFSET = 4
@@ -34,7 +35,8 @@ CDR_LE = b"\x00\x01"
 
 
 class SerializedTemplate:
-    """A message serialized once; `stamp(ns)` rewrites header.stamp in place."""
+    """A message serialized once; `stamp(ns)` rewrites header.stamp in place (a CameraInfo,
+    which never changes but for its stamp, is published as one)."""
 
     def __init__(self, msg):
         stamp = msg.header.stamp
@@ -75,11 +77,6 @@ class SerializedImage(SerializedTemplate):
         self.stamp(stamp_ns)
         np.copyto(self.pixels, rgb)
         return self.buffer
-
-
-def serialized_camera_info(info: CameraInfo) -> SerializedTemplate:
-    """CameraInfo never changes but for its stamp."""
-    return SerializedTemplate(info)
 
 
 class SerializedJointState(SerializedTemplate):
