@@ -18,7 +18,6 @@ import threading
 import time
 from pathlib import Path
 
-import yaml
 
 from egomimic_bringup.graph import NodeSpec
 
@@ -38,15 +37,6 @@ def stop_process_group(proc: subprocess.Popen, timeout_s: float = 5.0) -> int:
         except subprocess.TimeoutExpired:
             continue
     return proc.wait()
-
-
-def write_params_file(spec: NodeSpec, directory: Path) -> Path:
-    """The launch-time parameters of one node as a ROS params file (what launch_ros does)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{spec.name}.yaml"
-    fqn = f"/{spec.namespace}/{spec.name}" if spec.namespace else f"/{spec.name}"
-    path.write_text(yaml.safe_dump({fqn: {"ros__parameters": dict(spec.parameters)}}, sort_keys=True))
-    return path
 
 
 LOG_CAP_BYTES = 20 * 1024 * 1024
@@ -101,7 +91,9 @@ def node_command(spec: NodeSpec, launch_params: Path) -> list[str]:
         cmd += ["-r", f"__ns:=/{spec.namespace}"]
     for f in spec.params_files:
         cmd += ["--params-file", f]
-    cmd += ["--params-file", str(launch_params)]  # launch arguments win over the YAML defaults
+    cmd += ["--params-file", str(launch_params)]  # launch arguments win over the deployment YAML
+    for f in spec.override_files:
+        cmd += ["--params-file", f]  # the operator's params_file wins over everything
     return cmd
 
 
@@ -110,7 +102,7 @@ class NodeProcess:
         self.spec = spec
         self.log_path = run_dir / "logs" / f"{spec.name}.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        params = write_params_file(spec, run_dir / "params")
+        params = spec.write_launch_params(run_dir / "params")
         self.cmd = node_command(spec, params)
         self._echo = echo
         self.started_at = time.monotonic()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from egomimic_bringup.graph import LaunchArgumentError, build_graph
-from egomimic_launch.process import node_command, write_params_file
+from egomimic_launch.process import node_command
 from egomimic_launch.stats import LATENCY_BIN_S, RECENT_S, StreamAccumulator, tracking_stats
 from egomimic_nodes.cpus import parse_cpu_list
 
@@ -36,11 +36,36 @@ def test_bad_launch_arguments_are_refused(args):
 
 def test_node_command_runs_module_with_ros_args(tmp_path):
     spec = build_graph({"namespace": "robot2"}).nodes[0]
-    params = write_params_file(spec, tmp_path)
+    params = spec.write_launch_params(tmp_path)
     cmd = node_command(spec, params)
     assert cmd[1:3] == ["-m", "egomimic_nodes.driver_node"]
     assert "__ns:=/robot2" in cmd and "__node:=driver_left" in cmd
-    assert cmd[-1] == str(params) and "/robot2/driver_left" in params.read_text()
+    assert cmd[-1] == str(params) and "/**/driver_left" in params.read_text(), "no params_file: launch arguments last"
+
+
+def test_the_operators_params_file_is_applied_last(tmp_path):
+    """Deployment YAML, then launch arguments, then params_file: rclpy's own parsing of the
+    command line the launcher builds gives the params_file's value, over a launch argument."""
+    import rclpy
+    from rclpy.node import Node
+
+    mine = tmp_path / "mine.yaml"
+    # the usual wildcard key, as in the deployment YAML (an exact /eva/policy key wins anyway)
+    mine.write_text("/**/policy:\n  ros__parameters:\n    inject_latency_ms: 7.0\n    rate_hz: 15.0\n")
+    spec = next(n for n in build_graph({"params_file": str(mine), "inject_latency_ms": "3"}).nodes if n.name == "policy")
+    assert spec.parameters["inject_latency_ms"] == 3.0 and spec.override_files == (str(mine),)
+    cmd = node_command(spec, spec.write_launch_params(tmp_path))
+    files = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--params-file"]
+    assert files[0].endswith("eva_sim.yaml") and files[-1] == str(mine)
+    ctx = rclpy.Context()
+    rclpy.init(args=cmd[cmd.index("--ros-args"):], context=ctx, domain_id=0)
+    try:
+        node = Node("policy", namespace="/eva", context=ctx, start_parameter_services=False)
+        assert node.declare_parameter("inject_latency_ms", 0.0).value == 7.0, "params_file beats the launch argument"
+        assert node.declare_parameter("rate_hz", 30.0).value == 15.0, "params_file beats the deployment YAML"
+        node.destroy_node()
+    finally:
+        rclpy.shutdown(context=ctx)
 
 
 HALF_BIN_MS = LATENCY_BIN_S / 2 * 1e3 + 1e-9

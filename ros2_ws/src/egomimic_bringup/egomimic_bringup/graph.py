@@ -73,7 +73,11 @@ class NodeSpec:
     module: str
     namespace: str
     parameters: dict = field(default_factory=dict)
+    """Set by launch arguments: they win over `params_files`."""
     params_files: tuple[str, ...] = ()
+    """The deployment's YAML (config/eva_<backend>.yaml), applied first."""
+    override_files: tuple[str, ...] = ()
+    """The operator's `params_file`, applied last: it wins over everything, launch arguments included."""
     lifecycle: bool = False
     arm_after: bool = False
     """With auto_arm, the launcher calls safety/arm once this node is up (before the policy
@@ -88,6 +92,21 @@ class NodeSpec:
     """A Linux CPU list the node pins itself to (control_cpus / stack_cpus), "" for none. See
     egomimic_nodes.cpus.pin_cpus."""
     description: str = ""
+
+    def write_launch_params(self, directory: Path) -> Path:
+        """This node's launch-argument parameters as a ROS params file, for both launchers.
+
+        The key is `/**/<name>`, the same as the deployment YAML's and the usual operator's, so
+        that rcl merges the three files under one key in command-line order: deployment, then
+        launch arguments, then params_file. (rcl applies a node's matching keys in the order each
+        key first appeared: an exact `/eva/policy` key here would come after the deployment's
+        `/**/policy` and beat the params_file that updates that first key.)"""
+        import yaml
+
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{self.name}.yaml"
+        path.write_text(yaml.safe_dump({f"/**/{self.name}": {"ros__parameters": dict(self.parameters)}}, sort_keys=True))
+        return path
 
 
 @dataclass(frozen=True)
@@ -141,18 +160,19 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
     """The node list for these launch arguments, in start order."""
     args = resolve_arguments(overrides or {})
     ns = args["namespace"].strip("/")
-    files = tuple(f for f in (str(CONFIG_DIR / f"eva_{args['backend']}.yaml"), args["params_file"]) if f)
+    yaml_files = {"params_files": (str(CONFIG_DIR / f"eva_{args['backend']}.yaml"),),
+                  "override_files": (args["params_file"],) if args["params_file"] else ()}
     nodes: list[NodeSpec] = []
     for arm in (a.value for a in ARMS):
         nodes.append(NodeSpec(
             f"driver_{arm}", f"{NODE_PACKAGE}.driver_node", ns,
-            {"arm": arm, "backend": args["backend"]}, files, lifecycle=True,
+            {"arm": arm, "backend": args["backend"]}, **yaml_files, lifecycle=True,
             priority="nice" if args["realtime"] == "true" else "", cpus=args["control_cpus"],
             description=f"ARX5 driver, {arm} arm ({args['backend']} backend)",
         ))
     # frames is a hop of the command path (policy/action -> command/proposed), so it runs at the
     # drivers' priority: a command that waits behind the cameras arrives late at the gate.
-    nodes.append(NodeSpec("frames", f"{NODE_PACKAGE}.frames_node", ns, {}, files,
+    nodes.append(NodeSpec("frames", f"{NODE_PACKAGE}.frames_node", ns, {}, **yaml_files,
                           priority="nice" if args["realtime"] == "true" else "", cpus=args["control_cpus"],
                           description="hardware <-> dataset frame conversion"))
     cameras = CAMERAS
@@ -163,7 +183,7 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
         params = {"cameras": list(cameras), "backend": camera_backend}
         if camera_backend == "replay":
             params["replay_path"] = args["replay_path"]
-        nodes.append(NodeSpec("cameras", f"{NODE_PACKAGE}.camera_node", ns, params, files,
+        nodes.append(NodeSpec("cameras", f"{NODE_PACKAGE}.camera_node", ns, params, **yaml_files,
                               priority="stack" if args["realtime"] == "true" else "", cpus=args["stack_cpus"],
                               description=f"{camera_backend} cameras front_1, left_wrist, right_wrist"))
     else:
@@ -172,14 +192,14 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
             cam_backend = ARX5_CAMERA_BACKENDS[cam] if camera_backend == "hardware" else camera_backend
             nodes.append(NodeSpec(
                 f"camera_{cam}", f"{NODE_PACKAGE}.camera_node", ns,
-                {"cameras": [cam], "backend": cam_backend}, files,
+                {"cameras": [cam], "backend": cam_backend}, **yaml_files,
                 priority="stack" if args["realtime"] == "true" else "", cpus=args["stack_cpus"],
                 description=f"camera {cam} ({cam_backend})",
             ))
     # The gate starts after the cameras and drivers, so arming (which needs fresh state and
     # camera health) can succeed at once; before the policy, so ARMING sees its first command.
     nodes.append(NodeSpec("safety_gate", f"{NODE_PACKAGE}.gate_node", ns, {"required_cameras": list(cameras)},
-                          files, arm_after=True,
+                          **yaml_files, arm_after=True,
                           priority="fifo" if args["realtime"] == "true" else "", cpus=args["control_cpus"],
                           description="safety gate (only publisher of joint commands)"))
     if args["policy"] != "none":
@@ -187,7 +207,8 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
         # priority and its model worker lowers itself to the stack's (policy_node._lower_worker).
         # A soak beside a CPU hog at -2 saw one 85 ms gap between actions.
         nodes.append(NodeSpec("policy", f"{NODE_PACKAGE}.policy_node", ns,
-                              {"policy": args["policy"], "inject_latency_ms": float(args["inject_latency_ms"])}, files,
+                              {"policy": args["policy"], "inject_latency_ms": float(args["inject_latency_ms"])},
+                              **yaml_files,
                               priority="nice" if args["realtime"] == "true" else "", cpus=args["stack_cpus"],
                               description=f"policy ({args['policy']})"))
     if args["record"] == "true" or args["bag"] == "true":

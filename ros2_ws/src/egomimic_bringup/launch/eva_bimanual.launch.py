@@ -10,6 +10,9 @@ and brought to active by `autostart`-style events below; auto_arm is left to the
 (`ros2 service call /eva/safety/arm std_srvs/srv/Trigger`).
 """
 
+import tempfile
+from pathlib import Path
+
 from egomimic_bringup.graph import LAUNCH_ARGUMENTS, build_graph
 
 
@@ -22,6 +25,7 @@ def generate_launch_description():
 
         overrides = {a.name: context.perform_substitution(_config(a.name)) for a in LAUNCH_ARGUMENTS}
         graph = build_graph(overrides)
+        params_dir = Path(tempfile.mkdtemp(prefix="egomimic_launch_params_"))
         actions = []
         for spec in graph.nodes:
             package, executable = spec.module.split(".")  # console script = module name
@@ -30,7 +34,7 @@ def generate_launch_description():
                 executable=executable,
                 name=spec.name,
                 namespace=spec.namespace,
-                parameters=[*spec.params_files, spec.parameters],
+                parameters=[*spec.params_files, str(spec.write_launch_params(params_dir)), *spec.override_files],  # params_file last
                 output="screen",
                 additional_env={"EGOMIMIC_PRIORITY": spec.priority, "EGOMIMIC_CPUS": spec.cpus},
             )
