@@ -197,6 +197,14 @@ def main(argv: list[str] | None = None) -> int:
     policy = graph.args.get("policy")
     monitor = (RunMonitor(client.node, graph.namespace, scripted=policy == "scripted",
                           expect_armed=graph.auto_arm and policy != "none") if ns.summary else None)
+    if graph.args.get("realtime") == "true":
+        from egomimic_nodes.spin import raise_middleware_threads
+
+        # This process subscribes to the command path (observer, heartbeats): its DDS listener
+        # must not be what a frames or gate writer waits for (spin.raise_middleware_threads).
+        done = raise_middleware_threads()
+        if done and not ns.quiet:
+            safe_print(f"[launch] scheduling: {done}")
 
     def on_signal(signum, _frame):
         launcher.stop_reason = launcher.stop_reason or f"signal {signal.Signals(signum).name}"

@@ -5,6 +5,10 @@
 Stamps, grippers and chunk provenance (chunk_id, row, observation_stamp) pass through
 unchanged. A message in any other frame_id, or with a malformed pose, is refused (not
 forwarded) and counted on /diagnostics: guessing a frame is how an arm goes to the wrong place.
+
+Each output goes through an Outbox (its own sending thread): a subscriber that blocks one
+writer (outbox.py) delays neither the other writer nor this node's callbacks, so the gate's
+commands do not wait for the policy's poses, nor the poses for the commands.
 """
 
 from __future__ import annotations
@@ -21,7 +25,15 @@ from egomimic_hw.frames import pose_ds_from_hw, pose_hw_from_ds
 from egomimic_msgs.msg import BimanualCommand
 from egomimic_nodes import diagnostics, topics
 from egomimic_nodes.msg_convert import array_to_pose, pose_to_array
+from egomimic_nodes.outbox import Outbox
 from egomimic_nodes.spin import run_node
+
+EXIT_FLUSH_S = 0.2
+"""On exit, each writer gets this long to hand over what is queued."""
+COMMAND_KEEP = 2
+"""Proposed commands that may wait while their writer is blocked (two control periods); older
+ones are dropped and counted: the gate judges each command by its stamp, and one that waited
+longer would be stale there anyway."""
 
 
 class FramesNode(Node):
@@ -29,11 +41,13 @@ class FramesNode(Node):
         super().__init__("frames")
         self._pub_pose_ds = {}
         for arm in ARMS:
-            self._pub_pose_ds[arm] = self.create_publisher(PoseStamped, topics.EE_POSE_DATASET.name(arm), topics.EE_POSE_DATASET.qos)
+            self._pub_pose_ds[arm] = Outbox(self.create_publisher(PoseStamped, topics.EE_POSE_DATASET.name(arm),
+                                                                  topics.EE_POSE_DATASET.qos))
             self.create_subscription(PoseStamped, topics.EE_POSE.name(arm), self._pose_cb(arm), topics.EE_POSE.qos)
-        self._pub_cmd = self.create_publisher(BimanualCommand, topics.COMMAND_PROPOSED.name(), topics.COMMAND_PROPOSED.qos)
+        self._pub_cmd = Outbox(self.create_publisher(BimanualCommand, topics.COMMAND_PROPOSED.name(), topics.COMMAND_PROPOSED.qos),
+                               keep=COMMAND_KEEP)
         self.create_subscription(BimanualCommand, topics.POLICY_ACTION.name(), self._on_action, topics.POLICY_ACTION.qos)
-        self._pub_diag = self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos)
+        self._pub_diag = Outbox(self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos))
         self.counts: Counter[str] = Counter()
         self.last_refusal = ""
         self.create_timer(1.0, self._publish_diagnostics)
@@ -87,9 +101,18 @@ class FramesNode(Node):
         refused = sum(v for k, v in self.counts.items() if k.endswith("_refused"))
         level = diagnostics.WARN if refused else diagnostics.OK
         values = dict(sorted(self.counts.items()))
+        for box in (self._pub_cmd, *self._pub_pose_ds.values()):
+            values.update({f"{box.topic}.{k}": v for k, v in box.stats().items()})
         values["last_refusal"] = self.last_refusal
         self._pub_diag.publish(diagnostics.array(self, diagnostics.status(
             "frames", "frames", level, f"{refused} message(s) refused" if refused else "converting", values)))
+
+
+    def on_exit(self) -> None:
+        """Hand what is queued to the middleware (briefly), then stop the sending threads."""
+        for box in (self._pub_cmd, *self._pub_pose_ds.values(), self._pub_diag):
+            box.flush(EXIT_FLUSH_S)
+            box.close()
 
 
 def main(args=None) -> int:

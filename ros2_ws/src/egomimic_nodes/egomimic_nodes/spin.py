@@ -154,6 +154,38 @@ def freeze_heap() -> None:
     gc.freeze()
 
 
+MIDDLEWARE_THREAD_PREFIX = "dds."
+"""Fast DDS names its threads dds.shm.<port>, dds.udp.<port>, dds.ev.<n>, ..."""
+
+
+def raise_middleware_threads(niceness: int = PRIORITY_NICENESS) -> str:
+    """Give this process's Fast DDS threads the control tier's niceness when they run below it
+    (a process of the stack tier, the launcher). Why: a writer pushing a sample into this
+    process's shared-memory port takes the port's interprocess mutex, which this process's
+    listener thread also takes; if the listener is preempted while holding it, every writer to
+    this process waits (outbox.py), the frames node's command writer included, and the gate
+    sees no command. A listener at the control tier is not preempted by the stack's or a hog's
+    work. Call it after the node exists (its participant's threads are created with it).
+    Returns what it did, for the log ("" when nothing was needed)."""
+    raised, failed = [], ""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read().strip()
+            if not name.startswith(MIDDLEWARE_THREAD_PREFIX) or os.getpriority(os.PRIO_PROCESS, int(tid)) <= niceness:
+                continue
+            os.setpriority(os.PRIO_PROCESS, int(tid), niceness)
+            raised.append(name)
+        except FileNotFoundError:
+            continue  # the thread ended meanwhile
+        except OSError as exc:
+            failed = f" (not permitted for the others: {exc})"
+            break
+    if not raised and not failed:
+        return ""
+    return f"{len(raised)} middleware thread(s) at niceness {niceness}: {', '.join(sorted(raised))}{failed}"
+
+
 def lower_this_thread(kind: str = "stack") -> str:
     """Give the calling thread the niceness of `kind`'s tier when the process runs above it
     (a thread may always lower its own priority): the policy node's model worker, so the 30 Hz
@@ -237,6 +269,10 @@ def run_node(factory, args=None) -> int:
     code = 0
     try:
         node = factory()
+        if os.environ.get(PRIORITY_ENV) == "stack":
+            done = raise_middleware_threads()
+            if done:
+                say(f"[INFO] scheduling: {done}")
         freeze_heap()
         executor = make_executor(node)
         executor.add_node(node)
