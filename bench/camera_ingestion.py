@@ -25,12 +25,12 @@ from pathlib import Path
 import numpy as np
 import simplejpeg
 
+from egomimic_data.episode_format import EpisodeMeta, EpisodeWriter, numeric_keys
 from egomimic_hw.cameras.base import Frame, default_intrinsics
 from egomimic_hw.cameras.health import CameraHealthMonitor
 from egomimic_hw.cameras.processing import FrameShaper
 from egomimic_hw.cameras.synthetic import SyntheticScene
 from egomimic_hw.description import ARMS, CAMERAS
-from egomimic_policy.episodes.format import EpisodeMeta, EpisodeWriter, numeric_keys
 
 H, W = 480, 640
 RATE_HZ = 30.0

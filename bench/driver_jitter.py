@@ -53,6 +53,8 @@ from pathlib import Path
 
 import numpy as np
 
+from egomimic_hw.description import ARMS
+
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = REPO / "config" / "fastdds_local.xml"
 RATE_HZ = 100.0
@@ -61,7 +63,6 @@ PERIOD_MS = 1e3 / RATE_HZ
 LATE_FACTOR = 1.5
 """An interval over LATE_FACTOR periods counts as a late (or missed) tick."""
 FIRST_MESSAGE_TIMEOUT_S = 20.0
-ARMS = ("left", "right")
 BASELINE_NS = "bench_baseline"
 DEFAULT_DOMAIN = 92
 
@@ -70,7 +71,7 @@ DEFAULT_DOMAIN = 92
 def run_baseline(arm_name: str, rate_hz: float) -> int:
     """The minimal node: same message, QoS, stamping, init and executor as the driver; no work."""
     from egomimic_hw.description import Arm
-    from egomimic_nodes import qos
+    from egomimic_nodes import topics
     from egomimic_nodes.spin import run_node
     from rclpy.node import Node
     from sensor_msgs.msg import JointState
@@ -80,7 +81,7 @@ def run_baseline(arm_name: str, rate_hz: float) -> int:
     class BaselinePublisher(Node):
         def __init__(self):
             super().__init__(f"baseline_{arm.value}", namespace=f"/{BASELINE_NS}")
-            self._pub = self.create_publisher(JointState, f"{arm.value}/joint_states", qos.SENSOR)
+            self._pub = self.create_publisher(JointState, topics.JOINT_STATES.name(arm), topics.JOINT_STATES.qos)
             self._names = arm.joint_names
             self._positions = [0.0] * len(self._names)
             self.create_timer(1.0 / rate_hz, self._on_tick)
@@ -130,15 +131,16 @@ class Recorder:
     """Subscribes to `<prefix>/<arm>/joint_states`; records per-message times while `recording`."""
 
     def __init__(self, node, prefix: str):
-        from egomimic_nodes import qos
+        from egomimic_nodes import topics
         from sensor_msgs.msg import JointState
 
-        self.samples: dict[str, list] = {arm: [] for arm in ARMS}
-        self.first_seen: dict[str, bool] = {arm: False for arm in ARMS}
+        self.samples: dict[str, list] = {arm.value: [] for arm in ARMS}
+        self.first_seen: dict[str, bool] = {arm.value: False for arm in ARMS}
         self.recording = False
         self._subs = [
-            node.create_subscription(JointState, f"{prefix}/{arm}/joint_states",
-                                     lambda msg, info, arm=arm: self._on_msg(arm, msg, info), qos.SENSOR)
+            node.create_subscription(JointState, topics.JOINT_STATES.resolve(prefix, arm),
+                                     lambda msg, info, arm=arm.value: self._on_msg(arm, msg, info),
+                                     topics.JOINT_STATES.qos)
             for arm in ARMS
         ]
         self._node = node
@@ -194,7 +196,7 @@ def measure_phase(name: str, prefix: str, node, executor, processes, a) -> dict:
         load1 = os.getloadavg()[0]
     finally:
         recorder.close()
-    per_arm = {arm: analyse(recorder.samples[arm], window_s) for arm in ARMS}
+    per_arm = {arm.value: analyse(recorder.samples[arm.value], window_s) for arm in ARMS}
     pooled = pool(per_arm)
     return {"prefix": prefix, "window_s": window_s, "arms": per_arm, "pooled": pooled, "cpu_pct": cpu,
             "loadavg_1min": [load0, load1]}
@@ -364,7 +366,7 @@ def orchestrate(a) -> int:
                 results["driver"] = measure_phase("driver", f"/{graph.namespace}", node, executor, launcher.procs, a)
                 launcher.teardown()
             else:
-                baselines = [BaselineProcess(arm, run_dir, env, RATE_HZ) for arm in ARMS]
+                baselines = [BaselineProcess(arm.value, run_dir, env, RATE_HZ) for arm in ARMS]
                 results["baseline"] = measure_phase("baseline", f"/{BASELINE_NS}", node, executor, baselines, a)
                 for p in baselines:
                     killed |= p.stop() == -signal.SIGKILL
@@ -423,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-dir", help="where child logs go (default: a new temp dir)")
     ap.add_argument("--out", default="out/bench/driver_jitter.json", help="JSON result path")
     ap.add_argument("--role", choices=("orchestrate", "baseline"), default="orchestrate", help=argparse.SUPPRESS)
-    ap.add_argument("--arm", default="left", help=argparse.SUPPRESS)
+    ap.add_argument("--arm", default=ARMS[0].value, help=argparse.SUPPRESS)
     ap.add_argument("--rate-hz", type=float, default=RATE_HZ, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.role == "baseline":

@@ -39,7 +39,8 @@ from pathlib import Path
 import numpy as np
 import psutil
 import rclpy
-from egomimic_nodes import qos
+from egomimic_hw.description import CAMERAS
+from egomimic_nodes import qos, topics
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from sensor_msgs.msg import Image
 
@@ -48,7 +49,7 @@ PROFILE = REPO / "config" / "fastdds_local.xml"
 H, W, RATE, STREAMS = 480, 640, 30.0, 3
 TOPICS = [f"/bench/cam{i}/image_raw" for i in range(STREAMS)]
 NODE_NS = "bench_node"
-NODE_TOPICS = [f"/{NODE_NS}/cameras/{cam}/image_raw" for cam in ("front_1", "left_wrist", "right_wrist")]
+NODE_TOPICS = [topics.IMAGE_RAW.resolve(NODE_NS, cam=cam) for cam in CAMERAS]
 
 
 def synthetic_frame_index(img) -> int:
@@ -193,7 +194,7 @@ def run_config(name, profile, domain, a, tmp, procs, killed, from_node=False):
             cmd = common + ["--role", role, "--result", str(tmp / f"{name}_{role}.json")]
             if role == "node":
                 cmd = [sys.executable, "-m", "egomimic_nodes.camera_node", "--ros-args", "-r", "__node:=cameras",
-                       "-r", f"__ns:=/{NODE_NS}", "-p", "cameras:=[front_1,left_wrist,right_wrist]",
+                       "-r", f"__ns:=/{NODE_NS}", "-p", f"cameras:=[{','.join(CAMERAS)}]",
                        "-p", "backend:=synthetic"]
             p = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         procs.append(p)

@@ -19,7 +19,14 @@ from __future__ import annotations
 import numpy as np
 
 from egomimic_hw.errors import PoseError
-from egomimic_hw.rotations import _as_array, canonical_quat, mat_to_quat, mat_to_rot6d, quat_to_mat, rot6d_to_mat
+from egomimic_hw.rotations import (
+    as_array_of_shape,
+    canonical_quat,
+    mat_to_quat,
+    mat_to_rot6d,
+    quat_to_mat,
+    rot6d_to_mat,
+)
 
 EVA_DATASET_FROM_HARDWARE_ROTATION = np.array([[0.0, 0.0, 1.0], [-1.0, 0.0, 0.0], [0.0, -1.0, 0.0]])
 """M in R_ds = M @ R_hw (EVA.md); orientation only."""
@@ -39,7 +46,7 @@ def rot_hw_from_ds(rot_ds) -> np.ndarray:
 
 
 def _convert_pose(pose, rot: np.ndarray, what: str) -> np.ndarray:
-    p = _as_array(pose, (7,), what)
+    p = as_array_of_shape(pose, (7,), what)
     out = np.empty_like(p)
     out[..., :3] = p[..., :3]
     out[..., 3:] = mat_to_quat(rot @ quat_to_mat(p[..., 3:], strict=True))
@@ -58,7 +65,7 @@ def pose_hw_from_ds(pose_ds) -> np.ndarray:
 
 def pose_to_matrix(pose) -> np.ndarray:
     """4x4 homogeneous transform of a `[x, y, z, qw, qx, qy, qz]` pose."""
-    p = _as_array(pose, (7,), "pose")
+    p = as_array_of_shape(pose, (7,), "pose")
     t = np.zeros(p.shape[:-1] + (4, 4))
     t[..., :3, :3] = quat_to_mat(p[..., 3:], strict=True)
     t[..., :3, 3] = p[..., :3]
@@ -68,7 +75,7 @@ def pose_to_matrix(pose) -> np.ndarray:
 
 def matrix_to_pose(transform) -> np.ndarray:
     """`[x, y, z, qw, qx, qy, qz]` of a 4x4 transform (canonical quaternion)."""
-    t = _as_array(transform, (4, 4), "transform")
+    t = as_array_of_shape(transform, (4, 4), "transform")
     out = np.empty(t.shape[:-2] + (7,))
     out[..., :3] = t[..., :3, 3]
     out[..., 3:] = mat_to_quat(t[..., :3, :3])
@@ -87,10 +94,10 @@ def wrist_relative_encode(current, targets) -> np.ndarray:
     `current` is one pose (7,); `targets` is (..., 7). Both in the same frame (the dataset frame
     for models). Returns (..., 9).
     """
-    c = _as_array(current, (7,), "current pose")
+    c = as_array_of_shape(current, (7,), "current pose")
     if c.ndim != 1:
         raise PoseError(f"current pose: expected one pose of shape (7,), got {c.shape}")
-    t = _as_array(targets, (7,), "target poses")
+    t = as_array_of_shape(targets, (7,), "target poses")
     rot_c = quat_to_mat(c[3:], strict=True)
     rot_t = quat_to_mat(t[..., 3:], strict=True)
     out = np.empty(t.shape[:-1] + (WRIST_RELATIVE_WIDTH,))
@@ -105,10 +112,10 @@ def wrist_relative_decode(current, encoded) -> np.ndarray:
     Every row of a chunk decodes against the pose captured at the query tick, never the live
     pose (the live pose has moved since; decoding against it shifts the whole plan).
     """
-    c = _as_array(current, (7,), "current pose")
+    c = as_array_of_shape(current, (7,), "current pose")
     if c.ndim != 1:
         raise PoseError(f"current pose: expected one pose of shape (7,), got {c.shape}")
-    e = _as_array(encoded, (WRIST_RELATIVE_WIDTH,), "wrist-relative rows")
+    e = as_array_of_shape(encoded, (WRIST_RELATIVE_WIDTH,), "wrist-relative rows")
     rot_c = quat_to_mat(c[3:], strict=True)
     out = np.empty(e.shape[:-1] + (7,))
     out[..., :3] = c[:3] + e[..., :3] @ rot_c.T  # p_c + R_c xyz_rel
@@ -118,7 +125,7 @@ def wrist_relative_decode(current, encoded) -> np.ndarray:
 
 def same_pose(a, b, *, atol: float = 1e-9) -> bool:
     """True when two poses agree, treating q and -q as the same rotation."""
-    pa, pb = _as_array(a, (7,), "pose"), _as_array(b, (7,), "pose")
+    pa, pb = as_array_of_shape(a, (7,), "pose"), as_array_of_shape(b, (7,), "pose")
     if pa.shape != pb.shape:
         raise PoseError(f"pose shapes differ: {pa.shape} vs {pb.shape}")
     return bool(

@@ -35,7 +35,7 @@ import numpy as np
 
 from egomimic_hw.description import ARX_MODEL, BASE_LINK, EEF_LINK, JOINTS_PER_ARM
 from egomimic_hw.errors import BackendUnavailable, ConfigError, PoseError
-from egomimic_hw.rotations import _as_array, geodesic_angle, mat_to_ypr, quat_to_mat, ypr_to_quat
+from egomimic_hw.rotations import as_array_of_shape, geodesic_angle, mat_to_ypr, quat_to_mat, ypr_to_quat
 
 LOG = logging.getLogger(__name__)
 
@@ -82,14 +82,14 @@ def _quiet_stdout():
 
 def pose6d_from_pose(pose) -> np.ndarray:
     """SDK pose_6d `[x, y, z, roll, pitch, yaw]` of a `[x, y, z, qw, qx, qy, qz]` pose."""
-    p = _as_array(pose, (7,), "pose")
+    p = as_array_of_shape(pose, (7,), "pose")
     yaw, pitch, roll = mat_to_ypr(quat_to_mat(p[3:], strict=True))
     return np.array([p[0], p[1], p[2], roll, pitch, yaw])
 
 
 def pose_from_pose6d(pose6d) -> np.ndarray:
     """`[x, y, z, qw, qx, qy, qz]` of an SDK pose_6d `[x, y, z, roll, pitch, yaw]`."""
-    x, y, z, roll, pitch, yaw = _as_array(pose6d, (6,), "pose_6d").tolist()
+    x, y, z, roll, pitch, yaw = as_array_of_shape(pose6d, (6,), "pose_6d").tolist()
     return np.array([x, y, z, *ypr_to_quat([yaw, pitch, roll])])
 
 
@@ -191,7 +191,7 @@ class ArmKinematics:
 
     def forward(self, joints_rad) -> np.ndarray:
         """End-effector pose `[x, y, z, qw, qx, qy, qz]` (hardware frame) of 6 joint angles."""
-        q = _as_array(joints_rad, (JOINTS_PER_ARM,), "joints")
+        q = as_array_of_shape(joints_rad, (JOINTS_PER_ARM,), "joints")
         return self._backend.forward(q)
 
     def inverse(
@@ -203,8 +203,8 @@ class ArmKinematics:
         rotation_tolerance_rad: float = IK_ROTATION_TOLERANCE_RAD,
     ) -> IkResult:
         """Joints reaching `pose`, seeded with the measured joints; never a silent near miss."""
-        target = _as_array(pose, (7,), "IK target pose")
-        seed = _as_array(seed_joints_rad, (JOINTS_PER_ARM,), "IK seed joints")
+        target = as_array_of_shape(pose, (7,), "IK target pose")
+        seed = as_array_of_shape(seed_joints_rad, (JOINTS_PER_ARM,), "IK seed joints")
         q, failure = self._backend.solve(target, seed)
         if not np.all(np.isfinite(q)):
             detail = f"solver returned non-finite joints ({failure or 'no error'})"
@@ -227,7 +227,7 @@ class ArmKinematics:
 
 def check_pose_shape(pose) -> None:
     """Raise PoseError unless `pose` is a finite 7-vector."""
-    _as_array(pose, (7,), "pose")
+    as_array_of_shape(pose, (7,), "pose")
 
 
 __all__ = [

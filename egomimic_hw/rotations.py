@@ -1,17 +1,26 @@
 """Rotation math in one convention, vectorized over leading batch dimensions.
 
+The only module with quaternion math: frames, kinematics, the gate's checks, the policy's
+features and the scripted motion call it instead of carrying their own (or scipy's, whose
+default order is the other one).
+
 Conventions (EVA.md), fixed here once:
-- quaternions are `[qw, qx, qy, qz]` (wxyz), unit norm; q and -q are the same rotation and
-  `canonical_quat` picks qw >= 0 where a unique form is needed;
+- quaternions are `[qw, qx, qy, qz]` (wxyz): scalar FIRST, as in every pose array
+  `[x, y, z, qw, qx, qy, qz]` of this code base (scipy's `scalar_first=True`; ROS messages
+  carry xyzw fields, mapped by name in egomimic_nodes.msg_convert); unit norm; q and -q are
+  the same rotation and `canonical_quat` picks qw >= 0 where a unique form is needed;
 - matrices act on column vectors, `A_R_B` maps B into A;
 - Euler angles are `[yaw, pitch, roll]`, intrinsic "ZYX": R = Rz(yaw) Ry(pitch) Rx(roll),
   which is also the ARX SDK's pose_6d `[x, y, z, roll, pitch, yaw]` order reversed;
 - 6D rotation = the first two COLUMNS of R, concatenated `[r00, r10, r20, r01, r11, r21]`;
   back by Gram-Schmidt.
-Glossary of names: `quat` wxyz, `mat` 3x3, `rot6d` 6-vector, `ypr` [yaw, pitch, roll].
+Glossary of names: `quat` wxyz, `mat` 3x3, `rot6d` 6-vector, `ypr` [yaw, pitch, roll],
+`rotvec` axis x angle (rad).
 
 Malformed input (wrong trailing shape, non-finite, zero quaternion) raises PoseError: a NaN
-that flows silently into a command is how an arm goes somewhere nobody asked for.
+that flows silently into a command is how an arm goes somewhere nobody asked for. Two
+exceptions say why in their docstrings: `quat_angle` (non-finite reads as the largest angle)
+and `quat_nlerp` (a per-tick path on validated rows).
 """
 
 from __future__ import annotations
@@ -26,7 +35,9 @@ QUAT_NORM_TOLERANCE = 1e-3
 """`quat_to_mat(strict=True)` refuses quaternions whose norm is further than this from 1."""
 
 
-def _as_array(x, trailing: tuple[int, ...], what: str) -> np.ndarray:
+def as_array_of_shape(x, trailing: tuple[int, ...], what: str) -> np.ndarray:
+    """`x` as a float array of shape (..., *trailing), all finite; else PoseError naming `what`.
+    The entry check of every function here and of the pose code built on them."""
     arr = np.asarray(x, dtype=float)
     if arr.shape[arr.ndim - len(trailing):] != trailing or arr.ndim < len(trailing):
         raise PoseError(f"{what}: expected shape (..., {', '.join(map(str, trailing))}), got {arr.shape}")
@@ -42,7 +53,7 @@ CANONICAL_ZERO = 1e-12
 def canonical_quat(quat) -> np.ndarray:
     """Unit quaternion with qw > 0 (the same rotation as the input). At qw = 0 (a half turn)
     the sign goes by the first non-zero of x, y, z, so q and -q always map to one form."""
-    q = _as_array(quat, (4,), "quaternion")
+    q = as_array_of_shape(quat, (4,), "quaternion")
     norm = np.linalg.norm(q, axis=-1, keepdims=True)
     if np.any(norm < 1e-12):
         raise PoseError("quaternion: zero norm is not a rotation")
@@ -57,7 +68,7 @@ def canonical_quat(quat) -> np.ndarray:
 
 def quat_to_mat(quat, *, strict: bool = False) -> np.ndarray:
     """Rotation matrix of a quaternion (wxyz). strict: refuse a norm off 1 by > tolerance."""
-    q = _as_array(quat, (4,), "quaternion")
+    q = as_array_of_shape(quat, (4,), "quaternion")
     norm = np.linalg.norm(q, axis=-1, keepdims=True)
     if np.any(norm < 1e-12):
         raise PoseError("quaternion: zero norm is not a rotation")
@@ -81,7 +92,7 @@ def mat_to_quat(mat) -> np.ndarray:
     Shepperd's method, vectorized: per matrix, divide by the largest of the four candidates
     (4w^2, 4x^2, 4y^2, 4z^2 from the trace and diagonal) so no division is by a tiny number.
     """
-    m = _as_array(mat, (3, 3), "rotation matrix")
+    m = as_array_of_shape(mat, (3, 3), "rotation matrix")
     if m.ndim == 2:
         return _mat_to_quat_one(m)
     r = m.reshape(-1, 3, 3)
@@ -138,7 +149,7 @@ def _quat_of_rows(rows) -> list[float]:
 
 def ypr_to_mat(ypr) -> np.ndarray:
     """R = Rz(yaw) Ry(pitch) Rx(roll) from `[yaw, pitch, roll]` (intrinsic ZYX)."""
-    a = _as_array(ypr, (3,), "euler [yaw, pitch, roll]")
+    a = as_array_of_shape(ypr, (3,), "euler [yaw, pitch, roll]")
     if a.ndim == 1:
         return np.array(_ypr_rows(*a.tolist()))
     yaw, pitch, roll = np.moveaxis(a, -1, 0)
@@ -170,7 +181,7 @@ def _ypr_rows(yaw: float, pitch: float, roll: float) -> list[list[float]]:
 def ypr_to_quat(ypr) -> np.ndarray:
     """Canonical quaternion of `[yaw, pitch, roll]`: mat_to_quat(ypr_to_mat(ypr)), with the
     single-triple case in plain floats."""
-    a = _as_array(ypr, (3,), "euler [yaw, pitch, roll]")
+    a = as_array_of_shape(ypr, (3,), "euler [yaw, pitch, roll]")
     if a.ndim == 1:
         return np.array(_quat_of_rows(_ypr_rows(*a.tolist()))) + 0.0
     return mat_to_quat(ypr_to_mat(a))
@@ -178,7 +189,7 @@ def ypr_to_quat(ypr) -> np.ndarray:
 
 def mat_to_ypr(mat) -> np.ndarray:
     """`[yaw, pitch, roll]` (intrinsic ZYX) of a rotation matrix; pitch in [-pi/2, pi/2]."""
-    m = _as_array(mat, (3, 3), "rotation matrix")
+    m = as_array_of_shape(mat, (3, 3), "rotation matrix")
     pitch = np.arcsin(np.clip(-m[..., 2, 0], -1.0, 1.0))
     yaw = np.arctan2(m[..., 1, 0], m[..., 0, 0])
     roll = np.arctan2(m[..., 2, 1], m[..., 2, 2])
@@ -187,13 +198,13 @@ def mat_to_ypr(mat) -> np.ndarray:
 
 def mat_to_rot6d(mat) -> np.ndarray:
     """The first two columns of R, `[r00, r10, r20, r01, r11, r21]`."""
-    m = _as_array(mat, (3, 3), "rotation matrix")
+    m = as_array_of_shape(mat, (3, 3), "rotation matrix")
     return np.concatenate([m[..., :, 0], m[..., :, 1]], axis=-1)
 
 
 def rot6d_to_mat(rot6d) -> np.ndarray:
     """Rotation matrix from 6D by Gram-Schmidt; refuses degenerate (parallel or zero) columns."""
-    v = _as_array(rot6d, (6,), "rot6d")
+    v = as_array_of_shape(rot6d, (6,), "rot6d")
     a, b = v[..., :3], v[..., 3:]
     na = np.linalg.norm(a, axis=-1, keepdims=True)
     if np.any(na < 1e-9):
@@ -210,8 +221,111 @@ def rot6d_to_mat(rot6d) -> np.ndarray:
 
 def geodesic_angle(mat_a, mat_b) -> np.ndarray:
     """Angle (rad, in [0, pi]) of the rotation taking A to B: the true distance, sign-free."""
-    a = _as_array(mat_a, (3, 3), "rotation matrix")
-    b = _as_array(mat_b, (3, 3), "rotation matrix")
+    a = as_array_of_shape(mat_a, (3, 3), "rotation matrix")
+    b = as_array_of_shape(mat_b, (3, 3), "rotation matrix")
     rel = np.swapaxes(a, -1, -2) @ b
     cos = (np.trace(rel, axis1=-2, axis2=-1) - 1.0) / 2.0
     return np.arccos(np.clip(cos, -1.0, 1.0))
+
+
+def quat_angle(quat_a, quat_b) -> float:
+    """Geodesic angle (rad, in [0, pi]) between two unit quaternions, sign-free (q ~ -q):
+    2 acos(|<a, b>|).
+
+    Unlike the rest of this module it does not raise on non-finite input: the gate measures
+    commands it is about to refuse, and a non-finite input must read as pi, the largest angle,
+    so that no rotation limit lets it pass (`min(1, nan)` is 1 in Python: 0 rad).
+    """
+    d = abs(float(np.dot(quat_a, quat_b)))
+    if not np.isfinite(d):
+        return float(np.pi)
+    return float(2.0 * np.arccos(min(1.0, d)))
+
+
+def quat_rotate_toward(quat_from, quat_to, max_angle_rad: float) -> np.ndarray:
+    """The unit quaternion at most `max_angle_rad` from `quat_from` on the shortest path to
+    `quat_to` (`quat_to` itself, normalized, when it is closer). Both wxyz, any norm but zero.
+
+    Computed as scipy's `Rotation` does it (from_quat, inv, compose, as_rotvec, from_rotvec),
+    operation for operation in plain floats, so the result is bit-identical to scipy's (a test
+    holds them equal) without importing scipy into every process that uses rotations: that
+    import costs about a second and 35 MB.
+    """
+    a = _unit_wxyz(_one_quat(quat_from, "quat_from"))
+    b = _unit_wxyz(_one_quat(quat_to, "quat_to"))
+    rotvec = _rotvec_of(_quat_product((a[0], -a[1], -a[2], -a[3]), b))
+    angle = float(np.linalg.norm(rotvec))
+    if angle > max_angle_rad:
+        rotvec *= max_angle_rad / angle
+    out = np.array(_quat_product(a, _quat_of_rotvec(rotvec)))
+    return out / np.linalg.norm(out)
+
+
+def quat_nlerp(quat_a, quat_b, weight_a) -> np.ndarray:
+    """Normalized `weight_a * a + (1 - weight_a) * b`, with b's sign flipped where it points
+    away from a (q and -q are one rotation). Shapes (..., 4) and (...,).
+
+    Why nlerp, not slerp: between neighbouring control rows (33 ms) the angle is small and the
+    two differ by far less than an arm resolves. No input checks (a per-tick path): callers
+    pass rows they have validated.
+    """
+    w = np.asarray(weight_a, dtype=float)[..., None]
+    qa, qb = np.asarray(quat_a, dtype=float), np.asarray(quat_b, dtype=float)
+    sign = np.where(np.sum(qa * qb, axis=-1, keepdims=True) < 0.0, -1.0, 1.0)
+    quat = w * qa + (1.0 - w) * sign * qb
+    return quat / np.linalg.norm(quat, axis=-1, keepdims=True)
+
+
+# -- one quaternion as a (w, x, y, z) tuple of floats: scipy's arithmetic, in its order -----------
+def _one_quat(quat, what: str) -> tuple[float, float, float, float]:
+    q = as_array_of_shape(quat, (4,), what)
+    if q.ndim != 1:
+        raise PoseError(f"{what}: expected one quaternion (4,), got {q.shape}")
+    w, x, y, z = q.tolist()
+    return w, x, y, z
+
+
+def _unit_wxyz(q: tuple[float, float, float, float]) -> tuple[float, float, float, float]:
+    w, x, y, z = q
+    norm = math.sqrt(x * x + y * y + z * z + w * w)
+    if norm == 0.0:
+        raise PoseError("quaternion: zero norm is not a rotation")
+    return w / norm, x / norm, y / norm, z / norm
+
+
+def _quat_product(p, q) -> tuple[float, float, float, float]:
+    """Unit Hamilton product p * q (q first, then p), normalized as scipy's compose does."""
+    pw, px, py, pz = p
+    qw, qx, qy, qz = q
+    cx, cy, cz = py * qz - pz * qy, pz * qx - px * qz, px * qy - py * qx
+    return _unit_wxyz((pw * qw - px * qx - py * qy - pz * qz,
+                       pw * qx + qw * px + cx, pw * qy + qw * py + cy, pw * qz + qw * pz + cz))
+
+
+SMALL_ANGLE_RAD = 1e-3
+"""Below this, rotation vector <-> quaternion scales use their Taylor series (as scipy does)."""
+
+
+def _rotvec_of(q) -> np.ndarray:
+    """Rotation vector (axis x angle, angle in [0, pi]) of a unit quaternion."""
+    w, x, y, z = q
+    if w < 0 or (w == 0 and (x < 0 or (x == 0 and (y < 0 or (y == 0 and z < 0))))):
+        w, x, y, z = -w, -x, -y, -z
+    angle = 2 * math.atan2(math.sqrt(x * x + y * y + z * z), w)
+    if angle <= SMALL_ANGLE_RAD:
+        angle2 = angle * angle
+        scale = 2 + angle2 / 12 + 7 * angle2 * angle2 / 2880
+    else:
+        scale = angle / math.sin(angle / 2)
+    return np.array([scale * x, scale * y, scale * z])
+
+
+def _quat_of_rotvec(rotvec: np.ndarray) -> tuple[float, float, float, float]:
+    x, y, z = rotvec.tolist()
+    angle = math.sqrt(x * x + y * y + z * z)
+    if angle <= SMALL_ANGLE_RAD:
+        angle2 = angle * angle
+        scale = 0.5 - angle2 / 48 + angle2 * angle2 / 3840
+    else:
+        scale = math.sin(angle / 2) / angle
+    return math.cos(angle / 2), scale * x, scale * y, scale * z

@@ -1,1 +1,1 @@
-"""Policies: families, checkpoints, rollout chunking, policy server, episodes, training."""
+"""Policies: families, checkpoints, rollout chunking, policy server, synthetic sim episodes, training."""

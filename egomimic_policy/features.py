@@ -19,7 +19,7 @@ from egomimic_hw.description import ARMS, Arm
 from egomimic_hw.embodiment import Embodiment
 from egomimic_hw.errors import PoseError
 from egomimic_hw.frames import WRIST_RELATIVE_WIDTH, wrist_relative_decode, wrist_relative_encode
-from egomimic_hw.rotations import _as_array, mat_to_rot6d, quat_to_mat
+from egomimic_hw.rotations import as_array_of_shape, mat_to_rot6d, quat_to_mat
 from egomimic_policy.normalization import KeyStats, NormMode, NormStats, key_stats_from_range
 
 STATE_KEY = "state_ee_pose"
@@ -45,7 +45,7 @@ def gripper_column(arm: Arm) -> int:
 
 
 def _arm_state(pose, gripper, what: str) -> np.ndarray:
-    p = _as_array(pose, (7,), f"{what} pose")
+    p = as_array_of_shape(pose, (7,), f"{what} pose")
     g = float(gripper)
     if not np.isfinite(g):
         raise PoseError(f"{what} gripper must be finite, got {gripper!r}")

@@ -5,10 +5,10 @@ Order: cheapest and most fundamental first (structure, frame, fresh state), then
 joint space (limits, step), then the gripper, so the first failing check names the real
 problem. A check either passes the (possibly clamped) target on or refuses with a reason code.
 
-Rotation distances are geodesic and sign-free: 2 acos(|<q1, q2>|), so q and -q are the same
-rotation (0 rad) while a true half turn is pi. After any joint-space clamp the pose actually
-commanded (FK of the clamped joints) is checked again against every Cartesian limit, so a clamp
-can never move a command outside a limit another check enforces.
+Rotation distances are geodesic and sign-free (egomimic_hw.rotations.quat_angle), so q and -q
+are the same rotation (0 rad) while a true half turn is pi. After any joint-space clamp the
+pose actually commanded (FK of the clamped joints) is checked again against every Cartesian
+limit, so a clamp can never move a command outside a limit another check enforces.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.spatial.transform import Rotation
 
 from egomimic_hw.description import JOINTS_PER_ARM, X5_LIMITS, Arm
 from egomimic_hw.kinematics import ArmKinematics
+from egomimic_hw.rotations import quat_angle, quat_rotate_toward
 from egomimic_safety.config import CLAMP, REJECT, GateConfig
 from egomimic_safety.reasons import Reason
 
@@ -69,16 +69,6 @@ class _Refusal(Exception):
         self.reason = reason
         self.detail = detail
         self.transient = transient
-
-
-def quat_angle(a: np.ndarray, b: np.ndarray) -> float:
-    """Geodesic angle (rad) between two unit quaternions, sign-free (q ~ -q). A non-finite
-    input is pi, the largest angle: `min(1, nan)` is 1 in Python, which would read as 0 rad
-    and let a NaN quaternion pass every rotation limit."""
-    d = abs(float(np.dot(a, b)))
-    if not np.isfinite(d):
-        return float(np.pi)
-    return float(2.0 * np.arccos(min(1.0, d)))
 
 
 def check_structure(arm: Arm, cmd: ArmCommand, config: GateConfig) -> np.ndarray:
@@ -229,20 +219,8 @@ def check_command_step(pose: np.ndarray, prev: np.ndarray | None, dt_s: float, c
                                                  f"(limit {limit_rad:.3f} rad: {config.max_ee_angular_speed_rad_s} rad/s)")
         clamps.append(Reason.ROTATION_RATE)
         out = out.copy()
-        out[3:] = rotate_toward(prev[3:], pose[3:], limit_rad)
+        out[3:] = quat_rotate_toward(prev[3:], pose[3:], limit_rad)
     return out
-
-
-def rotate_toward(quat_from: np.ndarray, quat_to: np.ndarray, max_angle_rad: float) -> np.ndarray:
-    """The rotation at most `max_angle_rad` from `quat_from` on the shortest path to `quat_to`."""
-    r_from = Rotation.from_quat(np.roll(quat_from, -1))  # scipy is xyzw
-    rel = r_from.inv() * Rotation.from_quat(np.roll(quat_to, -1))
-    rotvec = rel.as_rotvec()
-    angle = float(np.linalg.norm(rotvec))
-    if angle > max_angle_rad:
-        rotvec *= max_angle_rad / angle
-    out = np.roll((r_from * Rotation.from_rotvec(rotvec)).as_quat(), 1)
-    return out / np.linalg.norm(out)
 
 
 def check_vs_measured(pose: np.ndarray, meas: ArmMeasurement, config: GateConfig) -> None:

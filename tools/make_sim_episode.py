@@ -2,7 +2,7 @@
 
     .venv/bin/python tools/make_sim_episode.py out/episodes/sim_circle.zarr [--seconds 10] [--fps 30] [--overwrite]
 
-Renders the simulated scene along the scripted bimanual circle (egomimic_policy.episodes.sim)
+Renders the simulated scene along the scripted bimanual circle (egomimic_policy.sim_episode)
 and records it with the episode writer. Then replay it through the whole graph:
     make run RUN_ARGS='camera_backend:=replay replay_path:=out/episodes/sim_circle.zarr'
 """
@@ -13,8 +13,8 @@ import argparse
 import sys
 import time
 
-from egomimic_policy.episodes.format import EpisodeReader
-from egomimic_policy.episodes.sim import render_sim_episode
+from egomimic_data.episode_format import EpisodeReader
+from egomimic_policy.sim_episode import render_sim_episode
 
 
 def main(argv=None) -> int:

@@ -2,7 +2,7 @@
 at their recorded timing, so the whole graph runs on real recorded data without a robot.
 
 Sources:
-- an episode store (`*.zarr`, egomimic_policy.episodes format): `images.<cam>` JPEG frames,
+- an episode store (`*.zarr`, egomimic_data.episode_format): `images.<cam>` JPEG frames,
   timing from `stamps.<cam>` (capture stamps; `timestamps_ns` if absent), intrinsics from the
   episode's `calibration` attribute when it has this camera;
 - a directory of images (`*.png`, `*.jpg`, `*.jpeg`, sorted by name): if it has a subdirectory
@@ -38,7 +38,7 @@ LATE_RESYNC_S = 0.1
 
 class _EpisodeSource:
     def __init__(self, path: Path, camera: str):
-        from egomimic_policy.episodes.format import EpisodeError, EpisodeReader  # replay only
+        from egomimic_data.episode_format import EpisodeError, EpisodeReader  # replay only
 
         try:
             self._reader = EpisodeReader(path)

@@ -19,6 +19,7 @@ import math
 import msgpack
 import numpy as np
 
+from egomimic_hw.description import ARMS
 from egomimic_policy.interface import Chunk, Observation, PolicySpec
 
 PROTOCOL_VERSION = 1
@@ -91,10 +92,10 @@ def observation_to_dict(obs: Observation) -> dict:
     out = {"stamp_ns": int(obs.stamp_ns), "images": dict(obs.images),
            "left_pose": np.asarray(obs.left_pose, float), "right_pose": np.asarray(obs.right_pose, float),
            "left_gripper": float(obs.left_gripper), "right_gripper": float(obs.right_gripper)}
-    for side in ("left", "right"):
-        joints = getattr(obs, f"{side}_joints")
+    for arm in ARMS:
+        joints = getattr(obs, f"{arm.value}_joints")
         if joints is not None:
-            out[f"{side}_joints"] = np.asarray(joints, float)
+            out[f"{arm.value}_joints"] = np.asarray(joints, float)
     if obs.history:
         out["history"] = [observation_to_dict(h) for h in obs.history]
     if obs.prefix is not None:  # blend inpaint: the committed rows travel to the remote model

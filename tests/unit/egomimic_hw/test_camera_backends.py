@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import simplejpeg
 
+from egomimic_data.episode_format import EpisodeMeta, EpisodeReader, EpisodeWriter, numeric_keys
 from egomimic_hw.cameras.backends import BACKENDS, CameraSource, open_camera
 from egomimic_hw.cameras.base import Frame, Intrinsics, default_intrinsics, load_calibration
-from egomimic_hw.cameras.faults import parse_fault
 from egomimic_hw.cameras.processing import FrameShaper
 from egomimic_hw.cameras.realsense import color_data_to_array
 from egomimic_hw.cameras.replay import ReplayCamera
@@ -23,8 +23,7 @@ from egomimic_hw.description import ARMS
 from egomimic_hw.driver.sim import SimConfig
 from egomimic_hw.errors import BackendUnavailable, ConfigError
 from egomimic_hw.kinematics import ArmKinematics
-from egomimic_policy.episodes.format import EpisodeMeta, EpisodeReader, EpisodeWriter, numeric_keys
-from egomimic_policy.episodes.sim import render_sim_episode
+from egomimic_policy.sim_episode import render_sim_episode
 
 
 def textured(h, w, seed=0):
@@ -71,17 +70,6 @@ def test_calibration_yaml_is_read(tmp_path):
     f.write_text("image_width: 10\n")
     with pytest.raises(ConfigError, match="not a camera calibration"):
         load_calibration(f)
-
-
-def test_fault_specs():
-    cams = ["front_1", "left_wrist"]
-    assert not parse_fault("", cams).active
-    f = parse_fault("freeze:front_1", cams)
-    assert f.freezes("front_1") and not f.freezes("left_wrist") and not f.stalls("front_1")
-    assert parse_fault("stall:left_wrist", cams).stalls("left_wrist")
-    for bad in ("freeze", "melt:front_1", "stall:right_wrist"):
-        with pytest.raises(ConfigError):
-            parse_fault(bad, cams)
 
 
 def test_unknown_backend_lists_choices():

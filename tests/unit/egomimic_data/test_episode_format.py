@@ -1,15 +1,12 @@
-"""EVA episode zarr format: round trip, commit marker and crash recovery, refusals, sim episodes."""
+"""EVA episode zarr format: round trip, commit marker and crash recovery, refusals."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from egomimic_hw.description import CAMERAS
-from egomimic_hw.frames import pose_ds_from_hw
-from egomimic_hw.kinematics import ArmKinematics
-from egomimic_policy.episodes import format as fmt
-from egomimic_policy.episodes.format import (
+from egomimic_data import episode_format as fmt
+from egomimic_data.episode_format import (
     EpisodeError,
     EpisodeMeta,
     EpisodeReader,
@@ -18,7 +15,7 @@ from egomimic_policy.episodes.format import (
     episode_name,
     numeric_keys,
 )
-from egomimic_policy.episodes.sim import render_sim_episode
+from egomimic_hw.description import CAMERAS
 
 CAMS = CAMERAS
 META = EpisodeMeta(task_name="unit")
@@ -149,24 +146,6 @@ def test_refusals(tmp_path):
 def test_episode_name_is_utc_start_time():
     assert episode_name(0) == "1970-01-01-00-00-00-000000.zarr"
     assert episode_name(1_700_000_000_123_456_000) == "2023-11-14-22-13-20-123456.zarr"
-
-
-def test_sim_episode_is_consistent(tmp_path):
-    """Observed poses are FK of the observed joints in the dataset frame; commands lead them."""
-    path = tmp_path / "sim.zarr"
-    n = render_sim_episode(path, seconds=1.0)
-    r = EpisodeReader(path)
-    assert n == len(r) == 30 and r.data_status == "complete"
-    kin = ArmKinematics()
-    for t in (0, 15, 29):
-        for side in ("left", "right"):
-            fk = pose_ds_from_hw(kin.forward(r.array(f"{side}.obs_joints")[t].astype(float)))
-            np.testing.assert_allclose(r.array(f"{side}.obs_ee_pose")[t], fk, atol=1e-5)
-    np.testing.assert_allclose(r.array("left.obs_joints")[1:], r.array("left.cmd_joints")[:-1], atol=1e-6)
-    left_y = r.array("left.cmd_ee_pose")[:, 1]
-    assert np.ptp(left_y) > 1e-3  # it moves
-    gaps = np.diff(r.timestamps_ns)
-    assert np.ptp(gaps) <= 1 and abs(gaps.mean() - 1e9 / 30) < 1  # steady 30 Hz stamps
 
 
 def test_partial_capture_stamps_are_refused(tmp_path):

@@ -7,6 +7,10 @@ SDK's own IK (seeded with the previous solution, as on the robot), the observed 
 those joints (what a driver would report), the commanded pose is the scripted target. Images
 are the synthetic renderer's (egomimic_hw.cameras.synthetic), stamped at a steady `fps`.
 Everything stored in the dataset frame (EVA.md), as the recorder will.
+
+Why here and not in egomimic_data: it drives the scripted motion through the kinematics, the sim
+driver's start pose and the synthetic cameras, none of which the data package may import; it only
+writes through egomimic_data.episode_format.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from egomimic_data.episode_format import EpisodeMeta, EpisodeWriter
 from egomimic_hw.cameras.base import default_intrinsics
 from egomimic_hw.cameras.synthetic import BASE_T_HEAD_CAMERA, SyntheticScene
 from egomimic_hw.description import ARMS, CAMERAS
@@ -22,7 +27,6 @@ from egomimic_hw.driver.sim import SimConfig
 from egomimic_hw.errors import ConfigError
 from egomimic_hw.frames import pose_ds_from_hw, pose_hw_from_ds
 from egomimic_hw.kinematics import ArmKinematics
-from egomimic_policy.episodes.format import EpisodeMeta, EpisodeWriter
 from egomimic_policy.scripted import ScriptedMotion, ScriptedMotionConfig
 
 START_STAMP_NS = 1_700_000_000_000_000_000

@@ -12,6 +12,7 @@ Layout (EVA.md "Episodes", plus what replay and crash recovery need):
     attributes: embodiment, total_frames, fps, task_name, task_description, features,
       data_status ("recording" while open, then "complete" or "partial"), calibration,
       format_version, frames_committed (the commit marker).
+Arm sides and default camera names are egomimic_hw.description's (ARMS, CAMERAS).
 
 Why this layout (research/ecosystem.md section 1, measured with zarr 3.1.6):
 - JPEG bytes encoded in the app (simplejpeg, ~0.7 ms per frame) in a variable-length-bytes
@@ -48,7 +49,8 @@ import numpy as np
 import simplejpeg
 import zarr
 
-ARM_SIDES = ("left", "right")
+from egomimic_hw.description import ARMS, CAMERAS
+
 NUMERIC_FIELDS: dict[str, int] = {
     "obs_ee_pose": 7,
     "cmd_ee_pose": 7,
@@ -88,7 +90,7 @@ def episode_name(start_ns: int) -> str:
 
 
 def numeric_keys() -> list[str]:
-    return [f"{side}.{name}" for side in ARM_SIDES for name in NUMERIC_FIELDS]
+    return [f"{arm.value}.{name}" for arm in ARMS for name in NUMERIC_FIELDS]
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ class EpisodeMeta:
     """What an episode declares about itself (written as attributes)."""
 
     task_name: str
-    cameras: tuple[str, ...] = ("front_1", "left_wrist", "right_wrist")
+    cameras: tuple[str, ...] = CAMERAS
     fps: float = 30.0
     embodiment: str = "eva_bimanual"
     task_description: str = ""
