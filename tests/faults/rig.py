@@ -42,7 +42,7 @@ STATES = {0: "DISARMED", 1: "ARMING", 2: "ARMED", 3: "HOLD", 4: "ESTOP"}
 
 def gate_config_of_graph(required_cameras) -> GateConfig:
     """The GateConfig the graph's gate runs with: defaults + the sim YAML + our overrides."""
-    params = yaml.safe_load(SIM_YAML.read_text()).get("/**/safety_gate", {}).get("ros__parameters", {})
+    params = (yaml.safe_load(SIM_YAML.read_text()) or {}).get("/**/safety_gate", {}).get("ros__parameters", {})
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
     return GateConfig(**fields, required_cameras=tuple(required_cameras))
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from egomimic_hw.description import ARMS, CALIBRATED_GRIPPERS, DEFAULT_PREVIEW_S, Arm
+from egomimic_hw.description import ARMS, CALIBRATED_GRIPPERS, DEFAULT_CAN_INTERFACE, DEFAULT_PREVIEW_S, Arm
 from egomimic_hw.driver.arm_driver import ArmDriver, DriverConfig
 from egomimic_hw.driver.arx5 import (
     MAX_GAIN_FACTOR,
@@ -24,6 +24,7 @@ from egomimic_hw.driver.arx5 import (
     detect_sdk_build,
     validate_can_interface,
 )
+from egomimic_hw.driver.calibration import resolve_gripper_calibration
 from egomimic_hw.errors import BackendUnavailable, ConfigError
 from egomimic_hw.kinematics import ArmKinematics, import_arx5
 
@@ -207,16 +208,19 @@ def test_implausible_gripper_settings_are_refused_before_the_sdk_is_touched(kwar
     assert calls == []
 
 
-def test_the_arx5_yaml_states_the_code_defaults():
-    """YAML and dataclass say the same (the YAML spells the gains out for operators)."""
+def test_the_arx5_yaml_leaves_the_drivers_on_the_code_defaults_which_are_evas():
+    """The deployment YAML holds only what differs from the code: nothing for the drivers,
+    because the defaults already are EVA's (buses, gripper calibration, gains, preview)."""
     path = Path(__file__).resolve().parents[3] / "ros2_ws/src/egomimic_bringup/config/eva_arx5.yaml"
     params = yaml.safe_load(path.read_text())
+    assert not [k for k in params if "driver" in k or "safety_gate" in k], "repeats code defaults"
+    assert DEFAULT_CAN_INTERFACE == {Arm.LEFT: "can1", Arm.RIGHT: "can2"}
+    for arm in ARMS:
+        assert resolve_gripper_calibration(arm, "arx5") == CALIBRATED_GRIPPERS[arm]
     defaults = Arx5Gains()
-    for arm in (a.value for a in ARMS):
-        p = params[f"/**/driver_{arm}"]["ros__parameters"]
-        assert np.allclose(p["arx5.kp"], defaults.kp) and np.allclose(p["arx5.kd"], defaults.kd)
-        assert (p["arx5.gripper_kp"], p["arx5.gripper_kd"]) == (defaults.gripper_kp, defaults.gripper_kd)
-        assert p["preview_s"] == DEFAULT_PREVIEW_S
+    assert np.allclose(defaults.kp, np.array([6.225, 17.225, 18.225, 14.225, 8.225, 6.225]) * 0.8)
+    assert np.allclose(defaults.kd, 2.0 * 0.6) and (defaults.gripper_kp, defaults.gripper_kd) == (5.0, 0.2)
+    assert DEFAULT_PREVIEW_S == 0.2
 
 
 # -- gripper range: what the SDK build in use would clip ------------------------------------------
