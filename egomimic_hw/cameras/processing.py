@@ -17,14 +17,18 @@ from egomimic_hw.cameras.base import Frame, Intrinsics
 from egomimic_hw.errors import ConfigError
 
 ENCODINGS = ("rgb8", "bgr8")
+OUTPUT_SIZE_RANGE_PX = (16, 4096)
+"""Published width and height, inclusive (the node's `width`/`height` range): 4096 x 4096 rgb8
+is already 48 MiB per message."""
 
 
 class FrameShaper:
     """Source frames of any size -> (height, width, 3) RGB. The returned array is reused."""
 
     def __init__(self, width: int, height: int):
-        if not (16 <= width <= 4096 and 16 <= height <= 4096):
-            raise ConfigError(f"output size must be within 16..4096 px, got {width}x{height}")
+        lo, hi = OUTPUT_SIZE_RANGE_PX
+        if not (lo <= width <= hi and lo <= height <= hi):
+            raise ConfigError(f"output size must be within {lo}..{hi} px, got {width}x{height}")
         self.width, self.height = int(width), int(height)
         self._resized = np.empty((self.height, self.width, 3), np.uint8)
         self._rgb = np.empty((self.height, self.width, 3), np.uint8)

@@ -1,8 +1,9 @@
 """One arm's driver logic, ROS-free: command validation, the command watchdog, read-back, FK.
 
 The driver node is a thin rclpy adapter over `ArmDriver`. Rules (issue 3, ../shared/EVA.md):
-- commands arrive as 6 joints + normalized gripper (0 closed .. 1 open); the per-arm gripper
-  calibration maps them to metres. A malformed command is refused and counted, never sent;
+- commands arrive as 6 joints + normalized gripper (0 closed .. 1 open), named in any order
+  (joint_order.py); the per-arm gripper calibration maps them to metres. A malformed command is
+  refused and counted, never sent;
 - defence in depth behind the safety gate: a command with a joint outside the X5 limits, or a
   step from the driver's own measured position larger than the joint speed limits allow over
   one command period plus the preview, is refused; the driver then holds the measured position
@@ -20,12 +21,14 @@ The driver node is a thin rclpy adapter over `ArmDriver`. Rules (issue 3, ../sha
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from egomimic_hw.description import CONTROL_RATE_HZ, JOINTS_PER_ARM, VALUES_PER_ARM, X5_LIMITS, Arm, GripperCalibration
 from egomimic_hw.driver.base import ArmController, ArmReading
+from egomimic_hw.driver.joint_order import in_arm_order
 from egomimic_hw.errors import ConfigError
 from egomimic_hw.kinematics import ArmKinematics
 from egomimic_safety.plausibility import StateMonitor, clamp_to_limits
@@ -36,13 +39,15 @@ class DriverConfig:
     """Driver behaviour of one arm; defaults from EVA.md and the issue."""
 
     arm: Arm
-    command_timeout_s: float = 0.1
-    preview_s: float = 0.2
-    """Each target is stamped controller time + preview; the SDK interpolates to it."""
+    command_timeout_s: float = field(default=0.1, metadata={
+        "help": "watchdog: with no valid command for this long, s, the arm holds its measured position"})
+    preview_s: float = field(default=0.2, metadata={
+        "help": "each target is stamped controller time + this, s; the SDK interpolates to it", "range": (0.0, 1.0)})
     gripper: GripperCalibration = field(default_factory=GripperCalibration)
-    command_period_s: float = 1.0 / CONTROL_RATE_HZ
-    """The gate's command period: a command may step from the measured joints by at most the
-    joint speed limits x (this + preview_s), what the arm can do before the next one."""
+    command_period_s: float = field(default=1.0 / CONTROL_RATE_HZ, metadata={
+        "help": "the gate's command period, s: a command may step from the measured joints by at most "
+                "the joint speed limits x (this + preview_s)"})
+    """What the arm can do before the next command: the step check's time budget."""
 
     def __post_init__(self) -> None:
         if not self.command_timeout_s > 0:
@@ -96,14 +101,16 @@ class ArmDriver:
         self._implausible = False
         self.refusal = ""
 
-    def on_command(self, positions: np.ndarray, now_s: float) -> bool:
-        """Apply a joint command `[q0..q5, gripper_norm]`; False (counted, and the measured
-        position held) when refused."""
+    def on_command(self, positions: np.ndarray, now_s: float, names: Sequence[str] = ()) -> bool:
+        """Apply a joint command `[q0..q5, gripper_norm]`, or its values named by `names` in any
+        order; False (counted, and the measured position held) when refused."""
         self.counters.commands_received += 1
-        values = np.asarray(positions, dtype=float)
-        key, why = self._command_problem(values)
+        values, why = in_arm_order(positions, names, self.config.arm.joint_names)
+        key = "joint_names"
+        if not why:
+            key, why = self._command_problem(values)
         if why:
-            self.refuse(key, why, now_s)
+            self._refuse(key, why, now_s)
             return False
         gripper_norm = float(np.clip(values[JOINTS_PER_ARM], 0.0, 1.0))
         self._ctrl.command(values[:JOINTS_PER_ARM], self.config.gripper.to_metres(gripper_norm), now_s, self.config.preview_s)
@@ -112,10 +119,16 @@ class ArmDriver:
         self._holding = False
         return True
 
-    def refuse(self, key: str, why: str, now_s: float) -> None:
+    def refuse_command(self, key: str, why: str, now_s: float) -> None:
+        """Refuse a command its receiver judged before its values (its publisher, the gate's
+        state): counted as received and refused under `key`, like every other refusal."""
+        self.counters.commands_received += 1
+        self._refuse(key, why, now_s)
+
+    def _refuse(self, key: str, why: str, now_s: float) -> None:
         """Count a refused command under `key` and hold the measured position now: a refused
         command means the stream can no longer be trusted, so the arm must not keep going to
-        the previous target either. The node calls this for its own refusals too."""
+        the previous target either."""
         self.counters.commands_refused += 1
         self.counters.refusals[key] += 1
         self.refusal = why

@@ -24,7 +24,7 @@ The SDK is imported lazily so that everything else runs where the wheel cannot b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -126,10 +126,11 @@ class Arx5Gains:
     """Joint PD gains of one arm (SDK units: kp Nm/rad, kd Nm s/rad), from YAML `arx5.*`;
     defaults are upstream's EVA gains, the check against typos is relative to the SDK's."""
 
-    kp: tuple[float, ...] = EVA_KP
-    kd: tuple[float, ...] = EVA_KD
-    gripper_kp: float = EVA_GRIPPER_KP
-    gripper_kd: float = EVA_GRIPPER_KD
+    kp: tuple[float, ...] = field(default=EVA_KP, metadata={"help": "joint stiffness, Nm/rad (6 joints)"})
+    kd: tuple[float, ...] = field(default=EVA_KD, metadata={"help": "joint damping, Nm s/rad (6 joints)"})
+    gripper_kp: float = field(default=EVA_GRIPPER_KP, metadata={"help": "gripper stiffness (SDK units)"})
+    gripper_kd: float = field(default=EVA_GRIPPER_KD, metadata={"help": "gripper damping (SDK units)"})
+    """Each value above MAX_GAIN_FACTOR x the SDK's default is refused (a typo)."""
 
     def __post_init__(self) -> None:
         for name, values, defaults in (("kp", self.kp, X5_DEFAULT_KP), ("kd", self.kd, X5_DEFAULT_KD),
@@ -158,6 +159,17 @@ def validate_can_interface(name: str) -> str:
             "(an Ethernet name such as 'eth0'/'enp3s0' makes the ARX SDK send raw EtherCAT frames)"
         )
     return name
+
+
+@dataclass(frozen=True)
+class Arx5Config:
+    """What the arx5 backend needs for one arm (backends.open_controller builds the controller
+    from it; the controller checks the interface name, so a sim run never does)."""
+
+    can_interface: str
+    gains: Arx5Gains = field(default_factory=Arx5Gains)
+    preview_s: float = DEFAULT_PREVIEW_S
+    """The preview of the hold command sent before the gains are applied (DriverConfig.preview_s)."""
 
 
 def gripper_width_covering(open_m: float, sdk_width_m: float) -> float:

@@ -1,4 +1,4 @@
-"""The contract every arm controller backend meets (the SDK boundary), and the backend table.
+"""The contract every arm controller backend meets (the SDK boundary); backends.py selects one.
 
 A controller is one arm's joint controller as the ARX SDK exposes it: it takes a joint target
 stamped for a time in the future and interpolates to it in its own loop, clips to its limits,
@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-
-from egomimic_hw.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -43,19 +41,3 @@ class ArmController(Protocol):
 
     def close(self) -> None:
         """Release the hardware (the SDK goes to damping)."""
-
-
-BACKENDS = ("sim", "arx5")
-
-
-def make_controller(backend: str, **kwargs) -> ArmController:
-    """The controller for a launch-argument `backend` value; unknown names list the choices."""
-    if backend == "sim":
-        from egomimic_hw.driver.sim import SimArx5Controller, SimConfig
-
-        return SimArx5Controller(SimConfig(**kwargs.get("sim", {})), seed=kwargs.get("seed", 0))
-    if backend == "arx5":
-        from egomimic_hw.driver.arx5 import Arx5Controller
-
-        return Arx5Controller(**kwargs.get("arx5", {}))
-    raise ConfigError(f"unknown driver backend {backend!r}; choices: {list(BACKENDS)}")

@@ -12,7 +12,7 @@ sentinel number: -1.0 cannot mean "unset" for a quantity that is legitimately ne
 from __future__ import annotations
 
 from egomimic_hw.description import CALIBRATED_GRIPPERS, Arm, GripperCalibration
-from egomimic_hw.driver.base import BACKENDS
+from egomimic_hw.driver.backends import BACKENDS
 from egomimic_hw.errors import ConfigError
 
 

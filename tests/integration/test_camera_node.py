@@ -4,6 +4,7 @@ failures of the hardware backends."""
 
 from __future__ import annotations
 
+import glob
 import subprocess
 import sys
 import threading
@@ -11,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+import yaml
 
 from egomimic_hw.description import CAMERAS
 from .conftest import REPO_ROOT, wait_for
@@ -138,8 +140,8 @@ def other_ok(probe, faulted):
 
 
 def test_replay_of_a_recorded_episode(node_process, ros_node, tmp_path):
-    from egomimic_policy.episodes.format import EpisodeReader
-    from egomimic_policy.episodes.sim import render_sim_episode
+    from egomimic_data.episode_format import EpisodeReader
+    from egomimic_policy.sim_episode import render_sim_episode
 
     episode = tmp_path / "sim.zarr"
     render_sim_episode(episode, seconds=2.0)
@@ -178,3 +180,29 @@ def test_unavailable_backend_exits_with_its_fix(backend, extra, message):
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "[FATAL] BackendUnavailable" in proc.stderr and message in proc.stderr, proc.stderr
+
+
+def run_camera_node(*ros_args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "egomimic_nodes.camera_node", "--ros-args", "-r", "__ns:=/h4fail",
+                           *ros_args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["-p", "jpeg_quality:=0"], "[FATAL] ConfigError: parameter jpeg_quality"),
+    (["-p", "width:=8"], "[FATAL] ConfigError: parameter width"),
+    (["-p", "cameras:=[front_1,head]"], "need unique names from"),
+    (["-p", "inject_fault:=melt:front_1"], "inject_fault 'melt:front_1'"),
+])
+def test_bad_parameters_are_refused_at_start_naming_them(extra, message):
+    proc = run_camera_node("-p", "backend:=synthetic", *extra)
+    assert proc.returncode == 1 and message in proc.stderr, proc.stderr
+
+
+@pytest.mark.skipif(bool(glob.glob("/dev/video*")), reason="a video device is present")
+def test_the_arx5_yaml_names_the_head_cameras_device():
+    """The nested `front_1: device:` of the bring-up YAML reaches the v4l2 backend."""
+    config = REPO_ROOT / "ros2_ws/src/egomimic_bringup/config/eva_arx5.yaml"
+    device = yaml.safe_load(config.read_text())["/**/camera_front_1"]["ros__parameters"]["front_1"]["device"]
+    proc = run_camera_node("-r", "__node:=camera_front_1", "-p", "cameras:=[front_1]", "-p", "backend:=v4l2",
+                           "--params-file", str(config))
+    assert proc.returncode == 1 and f"cannot open '{device}'" in proc.stderr, proc.stderr

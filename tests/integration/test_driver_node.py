@@ -222,3 +222,76 @@ def test_commands_from_anyone_but_the_armed_gate_are_refused_and_the_arm_stays(n
                     and int(counts().get("refused.outside_limits", 0)) > 3, 5.0), counts()
     q = np.array([s[1] for s in d.since(t0)])
     assert np.max(np.abs(q - q0)) <= 10 * NOISE_RAD, f"the arm moved {np.max(np.abs(q - q0)):.4f} rad"
+
+
+def test_cleanup_undoes_configure_and_configure_again_publishes(ros_node):
+    """configure -> cleanup -> configure in one process: cleanup destroys what configure made,
+    and the second configure makes exactly what the first did (no second publisher, reader,
+    service, timer, companion node or thread); activated, the node publishes joint_states."""
+    import threading
+
+    from rclpy.lifecycle import TransitionCallbackReturn
+
+    from egomimic_nodes.driver_node import DriverNode
+
+    ns = "/h5cycle"
+    node = DriverNode(context=ros_node.context, namespace=ns)
+    states = []
+    ros_node.create_subscription(JointState, f"{ns}/{topics.JOINT_STATES.name(Arm.LEFT)}", states.append,
+                                 topics.JOINT_STATES.qos)
+
+    def census() -> dict:
+        return {
+            "publishers": sorted(p.topic_name for p in node.publishers),
+            "subscriptions": sorted(s.topic_name for s in node.subscriptions),
+            "services": sorted(s.srv_name for s in node.services),
+            "timers": len(list(node.timers)),
+            "threads": sorted(t.name for t in threading.enumerate()),
+            "nodes": sorted(name for name, space in node.get_node_names_and_namespaces() if space == ns),
+            "command_readers": node.count_subscribers(f"{ns}/{topics.JOINT_COMMAND.name(Arm.LEFT)}"),
+        }
+
+    try:
+        before = census()
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        first = census()
+        assert first["command_readers"] == 1 and "driver_in" in first["nodes"], first
+        assert len(first["threads"]) == len(before["threads"]) + 3, "one Outbox thread per publisher"
+        assert len(first["publishers"]) == len(before["publishers"]) + 3 and first["timers"] == before["timers"] + 1
+        assert node.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
+        assert wait_for(lambda: census() == before, 5.0), (census(), before)
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert wait_for(lambda: census() == first, 5.0), (census(), first)
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        assert wait_for(lambda: len(states) > 10, 10.0), f"{len(states)} joint_states after the second configure"
+        assert list(states[-1].name) == Arm.LEFT.joint_names
+        assert node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
+        assert node.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
+        assert wait_for(lambda: census() == before, 5.0), (census(), before)
+    finally:
+        node.on_exit()
+        node.destroy_node()
+
+
+@pytest.mark.parametrize("override, reason", [
+    (("rate_hz", 1000.0), "configure failed: parameter rate_hz"),
+    (("gripper_close_m", -0.01), "configure failed: gripper calibration override for left: close_m=-0.01 given without open_m"),
+    (("arm", "middle"), "configure failed: unknown arm 'middle'"),
+])
+def test_a_bad_parameter_fails_every_configure_with_its_reason(ros_node, capfd, override, reason):
+    """Parameters are read once, at start; a lifecycle node then refuses configure (it does not
+    exit), and refuses it again for the same reason: the values are read-only."""
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    from egomimic_nodes.driver_node import DriverNode
+
+    name, value = override
+    node = DriverNode(context=ros_node.context, namespace="/h5bad", parameter_overrides=[Parameter(name, value=value)])
+    try:
+        for _ in range(2):
+            assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+            assert reason in capfd.readouterr().err
+    finally:
+        node.on_exit()
+        node.destroy_node()

@@ -15,7 +15,6 @@ name): a lazy import is still a dependency, it only moves the failure to run tim
 from __future__ import annotations
 
 import ast
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,16 +43,6 @@ FORBIDDEN_PACKAGES = {
 """What each library must not import (its own layer and those below are allowed)."""
 DATA_MAY_IMPORT_FROM_HW = frozenset({"egomimic_hw.description"})
 
-KNOWN_CYCLE_EDGES = frozenset({
-    # being removed by the driver backend registry: make_controller in egomimic_hw/driver/base.py
-    # imports the backends lazily, and both import ArmReading from base.py back
-    # (egomimic_hw.driver.base -> egomimic_hw.driver.sim -> egomimic_hw.driver.base,
-    #  egomimic_hw.driver.base -> egomimic_hw.driver.arx5 -> egomimic_hw.driver.base).
-    # Delete this exception once the registry lands.
-    ("egomimic_hw.driver.base", "egomimic_hw.driver.sim"),
-    ("egomimic_hw.driver.base", "egomimic_hw.driver.arx5"),
-})
-"""Edges left out of the cycle check; every other cycle fails it."""
 
 
 @dataclass(frozen=True)
@@ -208,9 +197,9 @@ def graph():
     return import_graph(PACKAGE_DIRS)
 
 
-def edges_of(graph_and_modules, skip: frozenset = frozenset()) -> dict[str, set[str]]:
+def edges_of(graph_and_modules) -> dict[str, set[str]]:
     graph, modules = graph_and_modules
-    return {m: {i.target for i in imports if i.target in modules and (m, i.target) not in skip}
+    return {m: {i.target for i in imports if i.target in modules}
             for m, imports in graph.items()}
 
 
@@ -232,11 +221,7 @@ def test_every_package_has_modules(graph):
 
 
 def test_no_import_cycle(graph):
-    present = edges_of(graph)
-    stale = sorted(edge for edge in KNOWN_CYCLE_EDGES if edge[1] not in present[edge[0]])
-    if stale:
-        warnings.warn(f"KNOWN_CYCLE_EDGES {stale} are no longer imports: delete the exception", stacklevel=1)
-    found = cycles(edges_of(graph, skip=KNOWN_CYCLE_EDGES))
+    found = cycles(edges_of(graph))
     assert not found, "import cycles:\n" + "\n\n".join(describe(c, graph[0]) for c in found)
 
 
@@ -291,7 +276,6 @@ def test_reader_sees_lazy_relative_and_dynamic_imports(tmp_path):
     assert {i.line for i in imports["pkg.top"] if i.target == "pkg.sub"} == {2, 3}  # line 3: a submodule and a name
     assert {i.target for i in imports["pkg.sub"]} == {"pkg.sub.leaf"}
     assert cycles(edges_of((imports, modules))) == [["pkg.other", "pkg.top", "pkg.other"]]
-    assert cycles(edges_of((imports, modules), skip=frozenset({("pkg.top", "pkg.other")}))) == []
 
 
 def test_cycle_report_names_the_shortest_loop():

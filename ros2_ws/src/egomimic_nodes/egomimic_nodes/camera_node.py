@@ -23,17 +23,22 @@ Health (egomimic_hw.cameras.health): STALLED after `stall_after_s` without a fra
 periods), FROZEN after `freeze_after_s` of unchanged content, plus rate, jitter, dropped and
 duplicated counts. The safety gate treats any state other than OK as a stale camera.
 
+Parameters: the fields of CameraNodeConfig and, per camera, CameraDeviceConfig as
+`<cam>.<field>` (egomimic_hw.cameras.config: help, ranges and checks there).
+
 Fault injection, at runtime, for the safety-gate fault battery:
     ros2 param set /eva/cameras inject_fault freeze:front_1   # same content, fresh stamps
     ros2 param set /eva/cameras inject_fault stall:left_wrist  # stop publishing that camera
     ros2 param set /eva/cameras inject_fault ""                # clear
-(rclpy: a SetParameters call on `<node>/set_parameters`). Faults act after the backend, so any
-backend can be faulted; they only ever make a camera look worse. SIGSTOP of the process is
-another real stall. Other parameters are read at start and refused at runtime.
+(rclpy: a SetParameters call on `<node>/set_parameters`). Every backend is wrapped in a
+FaultInjectingCamera (egomimic_hw.cameras.faults), so any backend can be faulted; faults only
+ever make a camera look worse. SIGSTOP of the process is another real stall. Other parameters
+are read at start and refused at runtime (read-only).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -47,16 +52,18 @@ from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 
-from egomimic_hw.cameras.backends import BACKENDS, CameraSource, open_camera
+from egomimic_hw.cameras.backends import open_camera
 from egomimic_hw.cameras.base import CameraError, Intrinsics
-from egomimic_hw.cameras.faults import CameraFault, parse_fault
+from egomimic_hw.cameras.config import CameraDeviceConfig, CameraNodeConfig
+from egomimic_hw.cameras.faults import FaultInjectingCamera, parse_fault
 from egomimic_hw.cameras.health import CameraHealthMonitor, HealthConfig, HealthReport, HealthState
 from egomimic_hw.cameras.processing import FrameShaper
-from egomimic_hw.description import ARMS, CAMERAS
+from egomimic_hw.description import ARMS
 from egomimic_hw.errors import ConfigError
 from egomimic_nodes import diagnostics, topics
 from egomimic_nodes.msg_convert import ns_to_stamp, pose_to_array
 from egomimic_nodes.outbox import publish_serialized
+from egomimic_nodes.params import declare_config
 from egomimic_nodes.serialized import SerializedImage, SerializedTemplate
 from egomimic_nodes.spin import run_node
 from egomimic_nodes.taken import TakenSubscriptions
@@ -108,10 +115,11 @@ def health_message(report: HealthReport, stamp) -> CameraHealth:
 
 
 class _Stream:
-    """One camera: backend, shaper, health, publishers and its capture thread."""
+    """One camera: backend (wrapped for fault injection), shaper, health, publishers and its
+    capture thread."""
 
-    def __init__(self, node: "CameraNode", camera: str, backend, shaper: FrameShaper, health: HealthConfig,
-                 compressed_quality: int | None):
+    def __init__(self, node: "CameraNode", camera: str, backend: FaultInjectingCamera, shaper: FrameShaper,
+                 health: HealthConfig, compressed_quality: int | None):
         self.node = node
         self.camera = camera
         self.backend = backend
@@ -133,7 +141,6 @@ class _Stream:
         # yields BGR); "compressed rgb8" would tell decoders to skip the swap: red/blue exchanged.
         self.compressed = CompressedImage(format="rgb8; jpeg compressed bgr8")
         self.compressed.header.frame_id = f"{camera}_optical"
-        self.frozen: np.ndarray | None = None
         self.publish_errors = 0
         self.lock = threading.Lock()  # guards last_state / last_health_ns (capture thread vs timer)
         self.last_state = HealthState.STARTING
@@ -153,18 +160,7 @@ class _Stream:
                 continue
             if frame is None:
                 continue
-            fault: CameraFault = node.fault
-            if fault.stalls(self.camera):
-                self.frozen = None
-                continue
-            rgb = self.shaper.shape(frame)
-            if fault.freezes(self.camera):
-                if self.frozen is None:
-                    self.frozen = rgb.copy()
-                rgb = self.frozen
-            else:
-                self.frozen = None
-            self.publish(rgb, frame.capture_ns)
+            self.publish(self.shaper.shape(frame), frame.capture_ns)
 
     def publish(self, rgb: np.ndarray, capture_ns: int) -> None:
         self.info.stamp(capture_ns)
@@ -213,58 +209,9 @@ class CameraNode(Node):
     def __init__(self):
         super().__init__("camera")
         self.stopping = threading.Event()
-        self.fault = CameraFault()
-
-        def param(name, default, description, any_type=False):
-            # any_type: serials and device indices are digits, which YAML and -p read as integers
-            desc = ParameterDescriptor(description=description, dynamic_typing=any_type)
-            return self.declare_parameter(name, default, desc).value
-
-        cameras = list(param("cameras", ["front_1"], "cameras this process serves (front_1, left_wrist, right_wrist)"))
-        backend = param("backend", "synthetic", f"camera backend: {' | '.join(BACKENDS)}")
-        width = int(param("width", 640, "published image width, px (frames are area-resized to it)"))
-        height = int(param("height", 480, "published image height, px"))
-        rate_hz = float(param("rate_hz", 30.0, "frame rate, Hz: synthetic renders at it, v4l2/realsense request it, "
-                                               "health expects it"))
-        compressed = bool(param("publish_compressed", False, "also publish image_raw/compressed (JPEG)"))
-        jpeg_quality = int(param("jpeg_quality", 85, "JPEG quality of image_raw/compressed, 1..100"))
-        health = HealthConfig(
-            expected_rate_hz=rate_hz,
-            stall_after_s=float(param("stall_after_s", 0.0, "no frame for this long = STALLED, s (0 = 2.5 periods)")),
-            freeze_after_s=float(param("freeze_after_s", 0.3, "unchanged image for this long = FROZEN, s")),
-            freeze_max_abs_diff=int(param("freeze_max_abs_diff", 1, "grey levels under which a frame counts as unchanged")),
-        )
-        check_hz = float(param("health_check_hz", 40.0, "health timer rate, Hz: bounds how late silence is reported"))
-        replay_path = str(param("replay_path", "", "replay: an episode store (*.zarr) or a directory of images"))
-        replay_loop = bool(param("replay_loop", True, "replay: restart at the end"))
-        replay_fps = float(param("replay_fps", 30.0, "replay: frame rate of an image directory without timestamps.txt"))
-        fault_spec = str(param("inject_fault", "", "runtime fault: '' | freeze:<cam> | stall:<cam>"))
-        unknown = [c for c in cameras if c not in CAMERAS]
-        if unknown or not cameras or len(set(cameras)) != len(cameras):
-            raise ConfigError(f"cameras {cameras}: need unique names from {list(CAMERAS)}")
-        if backend not in BACKENDS:
-            raise ConfigError(f"unknown camera backend {backend!r}; choices: {list(BACKENDS)}")
-        if not 1.0 <= rate_hz <= 120.0:
-            raise ConfigError(f"rate_hz must be in [1, 120], got {rate_hz}")
-        if compressed and not 1 <= jpeg_quality <= 100:
-            raise ConfigError(f"jpeg_quality must be in [1, 100], got {jpeg_quality}")
-        if not 5.0 <= check_hz <= 200.0:
-            raise ConfigError(f"health_check_hz must be in [5, 200], got {check_hz}")
-        self.fault = parse_fault(fault_spec, cameras)
-        sources = []
-        for cam in cameras:
-            sources.append(CameraSource(
-                camera=cam,
-                width=int(param(f"{cam}.source_width", 0, f"{cam}: source width to request, px (0 = width)")) or width,
-                height=int(param(f"{cam}.source_height", 0, f"{cam}: source height to request, px (0 = height)")) or height,
-                rate_hz=rate_hz,
-                device=str(param(f"{cam}.device", "", f"{cam} (v4l2): /dev/videoN, /dev/v4l/by-id/... or an index",
-                                 any_type=True)),
-                serial=str(param(f"{cam}.serial", "", f"{cam} (realsense): device serial number", any_type=True)),
-                calibration_file=str(param(f"{cam}.calibration_file", "", f"{cam}: ROS camera calibration YAML")),
-                replay_path=replay_path, replay_loop=replay_loop, replay_fps=replay_fps,
-            ))
-
+        config, devices = self._declare_parameters()
+        self.fault = config.fault
+        cameras, backend, width, height = config.cameras, config.backend, config.width, config.height
         self._ee = {arm: np.array([0.3, 0.0, 0.3]) for arm in ARMS}
         self._ee_lock = threading.Lock()
         self._poses: TakenSubscriptions | None = None
@@ -278,30 +225,54 @@ class CameraNode(Node):
         start = time.monotonic() + 0.2  # replay: every camera of this process starts in step
         self._streams: list[_Stream] = []
         try:
-            for src in sources:
-                cam_backend = open_camera(backend, src, clock_ns=self._now_ns, ee_positions=self._ee_positions,
-                                          start_monotonic=start)
+            for cam in cameras:
+                src = config.source(cam, devices[cam])
+                cam_backend = FaultInjectingCamera(open_camera(backend, src, clock_ns=self._now_ns,
+                                                               ee_positions=self._ee_positions, start_monotonic=start),
+                                                   self.fault)
                 shaper = FrameShaper(width, height)
                 if shaper.aspect_changes(cam_backend.intrinsics.width, cam_backend.intrinsics.height):
                     self.get_logger().warning(
-                        f"{src.camera}: source {cam_backend.intrinsics.width}x{cam_backend.intrinsics.height} is "
+                        f"{cam}: source {cam_backend.intrinsics.width}x{cam_backend.intrinsics.height} is "
                         f"resized to {width}x{height}: the aspect ratio changes (intrinsics scaled per axis)")
-                self._streams.append(_Stream(self, src.camera, cam_backend, shaper, health,
-                                             jpeg_quality if compressed else None))
+                self._streams.append(_Stream(self, cam, cam_backend, shaper, config.health, config.compressed_quality))
         except Exception:
             for s in self._streams:
                 s.backend.close()
             raise
         self._pub_diag = self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos)
         self._diag_lock = threading.Lock()
-        self.create_timer(1.0 / check_hz, self._check_health)
+        self.create_timer(1.0 / config.health_check_hz, self._check_health)
         self.create_timer(1.0, self._publish_diagnostics)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self._backend_name = backend
         for s in self._streams:
             s.thread.start()
-        self.get_logger().info(f"{', '.join(cameras)}: {backend} -> {width}x{height} rgb8 at {rate_hz} Hz"
-                               + (f" (fault {fault_spec})" if self.fault.active else ""))
+        self.get_logger().info(f"{', '.join(cameras)}: {backend} -> {width}x{height} rgb8 at {config.rate_hz} Hz"
+                               + (f" (fault {config.inject_fault})" if self.fault.active else ""))
+
+    def _declare_parameters(self) -> tuple[CameraNodeConfig, dict[str, CameraDeviceConfig]]:
+        """The node's config and each camera's, from read-only parameters (declare_config).
+        Four are declared here, as declare_config cannot: `cameras` (a list of strings),
+        `inject_fault` (settable at runtime) and `<cam>.device`, `<cam>.serial` (any type:
+        serials and device indices are digits, which YAML and -p read as integers)."""
+        cameras = self._declare_field(CameraNodeConfig, "cameras", read_only=True)
+        fault_spec = self._declare_field(CameraNodeConfig, "inject_fault", read_only=False)
+        config = declare_config(self, CameraNodeConfig, cameras=tuple(cameras), inject_fault=str(fault_spec))
+        devices = {}
+        for cam in config.cameras:
+            digits = {name: str(self._declare_field(CameraDeviceConfig, name, prefix=f"{cam}.", read_only=True,
+                                                    dynamic_typing=True))
+                      for name in ("device", "serial")}
+            devices[cam] = declare_config(self, CameraDeviceConfig, prefix=f"{cam}.", **digits)
+        return config, devices
+
+    def _declare_field(self, cls, name: str, *, read_only: bool, prefix: str = "", dynamic_typing: bool = False):
+        """One field of `cls` as the parameter `<prefix><name>`: its default and help; its value."""
+        f = next(f for f in dataclasses.fields(cls) if f.name == name)
+        default = list(f.default) if isinstance(f.default, tuple) else f.default
+        desc = ParameterDescriptor(description=f.metadata["help"], read_only=read_only, dynamic_typing=dynamic_typing)
+        return self.declare_parameter(prefix + name, default, desc).value
 
     def _now_ns(self) -> int:
         return self.get_clock().now().nanoseconds
@@ -327,6 +298,8 @@ class CameraNode(Node):
         if new_fault != self.fault:
             self.get_logger().warning(f"inject_fault: {new_fault.kind or 'cleared'} {new_fault.camera}".rstrip())
         self.fault = new_fault
+        for s in self._streams:
+            s.backend.fault = new_fault
         return SetParametersResult(successful=True)
 
     def _check_health(self) -> None:
@@ -349,7 +322,7 @@ class CameraNode(Node):
             {"state": r.state.name, "backend": self._backend_name, "rate_hz": f"{r.rate_hz:.2f}",
              "interval_jitter_ms": f"{r.interval_jitter_s * 1e3:.2f}", "dropped": r.dropped,
              "duplicated": r.duplicated, "frames": r.frames, "publish_errors": s.publish_errors,
-             "fault": f"{self.fault.kind}:{self.fault.camera}" if self.fault.active else ""},
+             "fault": self.fault.describe()},
         )
 
     def _publish_diagnostics(self) -> None:

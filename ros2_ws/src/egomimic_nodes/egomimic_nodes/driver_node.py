@@ -14,7 +14,12 @@ security a process can still take the gate's node name: README "Safety" says wha
 
 Lifecycle (physical meaning): unconfigured/inactive: the controller may exist, nothing is
 published and no command is applied; active: state published at `rate_hz`, commands applied,
-the command watchdog running.
+the command watchdog running. Cleanup releases everything configure made (controller,
+publishers, readers, service, timer, threads), so configure can run again.
+
+Parameters: DriverNodeConfig (egomimic_hw.driver.config), DriverConfig, SimConfig as `sim.*`
+and Arx5Gains as `arx5.*`: help, ranges and checks in those dataclasses. All are read-only,
+read once when the node starts; a bad value makes configure fail with the reason.
 
 Threads: the state loop (read, watchdog, publish at `rate_hz`) runs in its own thread on
 monotonic deadlines (egomimic_hw.pacing), not on an executor timer: a pass of rclpy's Python
@@ -39,6 +44,7 @@ Topics (relative to the robot namespace):
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
@@ -56,11 +62,10 @@ from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 
 from egomimic_msgs.msg import GateStatus
-from egomimic_hw.description import DEFAULT_CAN_INTERFACE, Arm
-from egomimic_hw.driver.calibration import resolve_gripper_calibration
 from egomimic_hw.driver.arm_driver import ArmDriver, DriverConfig
 from egomimic_hw.driver.arx5 import Arx5Gains
-from egomimic_hw.driver.base import make_controller
+from egomimic_hw.driver.backends import open_controller
+from egomimic_hw.driver.config import DriverNodeConfig
 from egomimic_hw.driver.sim import SimConfig
 from egomimic_hw.kinematics import ArmKinematics
 from egomimic_hw.pacing import Pacer
@@ -90,23 +95,8 @@ WATCHDOG_WAKE_AFTER_S = 1e-4
 class DriverNode(LifecycleNode):
     WAITSET_EXECUTOR = True  # lifecycle node; its command callbacks take the message info: spin.make_executor
 
-    def __init__(self):
-        super().__init__("driver")
-        self.declare_parameter("arm", "left")
-        self.declare_parameter("backend", "sim")
-        self.declare_parameter("rate_hz", 100.0)
-        # ee_pose: what its consumers need (the policy, recorder and camera scene sample at 30 Hz),
-        # not every tick: each sample costs FK here and a callback and a publish in frames.
-        self.declare_parameter("pose_rate_hz", 30.0)
-        self.declare_parameter("can_interface", "")
-        for end in ("open", "close"):  # typed, no default: unset means the backend's calibration
-            self.declare_parameter(f"gripper_{end}_m", Parameter.Type.DOUBLE, ParameterDescriptor(
-                description=f"gripper {end} width (m) override; set both or neither (egomimic_hw/driver/calibration.py)"))
-        self.declare_parameter("kinematics", "auto", ParameterDescriptor(
-            description="FK/IK backend: auto (the SDK solver where it imports, else Pinocchio), sdk or pinocchio"))
-        self.declare_parameter("seed", 0)
-        self.declare_parameter("gate_node", "safety_gate")
-        self.declare_parameter("require_gate", True)
+    def __init__(self, **node_options):
+        super().__init__("driver", **node_options)
         self._driver: ArmDriver | None = None
         self._lock = threading.RLock()
         """Serializes every use of self._driver: the state loop thread and the executor."""
@@ -116,10 +106,33 @@ class DriverNode(LifecycleNode):
         self._t0 = time.monotonic()
         self._active = False
         self._pub_joints = self._pub_pose = self._pub_diag = None  # Outboxes, from on_configure
+        self._inputs: TakenSubscriptions | None = None
+        self._srv = self._diag_timer = None
         self._sdk_build = self._kinematics = ""
         self._controller = None
         self.fatal = ""
         """Set by the state loop when it cannot go on: the node exits 1 (spin.run_node)."""
+        self._parameter_error = ""
+        """Why the parameters were refused ('' when accepted): every configure fails with it."""
+        try:
+            self._declare_parameters()
+        except Exception as exc:  # noqa: BLE001 - a lifecycle node refuses configure with the reason, it does not exit
+            self._parameter_error = str(exc) or type(exc).__name__
+
+    def _declare_parameters(self) -> None:
+        """Every parameter, once, at start (read-only: a configure after a cleanup reads the
+        same). The gripper overrides are declared here by hand, typed double without a value,
+        which declare_config cannot: unset means the backend's calibration."""
+        overrides = {}
+        for name in ("gripper_open_m", "gripper_close_m"):
+            help_ = next(f.metadata["help"] for f in dataclasses.fields(DriverNodeConfig) if f.name == name)
+            self.declare_parameter(name, Parameter.Type.DOUBLE, ParameterDescriptor(description=help_, read_only=True))
+            overrides[name] = self._optional(name)
+        self._config = declare_config(self, DriverNodeConfig, **overrides)
+        self._driver_config = declare_config(self, DriverConfig, arm=self._config.driven_arm,
+                                             gripper=self._config.gripper_calibration)
+        self._sim_config = declare_config(self, SimConfig, prefix="sim.")
+        self._gains = declare_config(self, Arx5Gains, prefix="arx5.")
 
     def _optional(self, name: str):
         """A typed parameter declared without a default: its value, or None when not set."""
@@ -131,36 +144,29 @@ class DriverNode(LifecycleNode):
     # -- lifecycle ----------------------------------------------------------------------------
     def on_configure(self, state: State) -> TransitionCallbackReturn:
         try:
-            self.arm = Arm.parse(self.get_parameter("arm").value)
-            backend = self.get_parameter("backend").value
-            rate_hz = float(self.get_parameter("rate_hz").value)
-            if not 1.0 <= rate_hz <= 500.0:
-                raise ValueError(f"rate_hz must be in [1, 500], got {rate_hz}")
-            cal = resolve_gripper_calibration(self.arm, backend, self._optional("gripper_open_m"),
-                                              self._optional("gripper_close_m"))
-            config = declare_config(self, DriverConfig, arm=self.arm, gripper=cal)
-            sim_config = declare_config(self, SimConfig, prefix="sim.")
-            gains = declare_config(self, Arx5Gains, prefix="arx5.")
-            can = self.get_parameter("can_interface").value or DEFAULT_CAN_INTERFACE[self.arm]
-            controller = make_controller(
-                backend,
-                sim=dict(vars(sim_config)),
-                seed=int(self.get_parameter("seed").value) + (0 if self.arm is Arm.LEFT else 1),
-                arx5={"can_interface": can, "gains": gains, "preview_s": config.preview_s},
-            )
-            kin = ArmKinematics(backend=str(self.get_parameter("kinematics").value))
-            self._driver = ArmDriver(config, controller, kin)
+            if self._parameter_error:
+                raise ValueError(self._parameter_error)
+            config = self._config
+            self.arm = config.driven_arm
+            controller = open_controller(config.backend, sim=self._sim_config, seed=config.controller_seed,
+                                         arx5=config.arx5(self._gains, self._driver_config.preview_s))
+            try:
+                kin = ArmKinematics(backend=config.kinematics)
+            except Exception:
+                controller.close()  # a retried configure must not find the arm still held by this one
+                raise
+            self._driver = ArmDriver(self._driver_config, controller, kin)
             self._controller, self._kinematics = controller, kin.backend
             self._sdk_build = controller.sdk_build.describe() if getattr(controller, "sdk_build", None) else ""
+            cal = self._driver_config.gripper
             self.get_logger().info(f"kinematics: {kin.backend} ({kin.backend_reason}); gripper calibration: open "
                                    f"{cal.open_m:+.4f} m, close {cal.close_m:+.4f} m"
                                    + (f"; {self._sdk_build}" if self._sdk_build else ""))
         except Exception as exc:  # noqa: BLE001 - refuse the transition with the reason
             self.get_logger().error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
-        self._rate_hz = rate_hz
-        pose_rate_hz = float(self.get_parameter("pose_rate_hz").value)
-        self._pose_every = max(1, round(rate_hz / pose_rate_hz)) if pose_rate_hz > 0 else 1
+        self._rate_hz = config.rate_hz
+        self._pose_every = config.pose_every_ticks
         self._ticks = 0
         self._names = self.arm.joint_names
         self._js: SerializedJointState | None = None
@@ -169,8 +175,8 @@ class DriverNode(LifecycleNode):
                                   keep=STATE_KEEP)
         self._pub_pose = Outbox(self.create_lifecycle_publisher(PoseStamped, topics.EE_POSE.name(self.arm), topics.EE_POSE.qos))
         self._pub_diag = Outbox(self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos))
-        self._require_gate = bool(self.get_parameter("require_gate").value)
-        gate_fqn = node_fqn(self.get_namespace(), str(self.get_parameter("gate_node").value))
+        self._require_gate = config.require_gate
+        gate_fqn = node_fqn(self.get_namespace(), config.gate_node)
         command_topic = self.resolve_topic_name(topics.JOINT_COMMAND.name(self.arm))
         self._command_source = SourceCheck(self, command_topic, gate_fqn)
         self._status_source = SourceCheck(self, self.resolve_topic_name(topics.SAFETY_STATUS.name()), gate_fqn)
@@ -183,7 +189,8 @@ class DriverNode(LifecycleNode):
         self._srv = self.create_service(Trigger, f"{self.arm.value}/home", self._on_home)
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics)
         self._last_state = None
-        self.get_logger().info(f"configured: arm={self.arm.value} backend={backend} rate={rate_hz} Hz; commands accepted "
+        self.get_logger().info(f"configured: arm={self.arm.value} backend={config.backend} rate={config.rate_hz} Hz; "
+                               "commands accepted "
                                + (f"only from {gate_fqn} while it is not DISARMED" if self._require_gate
                                   else "from ANY publisher (require_gate:=false: tests and bench rigs only)"))
         return TransitionCallbackReturn.SUCCESS
@@ -202,22 +209,17 @@ class DriverNode(LifecycleNode):
         return super().on_deactivate(state)
 
     def on_cleanup(self, state: State) -> TransitionCallbackReturn:
-        self._stop_loop()
-        self._close()
+        self._release()
         return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: State) -> TransitionCallbackReturn:
-        self._stop_loop()
-        self._close()
+        self._release()
         return TransitionCallbackReturn.SUCCESS
 
     def on_exit(self) -> None:
         self._stop_loop()
         self._hold_now()
-        self._close()
-        for box in (self._pub_joints, self._pub_pose, self._pub_diag):
-            if box is not None:
-                box.close()
+        self._release()
 
     # -- the state loop -----------------------------------------------------------------------
     def _start_loop(self) -> None:
@@ -235,7 +237,8 @@ class DriverNode(LifecycleNode):
         self._loop = self._pacer = None
         if pacer is not None:
             pacer.stop()
-            self._inputs.wake()
+            if self._inputs is not None:
+                self._inputs.wake()
         if loop is not None and loop is not threading.current_thread():
             loop.join(timeout=2.0)
 
@@ -305,19 +308,11 @@ class DriverNode(LifecycleNode):
                 state = "no status received" if self._gate_state is None else f"state {self._gate_state}"
                 self._refuse("gate_not_armed", f"the gate is not commanding ({state})", now_s)
                 return
-        positions = np.asarray(msg.position, dtype=float)
-        if msg.name and list(msg.name) != self._names:
-            index = {n: i for i, n in enumerate(msg.name)}
-            if set(index) != set(self._names):
-                self._refuse("joint_names", f"joint names {list(msg.name)} do not match {self._names}", now_s)
-                return
-            positions = positions[[index[n] for n in self._names]]
-        if not self._driver.on_command(positions, now_s):
+        if not self._driver.on_command(msg.position, now_s, names=msg.name):
             self.get_logger().error(f"command refused: {self._driver.refusal}", throttle_duration_sec=2.0)
 
     def _refuse(self, key: str, why: str, now_s: float) -> None:
-        self._driver.counters.commands_received += 1
-        self._driver.refuse(key, why, now_s)
+        self._driver.refuse_command(key, why, now_s)
         self.get_logger().error(f"command refused: {why}", throttle_duration_sec=2.0)
 
     def _on_tick(self) -> None:
@@ -435,14 +430,30 @@ class DriverNode(LifecycleNode):
                 except Exception as exc:  # noqa: BLE001
                     self.get_logger().error(f"hold failed: {exc}")
 
-    def _close(self) -> None:
+    def _release(self) -> None:
+        """Undo on_configure (cleanup, shutdown, exit): the state loop stops, the controller is
+        released, and the readers, publishers (with their Outbox threads), service and timer are
+        destroyed, so that a configure after a cleanup makes each of them once."""
+        self._stop_loop()
         with self._lock:
             if self._driver is not None:
                 self._driver.close()
                 self._driver = None
-            inputs, self._inputs = getattr(self, "_inputs", None), None
+            self._controller = None
+            inputs, self._inputs = self._inputs, None
+            boxes = [b for b in (self._pub_joints, self._pub_pose, self._pub_diag) if b is not None]
+            self._pub_joints = self._pub_pose = self._pub_diag = None
         if inputs is not None:
             inputs.destroy()
+        if self._diag_timer is not None:
+            self.destroy_timer(self._diag_timer)
+            self._diag_timer = None
+        if self._srv is not None:
+            self.destroy_service(self._srv)
+            self._srv = None
+        for box in boxes:
+            box.close()
+            self.destroy_lifecycle_publisher(box.publisher)  # also a plain publisher (the diagnostics')
 
 
 def main(args=None) -> int:
