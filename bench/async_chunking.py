@@ -44,7 +44,7 @@ from egomimic_policy.scripted import ScriptedChunkPolicy, ScriptedMotionConfig  
 
 RATE_HZ = 30.0
 PERIOD_S = 1.0 / RATE_HZ
-CHUNK_LENGTH = 100  # Fold / PI horizon (EVA.md)
+CHUNK_LENGTH = 100  # Fold / PI horizon (docs/eva.md)
 QUERY_EVERY = 30  # upstream query_frequency
 LEFT0 = np.array([0.30, 0.05, 0.25, 1.0, 0.0, 0.0, 0.0])
 RIGHT0 = np.array([0.30, -0.05, 0.25, 0.0, 1.0, 0.0, 0.0])

@@ -9,8 +9,9 @@ same window after start-up:
   2. ours: spin.make_executor's choice (EventsExecutor where it works).
 Both runs already take the gate's joint_states and the launcher's streams in batches
 (egomimic_nodes/taken.py); the executor is the one switch this bench flips. It prints per-node
-CPU in % of one core for both, the ratio ours/baseline, and the total against issue 13's target
-of 75 % of one core. CPU shares are only comparable on an otherwise idle machine: the bench
+CPU in % of one core for both, the ratio ours/baseline, and the total against the target of
+75 % of one core (the whole graph on one of the two cores, leaving the other for what a robot PC
+runs beside it). CPU shares are only comparable on an otherwise idle machine: the bench
 says the load average it started at.
 """
 

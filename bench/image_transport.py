@@ -16,7 +16,7 @@ frame) and CPU% per process (100 % = one core), for two configurations, run one 
 plus the physical floor: copying the same bytes in-process (arr.tobytes() +
 np.frombuffer().copy(); each 900 KiB buffer is fresh memory, so page faults are included, as
 they are for a received message).
-Why: the shipped profile exists for this case (../shared/ROS2_ON_PYPI.md section 3); this shows
+Why: the shipped profile exists for this case (config/fastdds_local.xml); this shows
 whether it still pays off, and by how much, on this machine.
 Every process runs with ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST on its own ROS_DOMAIN_ID
 (--domain-base, +1 for the second configuration); nothing leaves loopback.

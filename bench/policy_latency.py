@@ -11,8 +11,8 @@ Checkpoint start: a legacy-layout Fold checkpoint (compile prefixes, legacy ids,
 state) prepared twice into a fresh cache: time of each start, bytes this process wrote
 (/proc/self/io wchar delta), whether the cache listing (name, size, mtime, inode) and the source
 directory changed. The second start should write 0 bytes and change nothing.
-Why: the acceptance of issue 6 ("per-family CPU latency per query at the default size"; "a
-checkpoint is prepared once and reused: the second start does no write (measured)").
+Why: what a policy query costs per family on a CPU at the default size, and the promise that a
+checkpoint is prepared once and reused (the second start does no write), measured.
 Run: `.venv/bin/python bench/policy_latency.py` (--queries, --warmup, --threads, --out);
 writes out/bench/policy_latency.json. CPU only; numbers depend on the load of the machine.
 """

@@ -1,6 +1,6 @@
 """The EVA episode format: one zarr v3 store per episode, written at 30 Hz, read by training and replay.
 
-Layout (EVA.md "Episodes", plus what replay and crash recovery need):
+Layout (docs/eva.md "Episodes", plus what replay and crash recovery need):
 
     <YYYY-mm-dd-HH-MM-SS-ffffff>.zarr/        group, zarr_format 3
       {left,right}.obs_ee_pose, .cmd_ee_pose  (T, 7) float32  [x, y, z, qw, qx, qy, qz], DATASET frame
@@ -14,7 +14,7 @@ Layout (EVA.md "Episodes", plus what replay and crash recovery need):
       format_version, frames_committed (the commit marker).
 Arm sides and default camera names are egomimic_hw.description's (ARMS, CAMERAS).
 
-Why this layout (research/ecosystem.md section 1, measured with zarr 3.1.6):
+Why this layout (measured with zarr 3.1.6):
 - JPEG bytes encoded in the app (simplejpeg, ~0.7 ms per frame) in a variable-length-bytes
   array: 15-20x smaller than raw RGB, while lossless codecs reach 1.0-1.7x. EgoVerse uses the
   same layout, so its loaders read these stores.
@@ -22,7 +22,7 @@ Why this layout (research/ecosystem.md section 1, measured with zarr 3.1.6):
   up at 30 Hz on 2 cores. The writer buffers `block_steps` (30 = 1 s) in RAM and writes one
   block per array. Images: one frame per inner chunk (random access for training), sharded
   so that one block is exactly one shard file (a shard is never rewritten). Numeric arrays:
-  chunks of 100 steps (EVA.md).
+  chunks of 100 steps (docs/eva.md).
 - Arrays are preallocated in capacity steps (growing x2) instead of resized per block, so a
   block costs only data writes, no metadata rewrite per array.
 - Crash safety: each key is written atomically by zarr, but array shapes cannot be trusted
@@ -59,7 +59,7 @@ NUMERIC_FIELDS: dict[str, int] = {
     "obs_gripper": 1,
     "cmd_gripper": 1,
 }
-"""Per-arm numeric arrays and their width (EVA.md)."""
+"""Per-arm numeric arrays and their width (docs/eva.md)."""
 FIELD_NAMES = {
     "obs_ee_pose": ["x", "y", "z", "qw", "qx", "qy", "qz"],
     "cmd_ee_pose": ["x", "y", "z", "qw", "qx", "qy", "qz"],
@@ -84,7 +84,7 @@ class EpisodeWriteError(EpisodeError):
 
 
 def episode_name(start_ns: int) -> str:
-    """Store name from the episode's UTC start time (EVA.md): `2025-01-31-12-00-00-000000.zarr`."""
+    """Store name from the episode's UTC start time (docs/eva.md): `2025-01-31-12-00-00-000000.zarr`."""
     when = _dt.datetime.fromtimestamp(start_ns / 1e9, tz=_dt.timezone.utc)
     return when.strftime(NAME_FORMAT) + ".zarr"
 
@@ -377,7 +377,7 @@ class EpisodeReader:
 
     def window(self, key: str, t: int, horizon: int) -> np.ndarray:
         """Rows [t, t + horizon) of a numeric array, padded past the end with the last row
-        (what training reads, EVA.md)."""
+        (what training reads, docs/eva.md)."""
         if not 0 <= t < self.length or horizon < 1:
             raise IndexError(f"window [{t}, {t}+{horizon}) outside an episode of {self.length}")
         rows = np.asarray(self._array(key)[t : min(t + horizon, self.length)])

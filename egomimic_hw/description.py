@@ -1,6 +1,6 @@
 """The EVA robot description: arms, joint names, limits, gripper calibration, rates.
 
-The only copy of these facts in the code base (source: ../shared/EVA.md, itself taken from the
+The only copy of these facts in the code base (source: docs/eva.md, itself taken from the
 ARX SDK's X5 RobotConfig and the upstream EgoVerse configs). Everything else imports them.
 
 Vector layout: per arm 7 values `[q0..q5, gripper]`; bimanual vectors are 14 wide, left at
@@ -64,7 +64,7 @@ class Arm(str, enum.Enum):
 
     @property
     def joint_names(self) -> list[str]:
-        """Names on `<arm>/joint_states` and `<arm>/joint_command` (INTERFACES.md)."""
+        """Names on `<arm>/joint_states` and `<arm>/joint_command` (docs/interfaces.md)."""
         return [f"{self.value}_joint{i + 1}" for i in range(JOINTS_PER_ARM)] + [f"{self.value}_gripper"]
 
     @classmethod
@@ -119,7 +119,7 @@ class ArmLimits:
 X5_LIMITS = ArmLimits()
 
 GRIPPER_EMERGENCY_BELOW_M = -0.017
-"""A measured gripper below this width is an SDK emergency (EVA.md)."""
+"""A measured gripper below this width is an SDK emergency (docs/eva.md)."""
 
 
 @dataclass(frozen=True)
@@ -147,9 +147,9 @@ CALIBRATED_GRIPPERS = {
     Arm.LEFT: GripperCalibration(open_m=0.09445506587172998, close_m=-0.012),
     Arm.RIGHT: GripperCalibration(open_m=0.09594861425534644, close_m=-0.012),
 }
-"""Measured EVA endpoints (EVA.md); the defaults of GripperCalibration are the uncalibrated ones."""
+"""Measured EVA endpoints (docs/eva.md); the defaults of GripperCalibration are the uncalibrated ones."""
 
 DEFAULT_CAN_INTERFACE = {Arm.LEFT: "can1", Arm.RIGHT: "can2"}
 
 CAMERAS = ("front_1", "left_wrist", "right_wrist")
-"""Camera names on `cameras/<cam>/...` (INTERFACES.md)."""
+"""Camera names on `cameras/<cam>/...` (docs/interfaces.md)."""

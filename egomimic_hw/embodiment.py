@@ -1,7 +1,7 @@
 """Embodiment ids: baked into every dataset and checkpoint, so they are never renumbered.
 
 Three tables, each with one job:
-- `Embodiment`: the current ids (EVA.md "Embodiments").
+- `Embodiment`: the current ids (docs/eva.md "Embodiments").
 - `LegacyEmbodiment`: the ids older checkpoints carry. Read-only history.
 - `ALIASES`: append-only lowercase name -> current embodiment, for old vendor names in files.
 `LEGACY_MIGRATION` maps the legacy ids that checkpoint migration rewrites to current members;

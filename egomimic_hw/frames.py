@@ -29,7 +29,7 @@ from egomimic_hw.rotations import (
 )
 
 EVA_DATASET_FROM_HARDWARE_ROTATION = np.array([[0.0, 0.0, 1.0], [-1.0, 0.0, 0.0], [0.0, -1.0, 0.0]])
-"""M in R_ds = M @ R_hw (EVA.md); orientation only."""
+"""M in R_ds = M @ R_hw (docs/eva.md); orientation only."""
 
 DS_FROM_HW = EVA_DATASET_FROM_HARDWARE_ROTATION
 HW_FROM_DS = EVA_DATASET_FROM_HARDWARE_ROTATION.T
@@ -87,7 +87,7 @@ WRIST_RELATIVE_WIDTH = 9
 
 
 def wrist_relative_encode(current, targets) -> np.ndarray:
-    """Targets as seen from the wrist at the query tick (Fold's action encoding, EVA.md).
+    """Targets as seen from the wrist at the query tick (Fold's action encoding, docs/eva.md).
 
     With the pose captured at the query tick (p_c, R_c) and each target (p_t, R_t):
     xyz_rel = R_c^T (p_t - p_c), R_rel = R_c^T R_t, stored as `[xyz_rel, rot6d(R_rel)]`.

@@ -4,7 +4,7 @@ The only module with quaternion math: frames, kinematics, the gate's checks, the
 features and the scripted motion call it instead of carrying their own (or scipy's, whose
 default order is the other one).
 
-Conventions (EVA.md), fixed here once:
+Conventions (docs/eva.md), fixed here once:
 - quaternions are `[qw, qx, qy, qz]` (wxyz): scalar FIRST, as in every pose array
   `[x, y, z, qw, qx, qy, qz]` of this code base (scipy's `scalar_first=True`; ROS messages
   carry xyzw fields, mapped by name in egomimic_nodes.msg_convert); unit norm; q and -q are

@@ -5,7 +5,7 @@ what a checkpoint was trained on), not of the architecture, and decoding it wron
 arm somewhere plausible but wrong. So there is one copy, named, with its width checked.
 
 State `state_ee_pose` (20,) per frame: per arm `[xyz(3), rot6d(6), gripper(1)]`, left then
-right, dataset frame (EVA.md "Policies"); rot6d = the first two COLUMNS of R.
+right, dataset frame (docs/eva.md "Policies"); rot6d = the first two COLUMNS of R.
 Action `actions_cartesian` (H, 20): per arm `[xyz_rel(3), rot6d_rel(6), gripper(1)]`, the
 wrist-relative encoding of egomimic_hw.frames (relative to the pose at the QUERY tick),
 grippers at indices 9 and 19. Poses are `[x, y, z, qw, qx, qy, qz]`; grippers 0 closed, 1 open.

@@ -4,7 +4,7 @@ Why a separate module: the executor, the policy server and every family meet her
 else, so a family never needs to know how it is scheduled and the executor never needs to know
 what a model looks like inside.
 
-Frames: everything here is in the DATASET frame (EVA.md, "Frames"); the frames node converts to
+Frames: everything here is in the DATASET frame (docs/eva.md, "Frames"); the frames node converts to
 the hardware frame downstream. Poses are [x, y, z, qw, qx, qy, qz]; grippers are normalized
 0 closed .. 1 open. A chunk is ABSOLUTE targets, already decoded against the pose captured at
 the query tick (wrist-relative decoding is the family's job, since only it knows its encoding).

@@ -1,6 +1,6 @@
 """The `policy` launch argument -> a ChunkPolicy. One explicit table, lazy imports.
 
-Values (INTERFACES.md launch arguments): `scripted` (the known motion, no model), `fold` / `pi`
+Values (docs/interfaces.md launch arguments): `scripted` (the known motion, no model), `fold` / `pi`
 / `moe` (that family, seeded untrained weights: rehearsals and benchmarks), a checkpoint path,
 or a policy server address `tcp://host:port`. `none` means "no policy node" and is refused
 here: the graph does not start one. Families and the remote client are imported only when

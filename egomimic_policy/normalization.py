@@ -5,7 +5,7 @@ Why one module: a model only makes sense in the units it was trained in, and nor
 (`hyper_parameters.norm_stats_state`), and the rollout policy calls `normalize` exactly once
 per query on the state and `unnormalize` once on the chunk (tests count the calls).
 
-Layout (EVA.md "Policies", upstream `MultiDataset.from_state`): stats per embodiment id and key,
+Layout (docs/eva.md "Policies", upstream `MultiDataset.from_state`): stats per embodiment id and key,
 each key with mean, std, min, max, median, quantile_1, quantile_99 of the LAST axis (every
 leading axis is reduced when the stats are computed: "reduce_all_but_last"). Modes, eps 1e-6:
     quantile: x_n = 2 (x - q1) / (q99 - q1 + eps) - 1
@@ -33,7 +33,7 @@ EPS = 1e-6
 """Added to every denominator (upstream `egomimic/rldb/zarr/utils.py`)."""
 
 STAT_NAMES = ("mean", "std", "min", "max", "median", "quantile_1", "quantile_99")
-"""The per-key statistics a checkpoint stores (EVA.md)."""
+"""The per-key statistics a checkpoint stores (docs/eva.md)."""
 
 
 class NormMode(str, enum.Enum):

@@ -6,7 +6,7 @@ and a real robot is not always at hand. The motion is the scripted bimanual circ
 SDK's own IK (seeded with the previous solution, as on the robot), the observed pose is FK of
 those joints (what a driver would report), the commanded pose is the scripted target. Images
 are the synthetic renderer's (egomimic_hw.cameras.synthetic), stamped at a steady `fps`.
-Everything stored in the dataset frame (EVA.md), as the recorder will.
+Everything stored in the dataset frame (docs/eva.md), as the recorder will.
 
 Why here and not in egomimic_data: it drives the scripted motion through the kinematics, the sim
 driver's start pose and the synthetic cameras, none of which the data package may import; it only

@@ -1,6 +1,6 @@
-"""Reason codes of rejections and faults (INTERFACES.md). Never reuse one for another meaning.
+"""Reason codes of rejections and faults (docs/interfaces.md). Never reuse one for another meaning.
 
-Codes added beyond INTERFACES.md carry a docstring saying what they mean.
+Codes added beyond docs/interfaces.md carry a docstring saying what they mean.
 """
 
 import enum

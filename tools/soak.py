@@ -6,7 +6,7 @@
 Runs `egomimic-launch eva_bimanual.launch.py policy:=scripted auto_arm:=true --summary` for
 `--duration` seconds with `--hogs` busy processes at niceness 0 beside it (what a robot PC runs
 next to the control stack: a browser, rviz, a logger), samples every node's CPU and RSS every
-`--sample-s` seconds, and reports against issue 13's acceptance:
+`--sample-s` seconds, and reports against the acceptance of a loaded machine:
   - spurious HOLDs (the gate's state history) and rejected commands by reason;
   - the action stream (policy/action) rate within 1 % of 30 Hz and its worst gap <= 2 periods
     (between publications, by the DDS source timestamps; the observer's arrival gaps are shown);

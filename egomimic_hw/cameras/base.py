@@ -59,7 +59,7 @@ class CameraBackend(Protocol):
 
 HEAD_CAMERA = "front_1"
 HEAD_FX_PX = 266.50860444
-"""Dataset intrinsics of front_1 at 640x480 (EVA.md): fx = fy, principal point at the centre."""
+"""Dataset intrinsics of front_1 at 640x480 (docs/eva.md): fx = fy, principal point at the centre."""
 
 
 @dataclass(frozen=True)

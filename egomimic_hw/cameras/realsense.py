@@ -2,7 +2,7 @@
 chosen by serial number so left and right can never be swapped by USB enumeration order.
 
 pyrealsense2 is imported lazily, only when this backend is chosen, and every way it can be
-missing becomes BackendUnavailable with the fix (research/ecosystem.md section 4):
+missing becomes BackendUnavailable with the fix:
 - the library is not installed (`pip install pyrealsense2`, cp311 x86_64 wheel 2.59.1);
 - it is installed but the system libusb is missing (`ImportError: libusb-1.0.so.0`:
   `apt install libusb-1.0-0`);

@@ -45,7 +45,7 @@ BASE_T_HEAD_CAMERA = {
         ]
     ),
 }
-"""Camera-to-arm-base extrinsics of the head camera (base_T_cam, EVA.md)."""
+"""Camera-to-arm-base extrinsics of the head camera (base_T_cam, docs/eva.md)."""
 
 MARKER_COLOURS = {Arm.LEFT: (230, 60, 40), Arm.RIGHT: (40, 90, 230)}
 TEXTURE_MARGIN_PX = 160

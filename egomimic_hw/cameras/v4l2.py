@@ -1,6 +1,6 @@
 """Backend `v4l2`: a UVC camera through OpenCV's V4L2 backend (EVA's head camera on the robot PC).
 
-Settings, each for a reason (research/ecosystem.md section 4):
+Settings, each for a reason:
 - MJPG requested: raw YUYV at 640x480 saturates USB 2 at 30 fps on many cameras;
 - buffer size 1: the driver otherwise queues 4+ frames and `read` hands out a frame ~100 ms
   old while its stamp says "now";

@@ -1,6 +1,6 @@
 """One arm's driver logic, ROS-free: command validation, the command watchdog, read-back, FK.
 
-The driver node is a thin rclpy adapter over `ArmDriver`. Rules (issue 3, ../shared/EVA.md):
+The driver node is a thin rclpy adapter over `ArmDriver`. Rules (docs/eva.md):
 - commands arrive as 6 joints + normalized gripper (0 closed .. 1 open), named in any order
   (joint_order.py); the per-arm gripper calibration maps them to metres. A malformed command is
   refused and counted, never sent;
@@ -36,7 +36,7 @@ from egomimic_safety.plausibility import StateMonitor, clamp_to_limits
 
 @dataclass(frozen=True)
 class DriverConfig:
-    """Driver behaviour of one arm; defaults from EVA.md and the issue."""
+    """Driver behaviour of one arm; defaults from docs/eva.md."""
 
     arm: Arm
     command_timeout_s: float = field(default=0.1, metadata={

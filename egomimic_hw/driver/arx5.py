@@ -1,6 +1,6 @@
 """The real backend: one `arx5_interface.Arx5JointController` per arm on a SocketCAN bus.
 
-Hazards handled here, all from the SDK's behaviour (../shared/EVA.md, research/ecosystem.md):
+Hazards handled here, all from the SDK's behaviour (docs/eva.md):
 - an interface name starting with `en`/`eth` makes the SDK write raw EtherCAT frames on that
   Ethernet port: only `can*` names are accepted;
 - the constructor raises at once without a bus; we re-raise as BackendUnavailable naming the

@@ -1,7 +1,7 @@
 """A simulated X5 joint controller that behaves like the ARX SDK's `Arx5JointController`.
 
 A product feature, not a mock: users without a robot, `make run` and the tests drive exactly
-this, so it obeys the SDK's rules (upstream controller_base.cpp, ../shared/research/ecosystem.md):
+this, so it obeys the SDK's rules (upstream controller_base.cpp):
 - a 500 Hz loop (dt 0.002 s) interpolating linearly from the current output command to the
   target at its stamp (`now + preview`); past the stamp it holds the target forever;
 - every loop clips the output: joint speed to `joint_vel_max * dt`, joint position to the limits,

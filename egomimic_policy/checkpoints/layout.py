@@ -1,6 +1,6 @@
 """The Lightning-style checkpoint layout this project reads and writes.
 
-A checkpoint is one `torch.save`d dict (what PyTorch Lightning writes, EVA.md "Policies"):
+A checkpoint is one `torch.save`d dict (what PyTorch Lightning writes, docs/eva.md "Policies"):
 
     state_dict        {"model.<param>": tensor}   the LightningModule holds the algorithm as `model`
     hyper_parameters  {"model_config": {"_target_": "<module>.<AlgorithmClass>", ...fields},

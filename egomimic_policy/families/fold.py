@@ -1,6 +1,6 @@
 """Fold: DDPM-trained diffusion over wrist-relative action chunks, sampled by deterministic DDIM.
 
-Upstream (EVA.md "Policies", research/upstream.md 4.2): cosine alpha-bar schedule over 100
+Upstream (docs/eva.md "Policies"): cosine alpha-bar schedule over 100
 training levels (offset s = 0.008, clamped to [1e-8, 1]); AdaLN transformer denoiser predicting
 eps over the 100 chunk positions (learned positional embedding, sinusoidal level embedding,
 condition = Linear(image features) + level embedding + Linear(state)); 2-frame window of the

@@ -1,6 +1,6 @@
 """MoE: the Fold diffusion policy with mixture-of-experts feed-forward layers in its denoiser.
 
-Upstream experiment `rh_fold_pipeline_sampler_moe_e8k4` (research/upstream.md 4.6): each
+Upstream experiment `rh_fold_pipeline_sampler_moe_e8k4`: each
 denoiser block's FFN becomes E experts with top-k token routing, trained with an auxiliary
 load-balancing loss (logged as `loss/moe_lb`, with expert fractions). Everything else (inputs,
 schedule, DDIM sampler, action layout) is Fold's, so the live pipeline is identical.

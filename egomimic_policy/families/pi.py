@@ -1,6 +1,6 @@
 """PI: a pi0-style flow-matching action expert over padded actions.
 
-Upstream (EVA.md "Policies", research/upstream.md 4.4): actions padded to 32 dims, horizon 100,
+Upstream (docs/eva.md "Policies"): actions padded to 32 dims, horizon 100,
 images resized WITH PADDING to 224x224 and mapped to [-1, 1] in the camera slots base /
 left_wrist / right_wrist (here front_1 -> base), flow matching integrated in 10 Euler steps.
 The 3B PaliGemma prefix is out of reach on a CPU; here the prefix is a small ViT-style patch

@@ -3,8 +3,8 @@
 Why msgpack and this encoding: pickle executes code on load, so a client that unpickles what a
 server sends (or the reverse) runs whatever that peer chooses; msgpack carries data only. An
 array travels as `{"__ndarray__": True, "dtype": "<f4", "shape": [..], "data": <bytes>}` (the
-openpi layout): packing is one buffer copy, about 30 us for 450 kB of images
-(../shared/research/ecosystem.md section 5). Refused on both sides: object, void and other
+openpi layout): packing is one buffer copy, about 30 us for 450 kB of images.
+Refused on both sides: object, void and other
 non-numeric dtypes, msgpack extension types (the route pickle-based libraries use), a byte
 count that does not match dtype x shape, and non-string map keys.
 

@@ -8,7 +8,7 @@ from egomimic_hw.driver.calibration import resolve_gripper_calibration
 from egomimic_hw.errors import ConfigError
 
 MEASURED = {Arm.LEFT: (0.09445506587172998, -0.012), Arm.RIGHT: (0.09594861425534644, -0.012)}
-"""EVA.md's calibrated endpoints, written out independently of description.py."""
+"""docs/eva.md's calibrated endpoints, written out independently of description.py."""
 
 
 @pytest.mark.parametrize("arm", list(Arm))

@@ -13,7 +13,7 @@ from egomimic_hw.embodiment import (
 )
 from egomimic_hw.errors import ConfigError
 
-# The ids of EVA.md, written out independently of the enum: a renumbering fails here.
+# The ids of docs/eva.md, written out independently of the enum: a renumbering fails here.
 CURRENT = {"human_right_arm": 1, "human_left_arm": 2, "human_bimanual": 3, "eva_right_arm": 4,
            "eva_left_arm": 5, "eva_bimanual": 6, "pushshapes_sim": 15, "pushshapes_stick": 16,
            "pushshapes_small_circle": 17}

@@ -20,7 +20,7 @@ from .sdk_marks import SDK_MISSING
 WORK = np.array([0.0, 1.0, 1.0, -0.3, 0.0, 0.0])
 
 UPSTREAM_LINK6_AT_ZERO_M = np.array([0.0952, 0.001, 0.1565])
-"""FK(q = 0) at link6 as upstream EgoVerse computes it (EVA.md "Robot"), written out here
+"""FK(q = 0) at link6 as upstream EgoVerse computes it (docs/eva.md "Robot"), written out here
 independently of the code: the SDK's default `eef_link` would give x = 0.2402 m."""
 
 

@@ -11,7 +11,6 @@ auto_arm is set: it then waits in ARMING for the first command), cameras, and th
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,11 +29,6 @@ class LaunchArgument:
     choices: tuple[str, ...] = ()
 
 
-def _default_dir(kind: str) -> str:
-    base = os.environ.get("EGOMIMIC_DATA_DIR", os.path.join(os.path.expanduser("~"), ".local", "share", "egomimic"))
-    return os.path.join(base, kind)
-
-
 LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
     LaunchArgument("namespace", "eva", "robot namespace; every topic is relative to it"),
     LaunchArgument("backend", "sim", "driver backend", ("sim", "arx5")),
@@ -45,10 +39,6 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
                    "(tools/make_sim_episode.py writes one)"),
     LaunchArgument("policy", "scripted", "none | scripted | fold | pi | moe | <checkpoint> | tcp://host:port"),
     LaunchArgument("inject_latency_ms", "0", "extra latency added to every policy query"),
-    LaunchArgument("record", "false", "run the episode recorder", ("true", "false")),
-    LaunchArgument("record_dir", _default_dir("episodes"), "where episodes are written"),
-    LaunchArgument("bag", "false", "record a rosbag2 (MCAP) of the graph's topics", ("true", "false")),
-    LaunchArgument("bag_dir", _default_dir("bags"), "where bags are written"),
     LaunchArgument("auto_arm", "", "call safety/arm once the graph is up ('' = true with sim, false with arx5)",
                    ("", "true", "false")),
     LaunchArgument("params_file", "", "a YAML file overriding node parameters (applied last)"),
@@ -61,7 +51,7 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
 
 
 ARX5_CAMERA_BACKENDS = {"front_1": "v4l2", "left_wrist": "realsense", "right_wrist": "realsense"}
-"""The real EVA's cameras (EVA.md): wrists are RealSense D405s (by serial), the head camera a UVC
+"""The real EVA's cameras (docs/eva.md): wrists are RealSense D405s (by serial), the head camera a UVC
 device (by path); serials, devices and calibration files live in config/eva_arx5.yaml."""
 
 
@@ -211,6 +201,4 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                               **yaml_files,
                               priority="nice" if args["realtime"] == "true" else "", cpus=args["stack_cpus"],
                               description=f"policy ({args['policy']})"))
-    if args["record"] == "true" or args["bag"] == "true":
-        raise LaunchArgumentError("record:=true and bag:=true arrive with the recording issue; not available yet")
     return Graph(tuple(nodes), ns, args["auto_arm"] == "true", args)

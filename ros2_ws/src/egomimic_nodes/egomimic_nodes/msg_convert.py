@@ -1,7 +1,7 @@
 """Message <-> numpy conversions. ROS quaternions are xyzw; our arrays are wxyz (rotations.py).
 
 Images are filled and read with buffer copies (`tobytes` / `np.frombuffer`): per-element
-conversions of a 640x480 image cost 15-46 ms (../shared/ROS2_ON_PYPI.md section 3).
+conversions of a 640x480 image cost 15-46 ms.
 """
 
 from __future__ import annotations

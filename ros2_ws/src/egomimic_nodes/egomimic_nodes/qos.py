@@ -2,7 +2,7 @@
 
 - SENSOR: cameras, joint states, poses. Reliable with a short history: on one machine with
   the shipped shared-memory profile, reliable delivery of 3 x 640x480 at 30 Hz is loss-free
-  (../shared/ROS2_ON_PYPI.md section 3) and best-effort subscribers (rviz) still connect.
+  (bench/image_transport.py) and best-effort subscribers (rviz) still connect.
 - COMMAND: policy actions, proposed and joint commands. Reliable, depth 1 on the reader side
   would drop; we keep 5 so a burst is seen and judged by the gate (staleness is by stamp).
 - LATCHED: status that late joiners must see (safety/status): transient local, depth 1.
