@@ -40,7 +40,7 @@ def bench_decision(n: int) -> dict:
     from egomimic_hw.kinematics import ArmKinematics
     from egomimic_safety.checks import ArmCommand, ArmMeasurement
     from egomimic_safety.config import GateConfig
-    from egomimic_safety.gate import GateState, Proposal, SafetyGate
+    from egomimic_safety.gate import GateState, Proposal, SafetyGate, Send
 
     kin = {arm: ArmKinematics() for arm in ARMS}
     q0 = np.array([0.0, 1.0, 1.0, -0.3, 0.0, 0.0])
@@ -68,14 +68,14 @@ def bench_decision(n: int) -> dict:
             arms[a] = ArmCommand(a.hw_frame, pose, 0.5)
         proposal = Proposal(t, arms)
         t0 = time.perf_counter_ns()
-        out = gate.propose(proposal, t, t)
+        decision = gate.propose(proposal, t, t)
         gate_us.append((time.perf_counter_ns() - t0) / 1e3)
         t0 = time.perf_counter_ns()
         for a in ARMS:
             kin[a].inverse(arms[a].pose, q[a])
         ik_us.append((time.perf_counter_ns() - t0) / 1e3)
-        if out is not None:
-            q = {a: out[a][:6].copy() for a in ARMS}
+        if decision.send is Send.FORWARD:  # a perfect driver: the arms go where they were commanded
+            q = {a: decision.targets[a][:6].copy() for a in ARMS}
         measure()
         if gate.state not in (GateState.ARMED, GateState.ARMING):
             raise RuntimeError(f"bench motion was refused: {gate.detail}")

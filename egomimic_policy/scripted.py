@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -33,12 +33,18 @@ SCRIPTED_ACTION_LAYOUT = "eva_bimanual_abs_pose_ds"
 
 @dataclass(frozen=True)
 class ScriptedMotionConfig:
-    radius_m: float = 0.04
-    period_s: float = 6.0
-    wrist_amplitude_rad: float = 0.15
-    ramp_s: float = 2.0
-    gripper_min: float = 0.2
-    gripper_max: float = 0.8
+    radius_m: float = field(default=0.04, metadata={
+        "help": "radius (m) of each arm's circle in the dataset-frame y-z plane", "range": (0.0, 0.1)})
+    period_s: float = field(default=6.0, metadata={
+        "help": "time (s) of one circle", "range": (0.0, 600.0)})
+    wrist_amplitude_rad: float = field(default=0.15, metadata={
+        "help": "amplitude (rad) of the wrist oscillation about the dataset z axis"})
+    ramp_s: float = field(default=2.0, metadata={
+        "help": "time (s) over which the motion ramps in from the anchored pose", "range": (0.0, 600.0)})
+    gripper_min: float = field(default=0.2, metadata={
+        "help": "lowest gripper value of the cycle (0 closed, 1 open)", "range": (0.0, 1.0)})
+    gripper_max: float = field(default=0.8, metadata={
+        "help": "highest gripper value of the cycle (0 closed, 1 open)", "range": (0.0, 1.0)})
 
     def __post_init__(self) -> None:
         if not (0 <= self.radius_m <= 0.1):
@@ -47,6 +53,14 @@ class ScriptedMotionConfig:
             raise ConfigError(f"period_s must be > 0 and ramp_s >= 0, got {self.period_s}, {self.ramp_s}")
         if not 0 <= self.gripper_min <= self.gripper_max <= 1:
             raise ConfigError("need 0 <= gripper_min <= gripper_max <= 1")
+
+
+@dataclass(frozen=True)
+class ScriptedChunkConfig:
+    """How the scripted motion is served as chunks (ScriptedChunkPolicy's chunk_length), kept
+    apart from ScriptedMotionConfig: the motion is a function of time, the chunking only samples it."""
+
+    chunk_length: int = field(default=30, metadata={"help": "rows per scripted chunk", "range": (1, 1000)})
 
 
 def _rot_z(angle: float) -> np.ndarray:

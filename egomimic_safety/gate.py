@@ -1,6 +1,6 @@
 """The gate's state machine: DISARMED -> ARMING -> ARMED; faults latch HOLD; ESTOP latches.
 
-Contract (INTERFACES.md, issue 5):
+Contract:
 - only ARMED forwards, and only commands that pass every check for BOTH arms (all or nothing);
 - in ARMED any rejection is a fault: HOLD, latched; only `reset()` leaves HOLD/ESTOP, and only
   to DISARMED: nothing ever resumes by itself;
@@ -36,6 +36,10 @@ Contract (INTERFACES.md, issue 5):
 
 Time: every call takes `now_s` (the ROS clock that stamps the messages: ages of stamps) and
 `mono_s` (a monotonic clock: how long since something was received). See config.py.
+
+Output: `propose()` returns a `Decision` (forward these targets, send the hold target, or send
+nothing), so the adapter maps it to messages without reading the gate's state to guess which
+it was. The other calls return the hold target to send at once, or None: they never forward.
 """
 
 from __future__ import annotations
@@ -90,6 +94,57 @@ class CameraReport:
 
 JointCommands = dict[Arm, np.ndarray]
 """Per arm `[q0..q5, gripper_norm]`, what goes out on `<arm>/joint_command`."""
+
+
+class Send(enum.Enum):
+    """What a decision sends to the drivers."""
+
+    NOTHING = "nothing"
+    """Not armed, a shadow command while ARMING, a deferred command, or a fault outside ARMED."""
+    FORWARD = "forward"
+    """A command that passed every check for both arms, while ARMED: stamped with the proposal's
+    stamp (the control tick it is for: the rate limits are speeds x stamp differences)."""
+    HOLD = "hold"
+    """A fault latched HOLD: the hold target, stamped when it is sent."""
+
+
+@dataclass(frozen=True, eq=False)
+class Decision:
+    """The gate's answer to one proposal. FORWARD carries both arms' targets (all or nothing),
+    HOLD the hold target, NOTHING none: anything else is refused at construction, which inside
+    `propose` becomes a HOLD (INTERNAL_ERROR) like any exception in the gate. Compared by
+    identity, not value: the targets are arrays, whose `==` has no single truth value."""
+
+    send: Send
+    targets: JointCommands | None = None
+
+    def __post_init__(self) -> None:
+        if self.send is Send.NOTHING:
+            if self.targets is not None:
+                raise ValueError("a NOTHING decision carries no targets")
+        elif self.send is Send.FORWARD:
+            if self.targets is None or set(self.targets) != set(ARMS):
+                raise ValueError(f"a FORWARD decision carries both arms' targets, got {sorted(a.value for a in self.targets or {})}")
+        elif self.send is Send.HOLD:
+            if not self.targets:
+                raise ValueError("a HOLD decision carries the hold target")
+        else:
+            raise ValueError(f"unknown decision {self.send!r}")
+
+    def __bool__(self) -> bool:
+        # `if decision:` is the old "something to send" test, and every Decision would pass it
+        # (a NOTHING one too): refused, so a caller must say which decision it acts on.
+        raise TypeError("a Decision has no truth value: test decision.send (Send.FORWARD, Send.HOLD, Send.NOTHING)")
+
+    @staticmethod
+    def after_fault(hold_target: JointCommands | None) -> Decision:
+        """A refused proposal: HOLD with the target when the fault latched HOLD, else NOTHING
+        (ARMING returns to DISARMED with nothing to hold; a HOLD without a measurement to hold
+        has nothing to send, the drivers' watchdogs hold)."""
+        return NOTHING if hold_target is None else Decision(Send.HOLD, hold_target)
+
+
+NOTHING = Decision(Send.NOTHING)
 
 
 class SafetyGate:
@@ -198,12 +253,12 @@ class SafetyGate:
         except Exception as exc:  # noqa: BLE001 - the gate must hold, not crash
             return self._fault(Reason.INTERNAL_ERROR, f"exception in gate (camera): {type(exc).__name__}: {exc}", mono_s)
 
-    def propose(self, proposal: Proposal, now_s: float, mono_s: float) -> JointCommands | None:
-        """Decide on one proposed command; returns what to send to the drivers now, or None."""
+    def propose(self, proposal: Proposal, now_s: float, mono_s: float) -> Decision:
+        """Decide on one proposed command: what to send to the drivers now."""
         try:
             return self._propose(proposal, now_s, mono_s)
         except Exception as exc:  # noqa: BLE001 - the gate must hold, not crash
-            return self._fault(Reason.INTERNAL_ERROR, f"exception in gate: {type(exc).__name__}: {exc}", mono_s)
+            return Decision.after_fault(self._fault(Reason.INTERNAL_ERROR, f"exception in gate: {type(exc).__name__}: {exc}", mono_s))
 
     def tick(self, now_s: float, mono_s: float) -> JointCommands | None:
         """Watchdog (run faster than the control rate): detect silence; in HOLD/ESTOP re-send
@@ -318,9 +373,9 @@ class SafetyGate:
         return self._hold
 
     # -- internals ----------------------------------------------------------------------------
-    def _propose(self, proposal: Proposal, now_s: float, mono_s: float) -> JointCommands | None:
+    def _propose(self, proposal: Proposal, now_s: float, mono_s: float) -> Decision:
         if self.state not in (GateState.ARMING, GateState.ARMED):
-            return None  # HOLD/ESTOP re-send their target from tick(); DISARMED sends nothing
+            return NOTHING  # HOLD/ESTOP re-send their target from tick(); DISARMED sends nothing
         self._last_command_mono = mono_s
         self._proposal_seen = True
         cfg = self.config
@@ -393,9 +448,10 @@ class SafetyGate:
             self._shadows_left -= 1
             if self._shadows_left <= 0:
                 self._set(GateState.ARMED, None, "armed: forwarding validated commands")
-            return None
+            return NOTHING  # a shadow: validated, not forwarded
+        decision = Decision(Send.FORWARD, out)
         self.forwarded += 1
-        return out
+        return decision
 
     def _stale_arms(self, now_s: float, mono_s: float, limit: float | None = None) -> list[str]:
         """Arms whose newest measured state is older than `limit` (default max_state_age_s) by
@@ -433,7 +489,7 @@ class SafetyGate:
         return "", False
 
     def _defer_unless_fault(self, proposal: Proposal, reason: Reason, detail: str, now_s: float,
-                           mono_s: float) -> JointCommands | None:
+                           mono_s: float) -> Decision:
         """Defer a late command (or one on a late camera), unless it fails a check that
         lateness cannot excuse (checks.check_before_deferring: a jump from wherever the arms
         can be now, the workspace, the rate vs the previous command): that is a fault, late or not."""
@@ -469,7 +525,7 @@ class SafetyGate:
                     f"have moved since)")
         return ""
 
-    def _defer(self, reason: Reason, detail: str, mono_s: float) -> JointCommands | None:
+    def _defer(self, reason: Reason, detail: str, mono_s: float) -> Decision:
         """Not forwarded now, not a fault (see the module docstring: transient vs persistent);
         the watchdog latches HOLD if nothing can be forwarded for deferral_hold_after_s."""
         self.deferred += 1
@@ -478,11 +534,12 @@ class SafetyGate:
         self._last_deferral_reason = reason
         if self._deferring_since_mono is None:
             self._deferring_since_mono = mono_s
-        return None
+        return NOTHING
 
-    def _reject(self, reason: Reason, detail: str, mono_s: float) -> JointCommands | None:
+    def _reject(self, reason: Reason, detail: str, mono_s: float) -> Decision:
+        """A refused proposal: counted, and a fault (see _fault)."""
         self.rejected += 1
-        return self._fault(reason, detail, mono_s)
+        return Decision.after_fault(self._fault(reason, detail, mono_s))
 
     def _fault(self, reason: Reason, detail: str, mono_s: float) -> JointCommands | None:
         """Count the reason; ARMED latches HOLD and returns the hold target to send at once;

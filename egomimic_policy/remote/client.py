@@ -60,15 +60,15 @@ class RemoteRefused(ConfigError):
 @dataclass(frozen=True)
 class RemoteConfig:
     address: str = field(default="tcp://127.0.0.1:5555", metadata={"help": "policy server address tcp://host:port"})
-    timeout_s: float = field(default=1.0, metadata={"help": "deadline (s) of one query, queueing at the server included"})
-    heartbeat_s: float = field(default=0.2, metadata={"help": "ping period (s)"})
-    heartbeat_timeout_s: float = field(default=1.0, metadata={"help": "silence (s) after which the server counts as lost"})
-    connect_timeout_s: float = field(default=10.0, metadata={"help": "wait (s) for the first handshake at start-up"})
+    timeout_s: float = field(default=1.0, metadata={"help": "deadline (s) of one query, queueing at the server included", "range": (0.0, 60.0)})
+    heartbeat_s: float = field(default=0.2, metadata={"help": "ping period (s)", "range": (0.0, 60.0)})
+    heartbeat_timeout_s: float = field(default=1.0, metadata={"help": "silence (s) after which the server counts as lost", "range": (0.0, 60.0)})
+    connect_timeout_s: float = field(default=10.0, metadata={"help": "wait (s) for the first handshake at start-up", "range": (0.0, 600.0)})
     embodiment: str = field(default="eva_bimanual", metadata={"help": "embodiment the server's policy must be for"})
-    rate_hz: float = field(default=30.0, metadata={"help": "control rate (Hz) the server's policy must produce"})
+    rate_hz: float = field(default=30.0, metadata={"help": "control rate (Hz) the server's policy must produce", "range": (0.0, 1000.0)})
     fingerprint: str = field(default="", metadata={"help": "expected model fingerprint ('' = accept the first server's)"})
     action_layout: str = field(default="", metadata={"help": "expected action layout ('' = any)"})
-    chunk_length: int = field(default=0, metadata={"help": "expected chunk length (0 = any)"})
+    chunk_length: int = field(default=0, metadata={"help": "expected chunk length (0 = any)", "range": (0, 10_000)})
 
     def __post_init__(self) -> None:
         if not self.address.startswith("tcp://"):

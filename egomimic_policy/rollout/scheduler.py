@@ -64,6 +64,11 @@ from egomimic_policy.rollout import trajectory as tj
 from egomimic_policy.rollout.trajectory import Target, Trajectory
 
 NS_PER_S = 1_000_000_000
+TIME_MAX_S = 60.0
+"""The longest time an executor setting may name (a parameter's range): a minute of open loop,
+of holding or of waiting is already far beyond any use."""
+ROWS_MAX = 10_000
+"""The largest count of rows, ticks or queries a setting may name (5.5 minutes of rows at 30 Hz)."""
 
 
 class Cadence(str, enum.Enum):
@@ -88,19 +93,19 @@ class TickStatus(str, enum.Enum):
 
 @dataclass(frozen=True)
 class ExecutorConfig:
-    rate_hz: float = field(default=30.0, metadata={"help": "control tick rate (Hz); EVA runs at 30 Hz"})
+    rate_hz: float = field(default=30.0, metadata={"help": "control tick rate (Hz); EVA runs at 30 Hz", "range": (0.0, 1000.0)})
     cadence: str = field(default="low_water", metadata={"help": "when to query: every_n | low_water | always"})
-    query_every_n_ticks: int = field(default=30, metadata={"help": "cadence every_n: ticks between queries (upstream 30)"})
-    low_water_s: float = field(default=0.1, metadata={"help": "cadence low_water: margin (s) beyond the measured query latency"})
-    commit_rows: int = field(default=0, metadata={"help": "rows of each chunk to use (0 = all)"})
+    query_every_n_ticks: int = field(default=30, metadata={"help": "cadence every_n: ticks between queries (upstream 30)", "range": (1, ROWS_MAX)})
+    low_water_s: float = field(default=0.1, metadata={"help": "cadence low_water: margin (s) beyond the measured query latency", "range": (0.0, TIME_MAX_S)})
+    commit_rows: int = field(default=0, metadata={"help": "rows of each chunk to use (0 = all)", "range": (0, ROWS_MAX)})
     blend: str = field(default="crossfade", metadata={"help": "chunk seams: none | ensemble | crossfade | inpaint (pass the committed prefix to the policy)"})
-    ensemble_weight: float = field(default=0.5, metadata={"help": "blend ensemble: weight of the previous chunk in [0, 1]"})
-    crossfade_rows: int = field(default=8, metadata={"help": "blend crossfade / inpaint: periods over which the old chunk fades out (inpaint: after the prefix)"})
-    max_dry_s: float = field(default=0.5, metadata={"help": "hold the last target at most this long (s) when the queue runs dry, then stop publishing"})
-    replan_after_s: float = field(default=1.0, metadata={"help": "query when the plan answers an observation older than this (s), whatever the cadence; upstream replans at 1 Hz"})
-    max_open_loop_s: float = field(default=2.0, metadata={"help": "stop publishing when the newest chunk answers an observation older than this (s): inputs went stale or the model is too slow"})
-    retry_backoff_s: float = field(default=0.1, metadata={"help": "wait (s) after a failed query before the next"})
-    latency_window: int = field(default=100, metadata={"help": "queries kept for latency statistics"})
+    ensemble_weight: float = field(default=0.5, metadata={"help": "blend ensemble: weight of the previous chunk in [0, 1]", "range": (0.0, 1.0)})
+    crossfade_rows: int = field(default=8, metadata={"help": "blend crossfade / inpaint: periods over which the old chunk fades out (inpaint: after the prefix)", "range": (1, ROWS_MAX)})
+    max_dry_s: float = field(default=0.5, metadata={"help": "hold the last target at most this long (s) when the queue runs dry, then stop publishing", "range": (0.0, TIME_MAX_S)})
+    replan_after_s: float = field(default=1.0, metadata={"help": "query when the plan answers an observation older than this (s), whatever the cadence; upstream replans at 1 Hz", "range": (0.0, TIME_MAX_S)})
+    max_open_loop_s: float = field(default=2.0, metadata={"help": "stop publishing when the newest chunk answers an observation older than this (s): inputs went stale or the model is too slow", "range": (0.0, TIME_MAX_S)})
+    retry_backoff_s: float = field(default=0.1, metadata={"help": "wait (s) after a failed query before the next", "range": (0.0, TIME_MAX_S)})
+    latency_window: int = field(default=100, metadata={"help": "queries kept for latency statistics", "range": (1, ROWS_MAX)})
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.rate_hz) and 0 < self.rate_hz <= 1000):

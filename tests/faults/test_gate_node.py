@@ -93,7 +93,7 @@ def _feed_state(node) -> None:
     _feed_taken(node, "cameras/front_1/health", health)
 
 
-def _propose(node, kin, stamp_ns: int) -> None:
+def _propose(node, kin, stamp_ns: int, gripper: float = 0.5) -> None:
     from egomimic_msgs.msg import BimanualCommand
 
     from egomimic_nodes.msg_convert import array_to_pose
@@ -104,7 +104,7 @@ def _propose(node, kin, stamp_ns: int) -> None:
         ps = getattr(msg, arm.value)
         ps.header.frame_id = arm.hw_frame
         array_to_pose(kin.forward(Q), ps.pose)
-        setattr(msg, f"{arm.value}_gripper", 0.5)
+        setattr(msg, f"{arm.value}_gripper", gripper)
     node._on_proposed(msg)  # what the decision thread does with each proposal it takes
 
 
@@ -166,6 +166,61 @@ def test_exception_in_a_service_handler_sends_the_hold_at_once(gate_node):
         sent = node._pub_cmd[arm].sent[before[arm]:]
         assert len(sent) >= 1, "the hold target was not sent by the failing handler"
         assert all(np.array_equal(v, np.append(Q, 0.5)) for _, v in sent)
+
+
+def test_a_forward_carries_its_proposal_stamp_and_a_hold_the_time_it_is_sent(gate_node):
+    """The decision is mapped to messages: forwarded targets are stamped with the tick they are
+    for (the proposal's stamp), a hold target with the time it goes out (the stopped ROS clock: 0)."""
+    from egomimic_safety.gate import GateState
+
+    node, _ = gate_node
+    kin = ArmKinematics()
+    _armed(node, kin)  # the forwarded command, stamped 2 ms: checked there
+    before = {arm: len(node._pub_cmd[arm].sent) for arm in ARMS}
+    _feed_state(node)
+    _propose(node, kin, 3_000_000, gripper=float("nan"))
+    assert node.gate.state == GateState.HOLD and node.gate.reason.value == "NONFINITE", node.gate.detail
+    for arm in ARMS:
+        [(stamp, values)] = node._pub_cmd[arm].sent[before[arm]:]
+        assert stamp == 0.0 and np.array_equal(values, np.append(Q, 0.5))
+
+
+def test_parameters_carry_the_config_texts_and_ranges(gate_node):
+    """`ros2 param describe` shows each config field's text and range (the safety arguments of
+    GateConfig are the descriptions of its parameters)."""
+    import dataclasses
+
+    from rclpy.parameter import Parameter
+
+    from egomimic_safety.config import GateConfig, GateNodeConfig
+
+    node, _ = gate_node
+    for cls in (GateConfig, GateNodeConfig):
+        for f in dataclasses.fields(cls):
+            desc = node.describe_parameter(f.name)
+            assert desc.read_only and desc.description == f.metadata["help"], f.name
+            if "range" in f.metadata:
+                [r] = desc.floating_point_range or desc.integer_range
+                assert (r.from_value, r.to_value) == pytest.approx(f.metadata["range"]), f.name
+    assert node.describe_parameter("required_cameras").type == Parameter.Type.STRING_ARRAY.value
+
+
+@pytest.mark.parametrize("name, value", [("watchdog_rate_hz", 5.0), ("max_ee_speed_m_s", 1.0), ("shadow_commands", -1),
+                                         ("command_timeout_s", 60)])
+def test_a_value_outside_its_range_is_refused_at_start(name, value):
+    import rclpy
+    from rclpy.parameter import Parameter
+
+    from egomimic_hw.errors import ConfigError
+    from egomimic_nodes.gate_node import GateNode
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, args=["--ros-args", "--disable-external-lib-logs"])
+    try:
+        with pytest.raises(ConfigError, match=f"parameter {name}"):
+            GateNode(start_decisions=False, context=ctx, parameter_overrides=[Parameter(name, value=value)])
+    finally:
+        rclpy.try_shutdown(context=ctx)
 
 
 def test_every_gate_parameter_is_read_only(gate_node):

@@ -214,3 +214,51 @@ def test_a_model_family_takes_camera_frames_and_a_dead_camera_stops_it(node_proc
     # observation (not the whole 3.3 s Fold chunk).
     assert last - killed_at < 2.0 + 0.3 and time.time() - last > 0.5
     assert wait_for(lambda: "cameras/" in rec.diags[-1]["last_problem"] and rec.diags[-1]["status"] == "stopped", 5)
+
+
+def _call(ros_node, srv_type, name: str, request, timeout_s: float = 10.0):
+    client = ros_node.create_client(srv_type, name)
+    assert client.wait_for_service(timeout_s), f"{name} not served"
+    reply = client.call_async(request)
+    assert wait_for(lambda: reply.done(), timeout_s), f"{name}: no reply"
+    return reply.result()
+
+
+def test_parameters_come_from_the_config_dataclasses(node_process, ros_node):
+    """What `ros2 param list / describe / set` see on the running node: every config field as a
+    read-only parameter with its help text and range; a float set as an integer is taken."""
+    import dataclasses
+
+    from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+    from rcl_interfaces.srv import DescribeParameters, GetParameters, ListParameters, SetParameters
+
+    from egomimic_policy.remote.client import RemoteConfig
+    from egomimic_policy.rollout import ExecutorConfig, RolloutConfig
+    from egomimic_policy.scripted import ScriptedChunkConfig, ScriptedMotionConfig
+
+    node_process("egomimic_nodes.policy_node", "-r", "__ns:=/eva", "-p", "policy:=scripted", "-p", "rate_hz:=30")
+    fields = {f.name: f for f in dataclasses.fields(RolloutConfig)}
+    for prefix, cls, fixed in (("executor.", ExecutorConfig, {"rate_hz"}), ("scripted.", ScriptedChunkConfig, set()),
+                               ("scripted.", ScriptedMotionConfig, set()), ("remote.", RemoteConfig, {"address", "rate_hz"})):
+        fields.update({prefix + f.name: f for f in dataclasses.fields(cls) if f.name not in fixed})
+    listed = _call(ros_node, ListParameters, "/eva/policy/list_parameters", ListParameters.Request(), 30.0)
+    assert set(fields) <= set(listed.result.names), sorted(set(fields) - set(listed.result.names))
+    names = sorted(fields)
+    described = _call(ros_node, DescribeParameters, "/eva/policy/describe_parameters", DescribeParameters.Request(names=names))
+    for name, desc in zip(names, described.descriptors):
+        assert desc.read_only and desc.description == fields[name].metadata["help"], name
+        if "range" in fields[name].metadata:
+            [r] = desc.floating_point_range or desc.integer_range
+            assert (r.from_value, r.to_value) == pytest.approx(fields[name].metadata["range"]), name
+    [rate] = _call(ros_node, GetParameters, "/eva/policy/get_parameters", GetParameters.Request(names=["rate_hz"])).values
+    assert (rate.double_value if rate.type == ParameterType.PARAMETER_DOUBLE else rate.integer_value) == 30  # it runs
+    change = Parameter(name="executor.max_dry_s", value=ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=2.0))
+    [result] = _call(ros_node, SetParameters, "/eva/policy/set_parameters", SetParameters.Request(parameters=[change])).results
+    assert not result.successful and "read-only" in result.reason
+
+
+def test_a_parameter_outside_its_range_stops_the_start_naming_it(node_process, tmp_path):
+    proc = node_process("egomimic_nodes.policy_node", "-r", "__ns:=/eva", "-p", "sync_tolerance_s:=20.0")
+    assert wait_for(lambda: proc.poll() is not None, 30), "the node started with sync_tolerance_s 20 s"
+    assert proc.returncode != 0
+    assert "parameter sync_tolerance_s" in (tmp_path / "policy_node.log").read_text()

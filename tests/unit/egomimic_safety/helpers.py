@@ -7,7 +7,7 @@ import numpy as np
 from egomimic_hw.description import ARMS
 from egomimic_safety.checks import ArmCommand, ArmMeasurement
 from egomimic_safety.config import GateConfig
-from egomimic_safety.gate import CameraReport, GateState, Proposal, SafetyGate
+from egomimic_safety.gate import CameraReport, Decision, GateState, JointCommands, Proposal, SafetyGate, Send
 
 Q = np.array([0.0, 1.0, 1.0, -0.3, 0.0, 0.0])
 """The sim driver's start pose (a non-singular work pose)."""
@@ -45,6 +45,18 @@ def armed_gate(kin, config: GateConfig = NO_CAMERAS, t: float = 0.0) -> SafetyGa
     assert ok, msg
     for i in range(config.shadow_commands):
         ts = t + 0.01 + i * 0.001
-        assert gate.propose(proposal(kin, ts), ts, ts) is None  # shadow: validated, not forwarded
+        assert gate.propose(proposal(kin, ts), ts, ts).send is Send.NOTHING  # shadow: validated, not forwarded
     assert gate.state == GateState.ARMED, gate.detail
     return gate
+
+
+def forwarded_targets(decision: Decision) -> JointCommands:
+    """The targets of a FORWARD decision; any other decision fails the test."""
+    assert decision.send is Send.FORWARD, f"expected FORWARD, got {decision.send}"
+    return decision.targets
+
+
+def hold_targets(decision: Decision) -> JointCommands:
+    """The hold target of a HOLD decision; any other decision fails the test."""
+    assert decision.send is Send.HOLD, f"expected HOLD, got {decision.send}"
+    return decision.targets

@@ -7,9 +7,9 @@ from egomimic_hw.description import ARMS, X5_LIMITS, Arm
 from egomimic_hw.kinematics import ArmKinematics
 from egomimic_safety.checks import ArmMeasurement, quat_angle
 from egomimic_safety.config import CLAMP, GateConfig
-from egomimic_safety.gate import CameraReport, GateState, SafetyGate
+from egomimic_safety.gate import CameraReport, GateState, SafetyGate, Send
 
-from .helpers import NO_CAMERAS, Q, armed_gate, cameras_ok, measure, proposal
+from .helpers import NO_CAMERAS, Q, armed_gate, cameras_ok, forwarded_targets, hold_targets, measure, proposal
 
 
 @pytest.fixture(scope="module")
@@ -21,9 +21,9 @@ def kin():
 def test_forwards_only_when_armed(kin):
     gate = SafetyGate(NO_CAMERAS, kin)
     measure(gate, kin, 0.0)
-    assert gate.propose(proposal(kin, 0.0), 0.0, 0.0) is None
+    assert gate.propose(proposal(kin, 0.0), 0.0, 0.0).send is Send.NOTHING
     gate = armed_gate(kin)
-    out = gate.propose(proposal(kin, 0.05, dx=0.005), 0.05, 0.05)
+    out = forwarded_targets(gate.propose(proposal(kin, 0.05, dx=0.005), 0.05, 0.05))
     assert set(out) == set(ARMS) and gate.forwarded == 1
     assert np.allclose(kin[Arm.LEFT].forward(out[Arm.LEFT][:6])[:3], kin[Arm.LEFT].forward(Q)[:3] + [0.005, 0, 0], atol=1e-3)
 
@@ -42,22 +42,23 @@ def test_forwards_only_when_armed(kin):
 )
 def test_fault_latches_hold_with_reason(kin, kwargs, reason):
     gate = armed_gate(kin)
-    out = gate.propose(proposal(kin, 0.05, **kwargs), 0.05, 0.05)
+    decision = gate.propose(proposal(kin, 0.05, **kwargs), 0.05, 0.05)
     assert gate.state == GateState.HOLD and gate.reason.value == reason, gate.detail
     # HOLD commands the joints measured at the fault, nothing else, at once
+    out = hold_targets(decision)
     for arm in ARMS:
         assert np.allclose(out[arm][:6], Q) and out[arm][6] == 0.5
     # no automatic resume: good commands afterwards are not forwarded
     for i in range(5):
         t = 0.06 + 0.033 * i
         measure(gate, kin, t)
-        assert gate.propose(proposal(kin, t), t, t) is None
+        assert gate.propose(proposal(kin, t), t, t).send is Send.NOTHING
     assert gate.state == GateState.HOLD and gate.forwarded == 0
 
 
 def test_hold_is_resent_once_per_control_period(kin):
     gate = armed_gate(kin)
-    assert gate.propose(proposal(kin, 0.05, dx=float("nan")), 0.05, 0.05) is not None
+    assert gate.propose(proposal(kin, 0.05, dx=float("nan")), 0.05, 0.05).send is Send.HOLD
     sent = [t for t in np.arange(0.06, 0.5, 0.01) if gate.tick(t, t) is not None]
     assert 12 <= len(sent) <= 14  # ~30 Hz over 0.44 s
     out = gate.tick(1.0, 1.0)
@@ -66,8 +67,8 @@ def test_hold_is_resent_once_per_control_period(kin):
 
 def test_minus_q_is_the_same_rotation(kin):
     gate = armed_gate(kin)
-    out = gate.propose(proposal(kin, 0.05, quat_scale=-1.0), 0.05, 0.05)
-    assert out is not None and gate.state == GateState.ARMED
+    out = forwarded_targets(gate.propose(proposal(kin, 0.05, quat_scale=-1.0), 0.05, 0.05))
+    assert gate.state == GateState.ARMED
     assert np.allclose(out[Arm.LEFT][:6], Q, atol=1e-2)
 
 
@@ -88,7 +89,7 @@ def test_rate_limit_is_against_the_previous_accepted_command(kin):
         t += 0.033
         q_meas = kin[Arm.LEFT].inverse(proposal(kin, t, dx=0.015 * (i - 1)).arms[Arm.LEFT].pose, Q).joints_rad
         measure(gate, kin, t, q=q_meas)
-        assert gate.propose(proposal(kin, t, dx=0.015 * i), t, t) is not None, gate.detail
+        assert gate.propose(proposal(kin, t, dx=0.015 * i), t, t).send is Send.FORWARD, gate.detail
     t += 0.033
     gate.propose(proposal(kin, t, dx=0.015 * 5 + 0.025), t, t)  # 25 mm step: too fast
     assert gate.state == GateState.HOLD and gate.reason.value == "TRANSLATION_RATE"
@@ -101,7 +102,7 @@ def test_rate_clamp_moves_at_most_speed_times_dt(kin, dt_s, allowed_m):
     gate = armed_gate(kin, GateConfig(shadow_commands=1, required_cameras=(), command_step_action=CLAMP))
     t = 0.01 + dt_s
     measure(gate, kin, t)
-    out = gate.propose(proposal(kin, t, dx=0.05), t, t)
+    out = forwarded_targets(gate.propose(proposal(kin, t, dx=0.05), t, t))
     assert gate.state == GateState.ARMED and gate.clamped == 1 and gate.reason_counts["TRANSLATION_RATE"] == 1, gate.detail
     moved = kin[Arm.LEFT].forward(out[Arm.LEFT][:6])[0] - kin[Arm.LEFT].forward(Q)[0]
     assert allowed_m - 0.001 < moved < allowed_m + 0.001
@@ -124,16 +125,17 @@ def test_fast_producer_is_held_before_exceeding_the_declared_speed(kin):
     for _ in range(55):
         t += 1 / 55
         dx += 0.019
-        out = gate.propose(proposal(kin, t, dx=dx), t, t)
+        decision = gate.propose(proposal(kin, t, dx=dx), t, t)
         if gate.state != GateState.ARMED:
             break
+        out = forwarded_targets(decision)
         forwarded.append((t, kin[Arm.LEFT].forward(out[Arm.LEFT][:6])[:3]))
         _follow(gate, kin, t, out)
     assert gate.state == GateState.HOLD and gate.reason.value == "TRANSLATION_RATE", gate.detail
     for (t0, p0), (t1, p1) in zip([(0.01, kin[Arm.LEFT].forward(Q)[:3])] + forwarded, forwarded):
         assert np.linalg.norm(p1 - p0) / (t1 - t0) <= speed + 1e-3 / (t1 - t0)
     assert not forwarded  # 19 mm in 18 ms is refused at the first step, whatever came before
-    assert np.array_equal(out[Arm.LEFT], np.append(Q, 0.5))  # and the arm holds where it is
+    assert np.array_equal(hold_targets(decision)[Arm.LEFT], np.append(Q, 0.5))  # and the arm holds where it is
 
 
 def test_fast_producer_under_the_speed_keeps_moving(kin):
@@ -144,9 +146,9 @@ def test_fast_producer_under_the_speed_keeps_moving(kin):
     for i in range(55):
         t += 1 / 55
         dx = 0.010 * (5 - abs(5 - (i + 1) % 10))  # 10, 20, .., 50, 40, .., 0, 10 mm ...
-        out = gate.propose(proposal(kin, t, dx=dx), t, t)
+        decision = gate.propose(proposal(kin, t, dx=dx), t, t)
         assert gate.state == GateState.ARMED, gate.detail
-        _follow(gate, kin, t, out)
+        _follow(gate, kin, t, forwarded_targets(decision))
     assert gate.state == GateState.ARMED and gate.forwarded == 55
 
 
@@ -163,9 +165,9 @@ def test_fast_rotating_producer_is_held(kin):
         for arm in ARMS:
             r = Rotation.from_quat(np.roll(p.arms[arm].pose[3:], -1)) * Rotation.from_rotvec([0.0, 0.0, angle])
             p.arms[arm].pose[3:] = np.roll(r.as_quat(), 1)
-        out = gate.propose(p, t, t)
+        decision = gate.propose(p, t, t)
         if gate.state == GateState.ARMED:
-            _follow(gate, kin, t, out)
+            _follow(gate, kin, t, forwarded_targets(decision))
     assert gate.state == GateState.HOLD and gate.reason.value == "ROTATION_RATE" and gate.forwarded == 0, gate.detail
 
 
@@ -188,8 +190,8 @@ def test_workspace_box_rejects_or_clamps(kin):
     gate.propose(proposal(kin, 0.05, dx=0.01), 0.05, 0.05)
     assert gate.reason.value == "WORKSPACE"
     gate = armed_gate(kin, GateConfig(shadow_commands=1, required_cameras=(), workspace_action=CLAMP, **box))
-    out = gate.propose(proposal(kin, 0.05, dx=0.01), 0.05, 0.05)
-    assert out is not None and kin[Arm.LEFT].forward(out[Arm.LEFT][:6])[0] <= x + 0.005 + 1e-3
+    out = forwarded_targets(gate.propose(proposal(kin, 0.05, dx=0.01), 0.05, 0.05))
+    assert kin[Arm.LEFT].forward(out[Arm.LEFT][:6])[0] <= x + 0.005 + 1e-3
 
 
 def test_joint_limit_target_is_refused(kin):
@@ -220,7 +222,7 @@ def test_unreachable_pose_is_ik_failed(kin):
 
 def test_gripper_out_of_range_is_clamped_and_counted(kin):
     gate = armed_gate(kin)
-    out = gate.propose(proposal(kin, 0.05, gripper=1.7), 0.05, 0.05)
+    out = forwarded_targets(gate.propose(proposal(kin, 0.05, gripper=1.7), 0.05, 0.05))
     assert out[Arm.LEFT][6] == 1.0 and gate.clamped == 1 and gate.state == GateState.ARMED
     assert gate.reason_counts["GRIPPER_RANGE"] == 1
 
@@ -238,7 +240,7 @@ def test_stale_command_and_state_detected_by_watchdog(kin):
     assert t == pytest.approx(0.05 + gate.config.command_timeout_s + 0.01)  # the first tick past the timeout
     gate = armed_gate(kin)
     for t in np.arange(0.09, 0.30, 1 / 30):  # the policy goes on; the state is late: nothing forwarded
-        assert gate.propose(proposal(kin, t), t, t) is None
+        assert gate.propose(proposal(kin, t), t, t).send is Send.NOTHING
         gate.tick(t, t)
     assert gate.state == GateState.ARMED and gate.deferred == 7 and gate.deferred_counts["STALE_STATE"] == 7
     gate.tick(0.31, 0.31)  # 310 ms: the lateness persisted past state_hold_after_s
@@ -249,12 +251,12 @@ def test_late_state_defers_then_resumes_without_a_fault(kin):
     """A driver stream delayed by a loaded machine: the commands in between are not forwarded
     (counted), nothing latches, and forwarding resumes with fresh state."""
     gate = armed_gate(kin)
-    assert gate.propose(proposal(kin, 0.05), 0.05, 0.05) is not None
-    assert gate.propose(proposal(kin, 0.15), 0.15, 0.15) is None  # state 150 ms old
+    assert gate.propose(proposal(kin, 0.05), 0.05, 0.05).send is Send.FORWARD
+    assert gate.propose(proposal(kin, 0.15), 0.15, 0.15).send is Send.NOTHING  # state 150 ms old
     gate.tick(0.16, 0.16)
     measure(gate, kin, 0.17, mono=0.17)
-    out = gate.propose(proposal(kin, 0.18), 0.18, 0.18)
-    assert out is not None and gate.state == GateState.ARMED and gate.rejected == 0 and gate.deferred == 1
+    decision = gate.propose(proposal(kin, 0.18), 0.18, 0.18)
+    assert decision.send is Send.FORWARD and gate.state == GateState.ARMED and gate.rejected == 0 and gate.deferred == 1
 
 
 def test_silence_is_measured_on_the_monotonic_clock(kin):
@@ -316,7 +318,7 @@ def test_camera_health_gates_arming_and_holds(kin):
     gate = armed_gate(kin, cfg)
     measure(gate, kin, 0.11)
     cameras_ok(gate, 0.11, ["front_1", "left_wrist"])  # right_wrist went silent at t=0
-    assert gate.propose(proposal(kin, 0.11), 0.11, 0.11) is None  # late: deferred
+    assert gate.propose(proposal(kin, 0.11), 0.11, 0.11).send is Send.NOTHING  # late: deferred
     gate.tick(0.11, 0.11)
     assert gate.state == GateState.ARMED and gate.deferred_counts["STALE_CAMERA"] == 1
     measure(gate, kin, 0.31)
@@ -331,8 +333,8 @@ def test_camera_health_gates_arming_and_holds(kin):
 
 def test_observation_age_policy(kin):
     gate = armed_gate(kin)
-    assert gate.propose(proposal(kin, 0.05, obs=0.0), 0.05, 0.05) is not None  # not from a model
-    assert gate.propose(proposal(kin, 0.08, obs=0.0), 0.08, 0.08) is not None
+    assert gate.propose(proposal(kin, 0.05, obs=0.0), 0.05, 0.05).send is Send.FORWARD  # not from a model
+    assert gate.propose(proposal(kin, 0.08, obs=0.0), 0.08, 0.08).send is Send.FORWARD
     gate.propose(proposal(kin, 2.0, obs=0.1), 2.0, 0.11)
     assert gate.state == GateState.HOLD and gate.reason.value == "STALE_CAMERA"
 
@@ -364,8 +366,8 @@ def test_arming_needs_fresh_state(kin):
 def test_exception_inside_gate_holds(kin):
     gate = armed_gate(kin)
     gate._kin = None  # the next IK raises: the gate must hold, not crash
-    out = gate.propose(proposal(kin, 0.05), 0.05, 0.05)
-    assert gate.state == GateState.HOLD and gate.reason.value == "INTERNAL_ERROR" and out is not None
+    decision = gate.propose(proposal(kin, 0.05), 0.05, 0.05)
+    assert gate.state == GateState.HOLD and gate.reason.value == "INTERNAL_ERROR" and decision.send is Send.HOLD
 
 
 def test_arming_waits_out_lateness_until_the_arming_timeout(kin):
@@ -376,12 +378,12 @@ def test_arming_waits_out_lateness_until_the_arming_timeout(kin):
     assert gate.request_arm(0.0, 0.0)[0]
     gate.tick(0.5, 0.5)  # state 500 ms old, no command yet: still waiting, nothing forwarded
     assert gate.state == GateState.ARMING
-    assert gate.propose(proposal(kin, 0.6), 0.6, 0.6) is None  # a command on stale state is not validated
+    assert gate.propose(proposal(kin, 0.6), 0.6, 0.6).send is Send.NOTHING  # a command on stale state is not validated
     assert gate.state == GateState.ARMING and gate.deferred_counts["STALE_STATE"] == 1
     for t in (0.61, 1.0, 5.0):  # state stays late for seconds: still waiting
         assert gate.tick(t, t) is None and gate.state == GateState.ARMING
     measure(gate, kin, 5.01)
-    assert gate.propose(proposal(kin, 5.02), 5.02, 5.02) is None  # validated shadow command
+    assert gate.propose(proposal(kin, 5.02), 5.02, 5.02).send is Send.NOTHING  # validated shadow command
     assert gate.state == GateState.ARMED and gate.forwarded == 0
 
 
@@ -393,7 +395,7 @@ def test_arming_gives_up_after_the_arming_timeout_with_the_deferral_reason(kin):
     t = 0.25
     while t < timeout + 0.1:  # commands keep coming, each on 200 ms old state
         measure(gate, kin, t - 0.2, mono=t - 0.2)
-        assert gate.propose(proposal(kin, t), t, t) is None
+        assert gate.propose(proposal(kin, t), t, t).send is Send.NOTHING
         gate.tick(t, t)
         if gate.state != GateState.ARMING:
             break
@@ -448,7 +450,7 @@ def test_non_finite_measurement_is_refused_and_never_held(kin, where):
     assert gate.update_measurement(Arm.LEFT, ArmMeasurement(**meas), 0.03) is None
     assert not gate.last_measurement_accepted
     assert gate.refused_measurements["left"] == 1
-    assert gate.propose(proposal(kin, 0.05), 0.05, 0.05) is not None  # the good state of t=0 is still fresh
+    assert gate.propose(proposal(kin, 0.05), 0.05, 0.05).send is Send.FORWARD  # the good state of t=0 is still fresh
     gate.tick(0.07, 0.07)
     assert gate.state == GateState.ARMED
     gate.update_measurement(Arm.RIGHT, ArmMeasurement(Q, 0.5, kin[Arm.RIGHT].forward(Q), 0.31), 0.31)
@@ -461,8 +463,9 @@ def test_non_finite_measurement_is_refused_and_never_held(kin, where):
 def test_hold_gripper_is_clamped(kin):
     gate = armed_gate(kin)
     measure(gate, kin, 0.04, gripper=1.3)
-    out = gate.propose(proposal(kin, 0.05, dx=float("nan")), 0.05, 0.05)
+    decision = gate.propose(proposal(kin, 0.05, dx=float("nan")), 0.05, 0.05)
     assert gate.state == GateState.HOLD
+    out = hold_targets(decision)
     for arm in ARMS:
         assert out[arm][6] == 1.0 and np.array_equal(out[arm][:6], Q)
     gate = armed_gate(kin)
@@ -489,14 +492,14 @@ def test_measured_state_from_the_future_is_stale(kin, ahead_s):
 def test_measured_state_within_the_future_tolerance_is_fresh(kin):
     gate = armed_gate(kin)
     measure(gate, kin, 0.09, mono=0.05)  # 40 ms ahead: within max_command_future_s (50 ms)
-    assert gate.propose(proposal(kin, 0.05), 0.05, 0.05) is not None, gate.detail
+    assert gate.propose(proposal(kin, 0.05), 0.05, 0.05).send is Send.FORWARD, gate.detail
 
 
 def test_a_command_on_state_received_long_ago_is_refused(kin):
     """The stamp may look fresh (the ROS clock stepped back), but nothing has arrived for 200 ms
     on the monotonic clock: the command check itself refuses it, not only the watchdog."""
     gate = armed_gate(kin)
-    assert gate.propose(proposal(kin, 0.05), 0.05, 0.2) is None  # now 0.05 on the ROS clock, 0.2 s after receipt
+    assert gate.propose(proposal(kin, 0.05), 0.05, 0.2).send is Send.NOTHING  # now 0.05 on the ROS clock, 0.2 s after receipt
     assert gate.deferred_counts["STALE_STATE"] == 1 and gate.forwarded == 0, gate.detail
     gate.tick(0.05, 0.31)
     assert gate.state == GateState.HOLD and gate.reason.value == "STALE_STATE", gate.detail
@@ -573,12 +576,12 @@ def test_a_late_command_is_held_back_and_persistent_lateness_latches(kin):
     fault; when every command stays that late for deferral_hold_after_s the gate holds."""
     gate = armed_gate(kin)
     t = 0.05
-    assert gate.propose(proposal(kin, t), t, t) is not None
+    assert gate.propose(proposal(kin, t), t, t).send is Send.FORWARD
     for k in range(1, 12):  # 11 commands at 30 Hz, each arriving 150 ms after its stamp
         stamp = 0.05 + k / 30
         t = stamp + 0.15
         measure(gate, kin, t, mono=t)
-        assert gate.propose(proposal(kin, stamp), t, t) is None
+        assert gate.propose(proposal(kin, stamp), t, t).send is Send.NOTHING
         gate.tick(t, t)
         if gate.state != GateState.ARMED:
             break
@@ -598,23 +601,23 @@ def test_a_half_turn_on_late_state_is_a_jump_not_a_deferral(kin):
     """State 150 ms late defers an ordinary command; a half turn is a jump wherever the arm moved
     meanwhile (limit 0.5 rad + 1.8 rad/s x 0.15 s), so it is refused at once: HOLD."""
     gate = armed_gate(kin)  # state stamped 0.0
-    assert gate.propose(proposal(kin, 0.15), 0.15, 0.15) is None and gate.state == GateState.ARMED  # deferred
-    out = gate.propose(half_turn(kin, 0.16), 0.16, 0.16)
-    assert gate.state == GateState.HOLD and gate.reason.value == "ROTATION_JUMP" and out is not None
+    assert gate.propose(proposal(kin, 0.15), 0.15, 0.15).send is Send.NOTHING and gate.state == GateState.ARMED  # deferred
+    decision = gate.propose(half_turn(kin, 0.16), 0.16, 0.16)
+    assert gate.state == GateState.HOLD and gate.reason.value == "ROTATION_JUMP" and decision.send is Send.HOLD
     assert "ms old" in gate.detail
 
 
 def test_a_late_half_turn_is_a_jump_not_a_deferral(kin):
     gate = armed_gate(kin)
     measure(gate, kin, 0.2, mono=0.2)
-    out = gate.propose(half_turn(kin, 0.05), 0.2, 0.2)  # arrives 150 ms after its stamp, state fresh
-    assert gate.state == GateState.HOLD and gate.reason.value == "ROTATION_JUMP" and out is not None
+    decision = gate.propose(half_turn(kin, 0.05), 0.2, 0.2)  # arrives 150 ms after its stamp, state fresh
+    assert gate.state == GateState.HOLD and gate.reason.value == "ROTATION_JUMP" and decision.send is Send.HOLD
 
 
 def test_a_half_turn_on_a_late_camera_is_a_jump_not_a_deferral(kin):
     gate = armed_gate(kin, GateConfig(shadow_commands=1, required_cameras=("front_1",)))
     measure(gate, kin, 0.12, mono=0.12)  # fresh state; the camera's last report is from 0.0
-    assert gate.propose(proposal(kin, 0.12), 0.12, 0.12) is None and gate.deferred_counts["STALE_CAMERA"] == 1
+    assert gate.propose(proposal(kin, 0.12), 0.12, 0.12).send is Send.NOTHING and gate.deferred_counts["STALE_CAMERA"] == 1
     gate.propose(half_turn(kin, 0.13), 0.13, 0.13)
     assert gate.state == GateState.HOLD and gate.reason.value == "ROTATION_JUMP"
 
@@ -627,7 +630,7 @@ def test_a_step_the_arm_could_have_made_while_state_was_late_is_deferred(kin):
     cfg = gate.config
     age = 0.15
     dx = cfg.max_translation_step_m + 0.5 * cfg.max_ee_speed_m_s * age
-    assert gate.propose(proposal(kin, age, dx=dx), age, age) is None
+    assert gate.propose(proposal(kin, age, dx=dx), age, age).send is Send.NOTHING
     assert gate.state == GateState.ARMED and gate.deferred_counts["STALE_STATE"] == 1
     gate.propose(proposal(kin, age + 0.01, dx=cfg.max_translation_step_m + 1.5 * cfg.max_ee_speed_m_s * (age + 0.01)),
                  age + 0.01, age + 0.01)
@@ -649,7 +652,7 @@ def test_a_far_first_command_on_late_state_is_refused_at_once(kin):
     gate = SafetyGate(NO_CAMERAS, kin)
     measure(gate, kin, 0.0)
     assert gate.request_arm(0.0, 0.0)[0]
-    assert gate.propose(proposal(kin, 0.09, dx=0.02), 0.09, 0.09) is None
+    assert gate.propose(proposal(kin, 0.09, dx=0.02), 0.09, 0.09).send is Send.NOTHING
     assert gate.state == GateState.ARMING and gate.deferred_counts["STALE_STATE"] == 1
     gate.propose(proposal(kin, 0.095, dx=0.1), 0.095, 0.095)
     assert gate.state == GateState.DISARMED and gate.reason.value == "START_TOO_FAR" and "ms old" in gate.detail
@@ -660,8 +663,8 @@ def test_a_late_command_is_still_checked_for_content(kin):
     gate = armed_gate(kin)
     p = proposal(kin, 0.05)
     p.arms[Arm.LEFT].pose[0] = np.nan
-    out = gate.propose(p, 0.2, 0.2)  # 150 ms late
-    assert gate.state == GateState.HOLD and gate.reason.value == "NONFINITE" and out is not None
+    decision = gate.propose(p, 0.2, 0.2)  # 150 ms late
+    assert gate.state == GateState.HOLD and gate.reason.value == "NONFINITE" and decision.send is Send.HOLD
 
 
 def test_measurement_without_pose_decides_as_one_with_its_fk(kin):

@@ -60,12 +60,15 @@ joint_command stamps: a forwarded command carries the stamp of the proposal it a
 control tick it is for: rate limits are speeds x the difference of these stamps, so an auditor
 of the drivers' input can check them); a hold target carries the time it is sent.
 
-Parameters: every GateConfig field (egomimic_safety/config.py: units, defaults and sources),
-plus `required_cameras` (string array; an empty list requires none) and `watchdog_rate_hz`.
+Parameters (read-only; `ros2 param describe` shows each one's text and range): every GateConfig
+field (egomimic_safety/config.py: units, defaults, sources and safety arguments), with
+`required_cameras` a string array (an empty list requires none), and every GateNodeConfig field
+(the same module: `watchdog_rate_hz`, `check_state_publishers`, `kinematics`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
@@ -80,8 +83,7 @@ from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 
-from egomimic_hw.description import ARMS, CAMERAS, JOINTS_PER_ARM, Arm
-from egomimic_hw.errors import ConfigError
+from egomimic_hw.description import ARMS, JOINTS_PER_ARM, Arm
 from egomimic_hw.kinematics import ArmKinematics
 from egomimic_msgs.msg import BimanualCommand, CameraHealth, GateStatus
 from egomimic_nodes import diagnostics, topics
@@ -93,8 +95,8 @@ from egomimic_nodes.sources import SourceCheck, node_fqn
 from egomimic_nodes.spin import end_profile, run_node, start_profile
 from egomimic_nodes.taken import TakenSubscriptions
 from egomimic_safety.checks import ArmCommand, ArmMeasurement
-from egomimic_safety.config import GateConfig
-from egomimic_safety.gate import CameraReport, GateState, Proposal, SafetyGate
+from egomimic_safety.config import GateConfig, GateNodeConfig
+from egomimic_safety.gate import CameraReport, GateState, Proposal, SafetyGate, Send
 
 STATE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=20, reliability=ReliabilityPolicy.RELIABLE)
 """The polled joint_states readers: 200 ms of samples at 100 Hz, so a tick that comes late
@@ -128,23 +130,12 @@ class GateNode(Node):
         super().__init__("safety_gate", **node_options)
         # Every parameter is read-only: the gate builds its config once, so a `ros2 param set`
         # of a limit or a workspace box is refused, never accepted and silently ignored.
-        cameras = self.declare_parameter("required_cameras", list(CAMERAS), ParameterDescriptor(
-            type=ParameterType.PARAMETER_STRING_ARRAY, read_only=True,
-            description="cameras whose health must be OK to arm and stay armed ([] = none)")).value
-        config = declare_config(self, GateConfig, required_cameras=tuple(cameras or ()))
-        rate = self.declare_parameter("watchdog_rate_hz", 100.0, ParameterDescriptor(
-            read_only=True, dynamic_typing=True, description="watchdog rate, Hz (10..1000): silence is seen within a period")).value
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 10.0 <= rate <= 1000.0:
-            raise ConfigError(f"watchdog_rate_hz must be a number in [10, 1000], got {rate!r}")
-        rate_hz = float(rate)
-        check_sources = bool(self.declare_parameter("check_state_publishers", True, ParameterDescriptor(
-            read_only=True,
-            description="accept joint_states only from the driver nodes (driver_<arm> in this namespace); "
-                        "false only for in-process adapter tests")).value)
-        backend = str(self.declare_parameter("kinematics", "auto", ParameterDescriptor(
-            read_only=True,
-            description="FK/IK backend: auto (the SDK solver where it imports, else Pinocchio), sdk or pinocchio")).value)
-        self._kin = {arm: ArmKinematics(backend=backend) for arm in ARMS}  # one solver per arm, shared with the gate
+        config = declare_config(self, GateConfig, required_cameras=self._declare_required_cameras())
+        node_config = declare_config(self, GateNodeConfig)
+        rate_hz = node_config.watchdog_rate_hz
+        check_sources = node_config.check_state_publishers
+        # one solver per arm, shared with the gate
+        self._kin = {arm: ArmKinematics(backend=node_config.kinematics) for arm in ARMS}
         self.gate = SafetyGate(config, self._kin)
         self._lock = threading.Lock()
         """Serializes every access to self.gate: the estop thread and the main callbacks."""
@@ -188,7 +179,7 @@ class GateNode(Node):
         self._estop_thread = threading.Thread(target=self._spin_estop, name="estop", daemon=True)
         self._estop_thread.start()
         steady = Clock(clock_type=ClockType.STEADY_TIME)  # never the ROS clock: see the module docstring
-        self._watchdog_period_s = 1.0 / rate_hz
+        self._watchdog_period_s = node_config.watchdog_period_s
         self._last_watchdog: tuple[float, float] | None = None  # (monotonic, this thread's CPU time)
         self.watchdog_late = 0
         self.watchdog_late_max_s = 0.0
@@ -207,6 +198,15 @@ class GateNode(Node):
         self.get_logger().info(
             f"safety gate up: DISARMED; cameras required: {list(config.required_cameras) or 'none'}; "
             f"watchdog {rate_hz:.0f} Hz; kinematics {self._kin[ARMS[0]].backend} ({self._kin[ARMS[0]].backend_reason})")
+
+    def _declare_required_cameras(self) -> tuple[str, ...]:
+        """GateConfig.required_cameras, declared here because it is a string array, typed as one
+        so that an empty list (`[]` in YAML: require none) is accepted; the other fields are
+        declared by declare_config."""
+        field = next(f for f in dataclasses.fields(GateConfig) if f.name == "required_cameras")
+        cameras = self.declare_parameter(field.name, list(field.default), ParameterDescriptor(
+            type=ParameterType.PARAMETER_STRING_ARRAY, read_only=True, description=field.metadata["help"])).value
+        return tuple(cameras or ())
 
     def _now_s(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
@@ -348,11 +348,9 @@ class GateNode(Node):
                 },
                 observation_stamp_s=stamp_to_s(msg.observation_stamp),
             )
-            out = self.gate.propose(proposal, self._now_s(), time.monotonic())
-            if out and self.gate.state == GateState.ARMED:
-                self._send(out, msg.header.stamp)  # forwarded: stamped with the tick it is for
-                return None
-            return out  # a hold target (or nothing)
+            decision = self.gate.propose(proposal, self._now_s(), time.monotonic())
+            # forwarded: stamped with the tick it is for; a hold target: when it is sent
+            self._send(decision.targets, msg.header.stamp if decision.send is Send.FORWARD else None)
         self._guarded(topics.COMMAND_PROPOSED.name(), decide)
 
     def _on_watchdog(self) -> None:

@@ -23,14 +23,16 @@ every input is fresh (`max_input_age_s` for arm state, `max_image_age_s` for cam
 inputs agree in time (`sync_tolerance_s`); otherwise it is skipped and the reason reported.
 With `policy:=scripted` the executor runs the scripted motion (no model, no cameras): anchored
 at the measured poses and grippers, as before this node went through the executor.
+
+Parameters (read-only; `ros2 param describe` shows each one's text and range): the fields of
+egomimic_policy.rollout.config.RolloutConfig (top level), ExecutorConfig (`executor.*`),
+ScriptedMotionConfig and ScriptedChunkConfig (`scripted.*`) and RemoteConfig (`remote.*`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import deque
-from dataclasses import replace
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
@@ -51,13 +53,14 @@ from egomimic_nodes.taken import TakenSubscriptions
 from egomimic_policy.interface import Observation
 from egomimic_policy.loading import choose_device, load_policy
 from egomimic_policy.remote.client import RemoteConfig
-from egomimic_policy.rollout import AsyncChunkExecutor, ExecutorConfig, ObservationUnavailable, TickStatus
-from egomimic_policy.scripted import ScriptedChunkPolicy, ScriptedMotionConfig
+from egomimic_policy.rollout import (AsyncChunkExecutor, ExecutorConfig, ObservationHistory, ObservationUnavailable,
+                                     RolloutConfig, TickStatus)
+from egomimic_policy.scripted import ScriptedChunkConfig, ScriptedChunkPolicy, ScriptedMotionConfig
 
 SYNC_HISTORY = 8
+"""Messages kept per input, so 100 Hz arm state can be matched to a 30 Hz frame's capture time."""
 LATE_TICK_PERIODS = 3
 """A control tick this many periods after the previous one is logged (with this thread's CPU meanwhile)."""
-"""Messages kept per input, so 100 Hz arm state can be matched to a 30 Hz frame's capture time."""
 ARM_STATE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=SYNC_HISTORY, reliability=ReliabilityPolicy.RELIABLE)
 """The taken arm-state readers keep what the synchronizer keeps, so a late drain loses nothing it
 would have used."""
@@ -78,38 +81,28 @@ def _image_stream(camera: str) -> str:
 class PolicyNode(Node):
     def __init__(self):
         super().__init__("policy")
-        param = lambda name, default, help_: self.declare_parameter(  # noqa: E731
-            name, default, _descriptor(help_)).value
-        policy_name = str(param("policy", "scripted", "scripted | fold | pi | moe | <checkpoint> | tcp://host:port"))
-        rate_hz = float(param("rate_hz", 30.0, "control tick rate (Hz)"))
-        inject_ms = float(param("inject_latency_ms", 0.0, "extra latency (ms) added to every policy query"))
-        max_input_age_s = float(param("max_input_age_s", 0.2, "arm state older than this (s) is stale"))
-        max_image_age_s = float(param("max_image_age_s", 0.15, "a camera frame older than this (s) is stale"))
-        tolerance_s = float(param("sync_tolerance_s", 0.05, "inputs of one observation must agree within (s)"))
-        cache_dir = str(param("cache_dir", "", "checkpoint cache directory ('' = the families' default)")) or None
-        seed = int(param("seed", 0, "seed of untrained rehearsal weights (fold/pi/moe)"))
-        device = str(param("device", "cpu", "torch device of local model families (cpu | cuda | cuda:N)"))
-        allow_cpu = bool(param("allow_cpu_policy", False, "with device:=cuda and no CUDA device, run the model on "
-                                                           "the CPU instead of refusing to start (slow)"))
-        device, warning = choose_device(policy_name, device, allow_cpu)
+        config = declare_config(self, RolloutConfig)
+        rate_hz = config.rate_hz
+        device, warning = choose_device(config.policy, config.device, config.allow_cpu_policy)
         if warning:
             self.get_logger().warning(warning)
-        chunk_length = int(param("scripted.chunk_length", 30, "rows per scripted chunk"))
+        chunking = declare_config(self, ScriptedChunkConfig, prefix="scripted.")
         self.executor_config = declare_config(self, ExecutorConfig, prefix="executor.", rate_hz=rate_hz)
         motion = declare_config(self, ScriptedMotionConfig, prefix="scripted.")
         remote = declare_config(self, RemoteConfig, prefix="remote.", address=RemoteConfig.address, rate_hz=rate_hz)
 
         self.policy = load_policy(
-            policy_name, inject_latency_ms=inject_ms, cache_dir=cache_dir, seed=seed, device=device, remote=remote,
-            scripted=ScriptedChunkPolicy(motion, chunk_length=chunk_length, rate_hz=rate_hz))
+            config.policy, inject_latency_ms=config.inject_latency_ms, cache_dir=config.cache_dir or None,
+            seed=config.seed, device=device, remote=remote,
+            scripted=ScriptedChunkPolicy(motion, chunk_length=chunking.chunk_length, rate_hz=rate_hz))
         spec = self.policy.spec
         if abs(spec.rate_hz - rate_hz) > 1e-6:
             raise ValueError(f"policy {spec.family} produces rows at {spec.rate_hz} Hz, the control rate is {rate_hz} Hz")
         self.cameras = tuple(spec.cameras)
         self._image_hw = tuple(spec.image_size)
-        ages = {s: max_input_age_s for arm in ARMS for s in (_pose_stream(arm), _joint_stream(arm))}
-        ages.update({_image_stream(cam): max_image_age_s for cam in self.cameras})
-        self.sync = ObservationSynchronizer(ages, tolerance_s, history_depth=SYNC_HISTORY)
+        ages = {s: config.max_input_age_s for arm in ARMS for s in (_pose_stream(arm), _joint_stream(arm))}
+        ages.update({_image_stream(cam): config.max_image_age_s for cam in self.cameras})
+        self.sync = ObservationSynchronizer(ages, config.sync_tolerance_s, history_depth=SYNC_HISTORY)
         self._bad_images = 0
 
         self._taken = TakenSubscriptions(self.context, f"{self.get_name()}_state", self.get_namespace())
@@ -126,12 +119,9 @@ class PolicyNode(Node):
         self._pub_diag = self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos)
         self.create_service(Trigger, "policy/reset", self._on_reset)
 
-        # The model's observation window: one synchronized observation per control tick, so
-        # frame t-1 is the previous tick (as in training), not the previous query.
-        self._history_depth = max(0, int(spec.obs_steps) - 1)
-        self._history: deque[Observation] = deque(maxlen=self._history_depth or 1)
-        self._history_lock = threading.Lock()
         self._period_ns = int(1e9 / rate_hz)
+        # The model's observation window: one synchronized observation per control tick.
+        self.history = ObservationHistory(spec.obs_steps, self._period_ns)
         # Not `self.executor`: rclpy.Node uses that name for the executor spinning the node.
         self.rollout = AsyncChunkExecutor(self.policy, self.executor_config, self._observe, self._now_ns,
                                           on_worker_start=self._lower_worker)
@@ -144,7 +134,7 @@ class PolicyNode(Node):
         self.get_logger().info(
             f"policy {spec.family} ({spec.fingerprint}, {spec.chunk_length} rows, cameras {list(self.cameras)}) "
             f"at {rate_hz} Hz; cadence {c.cadence}, blend {c.blend}, max_dry_s {c.max_dry_s}, "
-            f"inject_latency_ms {inject_ms:g}")
+            f"inject_latency_ms {config.inject_latency_ms:g}")
 
     def _now_ns(self) -> int:
         return self.get_clock().now().nanoseconds
@@ -203,26 +193,12 @@ class PolicyNode(Node):
         result = self.sync.build(now_ns)
         if not result.ok:
             raise ObservationUnavailable(result.reason)
-        current = self._observation(result)
-        if not self._history_depth:
-            return current
-        with self._history_lock:
-            past = [h for h in self._history if h.stamp_ns < current.stamp_ns]
-        history: list[Observation] = []
-        for h in reversed(past):  # newest first; stop at a gap (inputs were stale in between)
-            newer = history[0].stamp_ns if history else current.stamp_ns
-            if newer - h.stamp_ns > 2 * self._period_ns:
-                break
-            history.insert(0, h)
-        return replace(current, history=tuple(history[-self._history_depth:]))
+        return self.history.attach(self._observation(result))
 
     def _record_history(self, now_ns: int) -> None:
         result = self.sync.build(now_ns)
-        if not result.ok:
-            return
-        with self._history_lock:
-            if not self._history or self._history[-1].stamp_ns != result.stamp_ns:
-                self._history.append(self._observation(result))
+        if result.ok:
+            self.history.record(self._observation(result))
 
     def _observation(self, result) -> Observation:
         v = result.values
@@ -247,7 +223,7 @@ class PolicyNode(Node):
         self._note_lateness()
         self._take_arm_state()
         now = self.get_clock().now()
-        if self._history_depth:
+        if self.history.depth:
             self._record_history(now.nanoseconds)
         result = self.rollout.tick(now.nanoseconds)
         if result.target is not None:
@@ -321,8 +297,7 @@ class PolicyNode(Node):
     # ------------------------------------------------------------- services
     def _on_reset(self, request, response):
         self.rollout.reset()
-        with self._history_lock:
-            self._history.clear()
+        self.history.clear()
         response.success, response.message = True, "queue cleared; the policy restarts at the next fresh observation"
         self.get_logger().info("policy/reset: queue cleared")
         return response
@@ -351,12 +326,6 @@ class PolicyNode(Node):
     def destroy_node(self) -> None:
         self._taken.destroy()
         super().destroy_node()
-
-
-def _descriptor(help_: str):
-    from rcl_interfaces.msg import ParameterDescriptor
-
-    return ParameterDescriptor(description=help_)
 
 
 def main(args=None) -> int:
