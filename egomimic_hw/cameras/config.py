@@ -52,7 +52,8 @@ class CameraNodeConfig:
     replay_loop: bool = field(default=True, metadata={"help": "replay: restart at the end"})
     replay_fps: float = field(default=30.0, metadata={
         "help": "replay: frame rate of an image directory without timestamps.txt", "range": RATE_RANGE_HZ})
-    inject_fault: str = field(default="", metadata={"help": SPEC_HELP + " (the only parameter settable at runtime)"})
+    inject_fault: str = field(default="", metadata={"help": SPEC_HELP + " (the only parameter settable at runtime)",
+                                                    "runtime": True})
     """The fault at start; the node applies later values of the parameter as they come."""
 
     def __post_init__(self) -> None:
@@ -109,8 +110,10 @@ class CameraDeviceConfig:
         "help": "source width to request, px (0 = the published width)", "range": SOURCE_SIZE_RANGE_PX})
     source_height: int = field(default=0, metadata={
         "help": "source height to request, px (0 = the published height)", "range": SOURCE_SIZE_RANGE_PX})
-    device: str = field(default="", metadata={"help": "v4l2: /dev/videoN, /dev/v4l/by-id/... or an index"})
-    serial: str = field(default="", metadata={"help": "realsense: device serial number"})
+    # any_type: digits, which YAML and `-p` read as integers, are taken as the string they spell
+    device: str = field(default="", metadata={"help": "v4l2: /dev/videoN, /dev/v4l/by-id/... or an index",
+                                              "any_type": True})
+    serial: str = field(default="", metadata={"help": "realsense: device serial number", "any_type": True})
     calibration_file: str = field(default="", metadata={"help": "ROS camera calibration YAML (overrides the intrinsics)"})
 
     def __post_init__(self) -> None:

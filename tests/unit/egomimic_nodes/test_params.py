@@ -26,14 +26,18 @@ class Example:
 
 
 @pytest.fixture
-def make_node():
+def make_node(tmp_path):
+    """A node whose parameter overrides come from a params file, as a node's do (rcl parses it)."""
     ctx = rclpy.Context()
-    rclpy.init(context=ctx, domain_id=0)
+    yaml_file = tmp_path / "params.yaml"
+    yaml_file.write_text("/**:\n  ros__parameters:\n    yaml_names: []\n")  # rcl gives "not set" for it
+    rclpy.init(args=["--ros-args", "--params-file", str(yaml_file)], context=ctx, domain_id=0)
     nodes = []
 
     def make(**overrides):
         node = Node(f"params_test_{len(nodes)}", context=ctx, start_parameter_services=False,
-                    parameter_overrides=[Parameter(k, value=v) for k, v in overrides.items()])
+                    parameter_overrides=[v if isinstance(v, Parameter) else Parameter(k, value=v)
+                                         for k, v in overrides.items()])
         nodes.append(node)
         return node
 
@@ -85,3 +89,26 @@ def test_the_dataclass_validation_runs_and_prefix_and_fixed_fields_apply(make_no
 def test_a_range_must_be_ordered():
     with pytest.raises(ValueError):
         field_meta("x", (2.0, 1.0))
+
+
+@dataclasses.dataclass(frozen=True)
+class Kinds:
+    names: tuple[str, ...] = dataclasses.field(default=("a", "b"), metadata=field_meta("a list of names"))
+    offset_m: float | None = dataclasses.field(default=None, metadata=field_meta("unset: the calibration's"))
+    fault: str = dataclasses.field(default="", metadata={"help": "settable while running", "runtime": True})
+    serial: str = dataclasses.field(default="", metadata={"help": "digits read as a number", "any_type": True})
+
+
+def test_string_arrays_optional_floats_runtime_and_any_type_fields(make_node):
+    node = make_node()
+    cfg = declare_config(node, Kinds)
+    assert cfg == Kinds(), "defaults: the names as a tuple, the optional float unset (None)"
+    assert node.describe_parameter("names").read_only and node.describe_parameter("offset_m").read_only
+    assert node.set_parameters([Parameter("fault", value="stall:front_1")])[0].successful, "a runtime field is writable"
+    assert declare_config(make_node(), Kinds, prefix="yaml_").names == (), "an empty YAML list is an empty tuple"
+    cfg = declare_config(make_node(names=["c"], offset_m=0.25, serial=123456), Kinds)
+    assert cfg.names == ("c",) and cfg.offset_m == 0.25 and cfg.serial == "123456"
+    with pytest.raises(ConfigError, match="parameter names"):
+        declare_config(make_node(names=[1.0, 2.0]), Kinds)
+    with pytest.raises(ConfigError, match="parameter offset_m"):
+        declare_config(make_node(offset_m="wide"), Kinds)

@@ -38,7 +38,6 @@ are read at start and refused at runtime (read-only).
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 
@@ -47,7 +46,7 @@ import simplejpeg
 from diagnostic_msgs.msg import DiagnosticArray
 from egomimic_msgs.msg import CameraHealth
 from geometry_msgs.msg import PoseStamped
-from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
@@ -252,27 +251,10 @@ class CameraNode(Node):
                                + (f" (fault {config.inject_fault})" if self.fault.active else ""))
 
     def _declare_parameters(self) -> tuple[CameraNodeConfig, dict[str, CameraDeviceConfig]]:
-        """The node's config and each camera's, from read-only parameters (declare_config).
-        Four are declared here, as declare_config cannot: `cameras` (a list of strings),
-        `inject_fault` (settable at runtime) and `<cam>.device`, `<cam>.serial` (any type:
-        serials and device indices are digits, which YAML and -p read as integers)."""
-        cameras = self._declare_field(CameraNodeConfig, "cameras", read_only=True)
-        fault_spec = self._declare_field(CameraNodeConfig, "inject_fault", read_only=False)
-        config = declare_config(self, CameraNodeConfig, cameras=tuple(cameras), inject_fault=str(fault_spec))
-        devices = {}
-        for cam in config.cameras:
-            digits = {name: str(self._declare_field(CameraDeviceConfig, name, prefix=f"{cam}.", read_only=True,
-                                                    dynamic_typing=True))
-                      for name in ("device", "serial")}
-            devices[cam] = declare_config(self, CameraDeviceConfig, prefix=f"{cam}.", **digits)
+        """The node's config and each camera's (`<cam>.*`), from their dataclasses (declare_config)."""
+        config = declare_config(self, CameraNodeConfig)
+        devices = {cam: declare_config(self, CameraDeviceConfig, prefix=f"{cam}.") for cam in config.cameras}
         return config, devices
-
-    def _declare_field(self, cls, name: str, *, read_only: bool, prefix: str = "", dynamic_typing: bool = False):
-        """One field of `cls` as the parameter `<prefix><name>`: its default and help; its value."""
-        f = next(f for f in dataclasses.fields(cls) if f.name == name)
-        default = list(f.default) if isinstance(f.default, tuple) else f.default
-        desc = ParameterDescriptor(description=f.metadata["help"], read_only=read_only, dynamic_typing=dynamic_typing)
-        return self.declare_parameter(prefix + name, default, desc).value
 
     def _now_ns(self) -> int:
         return self.get_clock().now().nanoseconds

@@ -44,20 +44,16 @@ Topics (relative to the robot namespace):
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import threading
 import time
 
 import numpy as np
-from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.duration import Duration
-from rclpy.exceptions import ParameterUninitializedException
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from rclpy.lifecycle import Node as LifecycleNode
 from rclpy.lifecycle import State, TransitionCallbackReturn
-from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 
@@ -121,25 +117,12 @@ class DriverNode(LifecycleNode):
 
     def _declare_parameters(self) -> None:
         """Every parameter, once, at start (read-only: a configure after a cleanup reads the
-        same). The gripper overrides are declared here by hand, typed double without a value,
-        which declare_config cannot: unset means the backend's calibration."""
-        overrides = {}
-        for name in ("gripper_open_m", "gripper_close_m"):
-            help_ = next(f.metadata["help"] for f in dataclasses.fields(DriverNodeConfig) if f.name == name)
-            self.declare_parameter(name, Parameter.Type.DOUBLE, ParameterDescriptor(description=help_, read_only=True))
-            overrides[name] = self._optional(name)
-        self._config = declare_config(self, DriverNodeConfig, **overrides)
+        same). The gripper overrides are optional doubles: unset means the backend's calibration."""
+        self._config = declare_config(self, DriverNodeConfig)
         self._driver_config = declare_config(self, DriverConfig, arm=self._config.driven_arm,
                                              gripper=self._config.gripper_calibration)
         self._sim_config = declare_config(self, SimConfig, prefix="sim.")
         self._gains = declare_config(self, Arx5Gains, prefix="arx5.")
-
-    def _optional(self, name: str):
-        """A typed parameter declared without a default: its value, or None when not set."""
-        try:
-            return self.get_parameter(name).value
-        except ParameterUninitializedException:
-            return None
 
     # -- lifecycle ----------------------------------------------------------------------------
     def on_configure(self, state: State) -> TransitionCallbackReturn:

@@ -68,14 +68,12 @@ field (egomimic_safety/config.py: units, defaults, sources and safety arguments)
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import threading
 import time
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
-from rcl_interfaces.msg import ParameterDescriptor, ParameterType
 from rclpy.clock import Clock, ClockType
 from rclpy.duration import Duration
 from rclpy.executors import SingleThreadedExecutor
@@ -130,7 +128,7 @@ class GateNode(Node):
         super().__init__("safety_gate", **node_options)
         # Every parameter is read-only: the gate builds its config once, so a `ros2 param set`
         # of a limit or a workspace box is refused, never accepted and silently ignored.
-        config = declare_config(self, GateConfig, required_cameras=self._declare_required_cameras())
+        config = declare_config(self, GateConfig)
         node_config = declare_config(self, GateNodeConfig)
         rate_hz = node_config.watchdog_rate_hz
         check_sources = node_config.check_state_publishers
@@ -198,15 +196,6 @@ class GateNode(Node):
         self.get_logger().info(
             f"safety gate up: DISARMED; cameras required: {list(config.required_cameras) or 'none'}; "
             f"watchdog {rate_hz:.0f} Hz; kinematics {self._kin[ARMS[0]].backend} ({self._kin[ARMS[0]].backend_reason})")
-
-    def _declare_required_cameras(self) -> tuple[str, ...]:
-        """GateConfig.required_cameras, declared here because it is a string array, typed as one
-        so that an empty list (`[]` in YAML: require none) is accepted; the other fields are
-        declared by declare_config."""
-        field = next(f for f in dataclasses.fields(GateConfig) if f.name == "required_cameras")
-        cameras = self.declare_parameter(field.name, list(field.default), ParameterDescriptor(
-            type=ParameterType.PARAMETER_STRING_ARRAY, read_only=True, description=field.metadata["help"])).value
-        return tuple(cameras or ())
 
     def _now_s(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9

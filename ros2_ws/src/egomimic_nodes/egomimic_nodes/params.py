@@ -1,24 +1,34 @@
 """Declare node parameters from a config dataclass: defaults live in the dataclass, not YAML.
 
 Each field becomes a parameter with its type and default. A field's metadata says the rest:
-`help` becomes the parameter description (what `ros2 param describe` shows), and
-`range=(lo, hi)` becomes the descriptor's floating-point or integer range, which rclpy
-enforces when the node starts (a YAML value outside it is refused, naming the parameter).
+- `help`: the parameter description (what `ros2 param describe` shows);
+- `range=(lo, hi)`: the descriptor's floating-point or integer range, which rclpy enforces when
+  the node starts (a YAML value outside it is refused, naming the parameter);
+- `runtime=True`: the one kind of parameter a node applies while it runs (e.g. a camera's
+  injected fault); the node then handles the change itself;
+- `any_type=True`: a string field that also takes a number (a camera serial or a device index,
+  which YAML and `-p` read as integers), converted to str.
 Building the dataclass then runs its own validation, so a bad value is refused with the
 dataclass's message. `field_meta()` writes that metadata.
 
-The parameters are read-only: a node builds its config once, at start, so a `ros2 param set`
-that it would silently ignore (a gate limit, a workspace box) is refused instead. A float
+Types: bool, int, float, str; `tuple[float, ...]` and `tuple[str, ...]` (typed arrays, so an
+empty YAML list is accepted); `float | None` with default None (a double declared without a
+value: None until one is given).
+
+The other parameters are read-only: a node builds its config once, at start, so a `ros2 param
+set` that it would silently ignore (a gate limit, a workspace box) is refused instead. A float
 parameter also takes an integer (`rate_hz: 100` in YAML), converted.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, ParameterType
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
-from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.parameter import Parameter
 
 from egomimic_hw.errors import ConfigError
 
@@ -37,24 +47,57 @@ def field_meta(help_: str, range_: tuple[float, float] | None = None) -> dict:
     return meta
 
 
-def descriptor(cls, f: dataclasses.Field, is_float: bool, is_int: bool) -> ParameterDescriptor:
-    """The read-only descriptor of field `f` of `cls`: help text and range from its metadata."""
-    desc = ParameterDescriptor(description=f.metadata.get("help", f"{cls.__name__}.{f.name}"), read_only=True,
-                               dynamic_typing=is_float)  # a float also takes an integer, converted below
+@dataclasses.dataclass(frozen=True)
+class _Kind:
+    """How one field is declared and read back."""
+
+    default: object
+    """The parameter's default (Parameter.Type.DOUBLE for an optional float: no value)."""
+    is_float: bool = False
+    is_int: bool = False
+    array_type: int | None = None
+    """ParameterType of a typed array (its declared type, so an empty list is accepted)."""
+    optional: bool = False
+
+
+def _kind(hint, default) -> _Kind | None:
+    """What to declare for a field typed `hint` with `default`; None: not a parameter."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and set(args) == {float, type(None)}:
+        if default is not None:
+            raise ConfigError(f"an optional float must default to None, got {default!r}")
+        return _Kind(Parameter.Type.DOUBLE, is_float=True, optional=True)
+    if isinstance(default, tuple):
+        if args and args[0] is str:
+            return _Kind([str(x) for x in default], array_type=ParameterType.PARAMETER_STRING_ARRAY)
+        return _Kind([float(x) for x in default], array_type=ParameterType.PARAMETER_DOUBLE_ARRAY)
+    if isinstance(default, SCALARS):
+        return _Kind(default, is_float=hint is float, is_int=hint is int)
+    return None
+
+
+def descriptor(cls, f: dataclasses.Field, kind: _Kind) -> ParameterDescriptor:
+    """The descriptor of field `f` of `cls`: help, range, read-only unless `runtime`."""
+    any_type = bool(f.metadata.get("any_type"))
+    desc = ParameterDescriptor(description=f.metadata.get("help", f"{cls.__name__}.{f.name}"),
+                               read_only=not f.metadata.get("runtime", False),
+                               dynamic_typing=(kind.is_float and not kind.optional) or any_type)
+    if kind.array_type is not None:
+        desc.type = kind.array_type
     range_ = f.metadata.get("range")
     if range_ is not None:
         lo, hi = range_
-        if is_float:
+        if kind.is_float:
             desc.floating_point_range = [FloatingPointRange(from_value=float(lo), to_value=float(hi), step=0.0)]
-        elif is_int:
+        elif kind.is_int:
             desc.integer_range = [IntegerRange(from_value=int(lo), to_value=int(hi), step=1)]
         desc.additional_constraints = f"{lo} <= value <= {hi}"
     return desc
 
 
 def declare_config(node, cls, prefix: str = "", skip: tuple[str, ...] = (), **fixed):
-    """Declare `cls`'s scalar/tuple fields as read-only `<prefix><field>` parameters; return
-    `cls(...)`."""
+    """Declare `cls`'s fields as `<prefix><field>` parameters (module docstring); return
+    `cls(...)` built from their values and `fixed`."""
     kwargs = dict(fixed)
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
@@ -63,25 +106,30 @@ def declare_config(node, cls, prefix: str = "", skip: tuple[str, ...] = (), **fi
         default = f.default if f.default is not dataclasses.MISSING else (
             f.default_factory() if f.default_factory is not dataclasses.MISSING else None
         )
-        if isinstance(default, tuple):
-            default = [float(x) for x in default]
-        elif not isinstance(default, SCALARS):
+        kind = _kind(hints.get(f.name), default)
+        if kind is None:
             continue
-        is_float = hints.get(f.name) is float
-        is_int = hints.get(f.name) is int
-        desc = descriptor(cls, f, is_float, is_int)
+        name = prefix + f.name
         try:
-            value = node.declare_parameter(prefix + f.name, default, desc).value
+            param = node.declare_parameter(name, kind.default, descriptor(cls, f, kind))
         except (InvalidParameterValueException, InvalidParameterTypeException) as exc:
-            raise ConfigError(f"parameter {prefix + f.name}: {exc}") from None
-        if is_float:
+            raise ConfigError(f"parameter {name}: {exc}") from None
+        value = param.value if param.type_ != Parameter.Type.NOT_SET else None
+        if kind.optional and value is None:
+            kwargs[f.name] = None
+            continue
+        if kind.array_type is not None and value is None:
+            value = ()  # a YAML `[]` reaches rclpy as "not set"
+        if f.metadata.get("any_type"):
+            value = str(value)
+        elif kind.is_float:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(f"parameter {prefix + f.name}: expected a number, got {value!r}")
+                raise ConfigError(f"parameter {name}: expected a number, got {value!r}")
             value = float(value)
         range_ = f.metadata.get("range")
         if range_ is not None and isinstance(value, (int, float)) and not range_[0] <= value <= range_[1]:
             # rclpy checks the range of a value of the declared type; an integer given for a float is checked here
-            raise ConfigError(f"parameter {prefix + f.name}: {value!r} is outside [{range_[0]}, {range_[1]}]")
+            raise ConfigError(f"parameter {name}: {value!r} is outside [{range_[0]}, {range_[1]}]")
         if isinstance(value, list):
             value = tuple(value)
         kwargs[f.name] = value
