@@ -6,7 +6,7 @@
        policy/chunk (ActionChunk, every chunk the model produced), /diagnostics (1 Hz)
   srv  policy/reset (clear the action queue and the policy's observation window)
 
-`policy` (INTERFACES.md): scripted | fold | pi | moe | <checkpoint path> | tcp://host:port,
+`policy` (docs/interfaces.md): scripted | fold | pi | moe | <checkpoint path> | tcp://host:port,
 built by egomimic_policy.loading; `inject_latency_ms` delays every query (rehearse a slow
 model). The tick only evaluates the executor's queue; the model runs in the executor's worker
 (egomimic_policy/rollout), so a slow model or a dead server never delays the tick: the queue
@@ -16,7 +16,8 @@ nothing is published and the safety gate sees a stale command and holds the arms
 Arm state (poses and joint states, 300 samples/s in all) is taken, not delivered: its readers sit
 on a companion node that no executor spins (egomimic_nodes/taken.py), drained before every tick
 and every query, so the newest samples are always seen without 300 executor callbacks a second.
-Camera frames arrive by callback.
+Camera frames arrive by callback. Every output goes through an Outbox (its own sending thread):
+a subscriber that blocks a writer (outbox.py) never stops the tick.
 
 Observations come from egomimic_hw.sync.ObservationSynchronizer: a query is made only when
 every input is fresh (`max_input_age_s` for arm state, `max_image_age_s` for cameras) and the
@@ -47,16 +48,30 @@ from egomimic_hw.sync import ObservationSynchronizer
 from egomimic_msgs.msg import ActionChunk, BimanualCommand
 from egomimic_nodes import diagnostics, qos, topics
 from egomimic_nodes.msg_convert import array_to_pose, image_to_array, ns_to_stamp, pose_to_array, stamp_to_ns
+from egomimic_nodes.outbox import Outbox
 from egomimic_nodes.params import declare_config
 from egomimic_nodes.spin import lower_this_thread, run_node
 from egomimic_nodes.taken import TakenSubscriptions
 from egomimic_policy.interface import Observation
 from egomimic_policy.loading import choose_device, load_policy
 from egomimic_policy.remote.client import RemoteConfig
-from egomimic_policy.rollout import (AsyncChunkExecutor, ExecutorConfig, ObservationHistory, ObservationUnavailable,
-                                     RolloutConfig, TickStatus)
+from egomimic_policy.rollout import (
+    AsyncChunkExecutor,
+    ExecutorConfig,
+    ObservationHistory,
+    ObservationUnavailable,
+    RolloutConfig,
+    TickStatus,
+)
 from egomimic_policy.scripted import ScriptedChunkConfig, ScriptedChunkPolicy, ScriptedMotionConfig
 
+ACTION_KEEP = 2
+"""Actions that may wait while their writer is blocked (two ticks); older ones are dropped and
+counted: each is superseded by the next, and the gate judges each by its stamp."""
+CHUNK_KEEP = 4
+"""Chunks that may wait: every chunk matters to a recorder, and they come at most a few a second."""
+EXIT_FLUSH_S = 0.2
+"""On exit, each writer gets this long to hand over what is queued."""
 SYNC_HISTORY = 8
 """Messages kept per input, so 100 Hz arm state can be matched to a 30 Hz frame's capture time."""
 LATE_TICK_PERIODS = 3
@@ -114,9 +129,11 @@ class PolicyNode(Node):
         self._take_lock = threading.Lock()
         for cam in self.cameras:  # only what the policy needs: scripted subscribes to none
             self.create_subscription(Image, _image_stream(cam), self._image_cb(cam), qos.SENSOR)
-        self._pub_action = self.create_publisher(BimanualCommand, topics.POLICY_ACTION.name(), topics.POLICY_ACTION.qos)
-        self._pub_chunk = self.create_publisher(ActionChunk, topics.POLICY_CHUNK.name(), topics.POLICY_CHUNK.qos)
-        self._pub_diag = self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos)
+        self._pub_action = Outbox(self.create_publisher(BimanualCommand, topics.POLICY_ACTION.name(), topics.POLICY_ACTION.qos),
+                                  keep=ACTION_KEEP)
+        self._pub_chunk = Outbox(self.create_publisher(ActionChunk, topics.POLICY_CHUNK.name(), topics.POLICY_CHUNK.qos),
+                                 keep=CHUNK_KEEP)
+        self._pub_diag = Outbox(self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos))
         self.create_service(Trigger, "policy/reset", self._on_reset)
 
         self._period_ns = int(1e9 / rate_hz)
@@ -309,6 +326,8 @@ class PolicyNode(Node):
             values.update(status_fn())
         values["bad_images"] = self._bad_images
         values["late_ticks"] = self.late_ticks
+        for box in (self._pub_action, self._pub_chunk):
+            values.update({f"{box.topic}.{k}": v for k, v in box.stats().items()})
         level = {TickStatus.RUNNING: diagnostics.OK, TickStatus.STOPPED: diagnostics.ERROR}.get(self._status, diagnostics.WARN)
         if values.get("remote_state", "connected") != "connected":
             level = diagnostics.ERROR
@@ -322,8 +341,12 @@ class PolicyNode(Node):
         close = getattr(self.policy, "close", None)
         if close is not None:
             close()
+        for box in (self._pub_action, self._pub_chunk, self._pub_diag):
+            box.flush(EXIT_FLUSH_S)
 
     def destroy_node(self) -> None:
+        for box in (self._pub_action, self._pub_chunk, self._pub_diag):
+            box.close()
         self._taken.destroy()
         super().destroy_node()
 
