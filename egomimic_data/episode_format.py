@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import simplejpeg
 import zarr
+from zarr.dtype import VariableLengthBytes
 
 from egomimic_hw.description import ARMS, CAMERAS
 
@@ -189,7 +190,7 @@ class EpisodeWriter:
                 # JPEG does not compress further: no compressor. One shard per block.
                 self._arrays[f"images.{cam}"] = self._group.create_array(
                     f"images.{cam}", shape=(self._capacity,), chunks=(1,), shards=(block_steps,),
-                    dtype=zarr.dtype.VariableLengthBytes(), compressors=None,
+                    dtype=VariableLengthBytes(), compressors=None,
                 )
         self._group.attrs.update({
             "format_version": FORMAT_VERSION,
@@ -348,9 +349,12 @@ class EpisodeReader:
         if key not in self._cache:
             try:
                 with _vlen_bytes_accepted():
-                    self._cache[key] = self._group[key]
+                    node = self._group[key]
             except KeyError:
                 raise EpisodeError(f"{self.path} has no array {key!r}") from None
+            if not isinstance(node, zarr.Array):
+                raise EpisodeError(f"{self.path}: {key!r} is a group, not an array")
+            self._cache[key] = node
         return self._cache[key]
 
     def array(self, key: str) -> np.ndarray:
@@ -369,7 +373,7 @@ class EpisodeReader:
             raise EpisodeError(f"{self.path} has no camera {cam!r}; it has {list(self.cameras)}")
         if not 0 <= t < self.length:
             raise IndexError(f"frame {t} outside [0, {self.length})")
-        return bytes(self._array(f"images.{cam}")[t : t + 1][0])  # arr[t] is a 0-d object array
+        return bytes(np.asarray(self._array(f"images.{cam}")[t : t + 1])[0])  # arr[t] is a 0-d object array
 
     def image(self, cam: str, t: int) -> np.ndarray:
         """RGB uint8 (H, W, 3)."""

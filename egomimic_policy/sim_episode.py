@@ -70,8 +70,8 @@ def render_sim_episode(path: str | Path, *, seconds: float = 10.0, fps: float = 
                 values[f"{side}.cmd_ee_pose"] = target_ds
                 values[f"{side}.obs_joints"] = joints[arm]
                 values[f"{side}.cmd_joints"] = ik.joints_rad
-                values[f"{side}.obs_gripper"] = [gripper]
-                values[f"{side}.cmd_gripper"] = [gripper]
+                values[f"{side}.obs_gripper"] = np.array([gripper])
+                values[f"{side}.cmd_gripper"] = np.array([gripper])
                 joints[arm] = ik.joints_rad
             stamp = START_STAMP_NS + int(round(t * 1e9 / fps))
             images = {cam: scenes[cam].render(ee_hw, t) for cam in CAMERAS}

@@ -45,6 +45,15 @@ class ArmMeasurement:
     stamp_s: float
 
 
+def _measured_pose(meas: ArmMeasurement) -> np.ndarray:
+    """meas.ee_pose_hw, which every Cartesian check needs: the caller fills it with FK first
+    (SafetyGate._measured). A measurement without it is the caller's bug, not a refusal."""
+    if meas.ee_pose_hw is None:
+        raise ValueError("ArmMeasurement.ee_pose_hw is None: compute FK of joints_rad before checking "
+                         "(SafetyGate._measured)")
+    return meas.ee_pose_hw
+
+
 @dataclass(frozen=True)
 class ArmVerdict:
     ok: bool
@@ -118,11 +127,12 @@ def check_jump_from_late_state(pose: np.ndarray, meas: ArmMeasurement | None, no
     if not np.isfinite(age):
         return
     slack_m, slack_rad = config.max_ee_speed_m_s * age, config.max_ee_angular_speed_rad_s * age
-    step_m = float(np.linalg.norm(pose[:3] - meas.ee_pose_hw[:3]))
+    measured = _measured_pose(meas)
+    step_m = float(np.linalg.norm(pose[:3] - measured[:3]))
     if step_m > config.max_translation_step_m + slack_m:
         raise _Refusal(Reason.TRANSLATION_JUMP, f"{step_m:.3f} m from the measured pose {age * 1e3:.0f} ms old (limit "
                                                 f"{config.max_translation_step_m} m + {slack_m:.3f} m the arm could have moved since)")
-    rot_rad = quat_angle(pose[3:], meas.ee_pose_hw[3:] / np.linalg.norm(meas.ee_pose_hw[3:]))
+    rot_rad = quat_angle(pose[3:], measured[3:] / np.linalg.norm(measured[3:]))
     if rot_rad > config.max_rotation_step_rad + slack_rad:
         raise _Refusal(Reason.ROTATION_JUMP, f"{rot_rad:.3f} rad from the measured orientation {age * 1e3:.0f} ms old (limit "
                                              f"{config.max_rotation_step_rad} rad + {slack_rad:.3f} rad the arm could have turned since)")
@@ -225,10 +235,11 @@ def check_command_step(pose: np.ndarray, prev: np.ndarray | None, dt_s: float, c
 
 def check_vs_measured(pose: np.ndarray, meas: ArmMeasurement, config: GateConfig) -> None:
     """Upstream parity: the target may not be far from where the arm is (never clamped)."""
-    step_m = float(np.linalg.norm(pose[:3] - meas.ee_pose_hw[:3]))
+    measured = _measured_pose(meas)
+    step_m = float(np.linalg.norm(pose[:3] - measured[:3]))
     if step_m > config.max_translation_step_m:
         raise _Refusal(Reason.TRANSLATION_JUMP, f"{step_m:.3f} m from the measured pose (limit {config.max_translation_step_m} m)")
-    rot_rad = quat_angle(pose[3:], meas.ee_pose_hw[3:] / np.linalg.norm(meas.ee_pose_hw[3:]))
+    rot_rad = quat_angle(pose[3:], measured[3:] / np.linalg.norm(measured[3:]))
     if rot_rad > config.max_rotation_step_rad:
         raise _Refusal(Reason.ROTATION_JUMP, f"{rot_rad:.3f} rad from the measured orientation (limit {config.max_rotation_step_rad} rad)")
 
@@ -324,9 +335,10 @@ def start_pose_distance(cmd: ArmCommand, meas: ArmMeasurement) -> tuple[float, f
     """(translation m, rotation rad) between a command as proposed (before any clamp) and the
     measured pose; a huge position is inf, which no tolerance accepts."""
     pose = np.asarray(cmd.pose, dtype=float)
+    measured = _measured_pose(meas)
     with np.errstate(over="ignore", invalid="ignore"):
         q = pose[3:] / np.linalg.norm(pose[3:])
         return (
-            float(np.linalg.norm(pose[:3] - meas.ee_pose_hw[:3])),
-            quat_angle(q, meas.ee_pose_hw[3:] / np.linalg.norm(meas.ee_pose_hw[3:])),
+            float(np.linalg.norm(pose[:3] - measured[:3])),
+            quat_angle(q, measured[3:] / np.linalg.norm(measured[3:])),
         )

@@ -122,6 +122,7 @@ class CameraHealthMonitor:
                 if interval > 1.5 * c.period_ns:
                     self._dropped += max(1, round(interval / c.period_ns) - 1)
                 self._window.append((capture_ns, interval))
+                assert self._fingerprint is not None  # set with the first frame, never cleared
                 diff = int(np.max(np.abs(fp - self._fingerprint))) if fp.shape == self._fingerprint.shape else 256
                 if diff == 0:
                     self._duplicated += 1

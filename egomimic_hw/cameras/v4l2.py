@@ -47,7 +47,7 @@ class V4l2Camera:
                     f"v4l2: cannot open {device!r} for {camera} (video devices present: {present}); check the "
                     "cable, the device path in the camera config, and that the user is in the 'video' group"
                 )
-            capture.set(cv2.CAP_PROP_FOURCC, cv2.VideoWriter_fourcc(*"MJPG"))
+            capture.set(cv2.CAP_PROP_FOURCC, cv2.VideoWriter.fourcc(*"MJPG"))
             capture.set(cv2.CAP_PROP_FRAME_WIDTH, width)
             capture.set(cv2.CAP_PROP_FRAME_HEIGHT, height)
             capture.set(cv2.CAP_PROP_FPS, rate_hz)

@@ -196,8 +196,10 @@ class ArmDriver:
     def check_watchdog(self, now_s: float) -> bool:
         """Between ticks, at `watchdog_due_s()`: read the arm and hold it where it is if no valid
         command came in time. True when it held (the reading is not published: ticks are)."""
-        due = self.watchdog_due_s()
-        if due is None or now_s - self._last_command_s <= self.config.command_timeout_s:
+        if self.watchdog_due_s() is None:
+            return False
+        assert self._last_command_s is not None  # watchdog_due_s() is None until a command came
+        if now_s - self._last_command_s <= self.config.command_timeout_s:
             return False
         self._run_watchdog(now_s, self._read(now_s))
         return self._holding

@@ -234,8 +234,8 @@ class Arx5Controller:
         self.gripper_command_range_m = (self.sdk_build.gripper_floor_m, float(self.robot_config.gripper_width))
         """Commands outside are clamped here (the SDK would clip them) and counted."""
         self.gripper_clamps = 0
-        self._last_stamp = None
-        self._last_change_wall = None
+        self._last_change: tuple[float, float] | None = None
+        """(SDK state timestamp, now_s) when that timestamp last changed; None before the first read."""
         self.fault = ""
         self.gains = gains or Arx5Gains()
         self._apply_gains(preview_s)
@@ -280,10 +280,10 @@ class Arx5Controller:
     def read(self, now_s: float) -> ArmReading:
         state = self._ctrl.get_joint_state()
         stamp = float(state.timestamp)
-        if self._last_stamp is None or stamp != self._last_stamp:
-            self._last_stamp, self._last_change_wall = stamp, now_s
-        elif now_s - self._last_change_wall > STALLED_AFTER_S and not self.fault:
-            self.fault = f"SDK state timestamp frozen for {now_s - self._last_change_wall:.3f} s (emergency or lost bus)"
+        if self._last_change is None or stamp != self._last_change[0]:
+            self._last_change = (stamp, now_s)
+        elif now_s - self._last_change[1] > STALLED_AFTER_S and not self.fault:
+            self.fault = f"SDK state timestamp frozen for {now_s - self._last_change[1]:.3f} s (emergency or lost bus)"
         return ArmReading(
             stamp_s=stamp,
             joints_rad=np.array(state.pos(), dtype=float),

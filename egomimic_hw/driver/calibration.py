@@ -29,6 +29,6 @@ def resolve_gripper_calibration(arm: Arm, backend: str, open_m: float | None = N
             "set both gripper_open_m and gripper_close_m, or neither to use the "
             f"{'measured' if backend == 'arx5' else 'default'} endpoints"
         )
-    if open_m is not None:
+    if open_m is not None and close_m is not None:  # both or neither, checked above
         return GripperCalibration(open_m=float(open_m), close_m=float(close_m))
     return CALIBRATED_GRIPPERS[arm] if backend == "arx5" else GripperCalibration()

@@ -66,7 +66,7 @@ class FamilyConfig:
     @classmethod
     def from_dict(cls, values: Mapping) -> "FamilyConfig":
         names = {f.name: f for f in dataclasses.fields(cls)}
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
         for key, value in values.items():
             if key in cls.REFUSED_FIELDS:
                 raise ConfigError(f"{cls.__name__} does not support {key!r}: {cls.REFUSED_FIELDS[key]}")
@@ -102,10 +102,14 @@ def check_rgb(image, camera: str) -> np.ndarray:
 
 
 class Algorithm(nn.Module):
-    """Base of the families. Subclasses set the class attributes and implement the hooks."""
+    """Base of the families. Subclasses set the class attributes and implement the hooks, and
+    redeclare `config` as their `config_type` (`config: FoldConfig`): __init__ refuses any other
+    config, so the narrower annotation states what is checked, and the type checker sees the
+    family's own fields."""
 
     family: ClassVar[str]
     config_type: ClassVar[type[FamilyConfig]]
+    config: FamilyConfig
     compat_version: ClassVar[str]
     """Names the checkpoint preparation of this class; part of the cache fingerprint, so changing
     what preparation does means bumping it."""

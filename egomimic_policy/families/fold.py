@@ -94,7 +94,11 @@ class FoldConfig(FamilyConfig):
 
 class FoldAlgorithm(Algorithm):
     family: ClassVar[str] = "fold"
-    config_type: ClassVar[type] = FoldConfig
+    config_type: ClassVar[type[FamilyConfig]] = FoldConfig
+    config: FoldConfig
+    alpha_bar: torch.Tensor
+    """Buffer (train_timesteps,) registered in __init__; declared so it reads as a tensor, not
+    nn.Module.__getattr__'s Tensor | Module."""
     compat_version: ClassVar[str] = "fold-v1"
     rollout_overridable: ClassVar[frozenset[str]] = frozenset({"num_inference_steps"})
 

@@ -116,6 +116,7 @@ class AdaLNBlock(nn.Module):
         if self.cross is not None:
             if memory is None:
                 raise ValueError("this block cross-attends: pass memory")
+            assert self.norm_cross is not None  # built together with self.cross in __init__
             h = self.norm_cross(x)
             x = x + self.cross(h, memory, memory, need_weights=False)[0]
         h = self.norm2(x) * (1 + scale2) + shift2

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from egomimic_hw.errors import ConfigError
-from egomimic_policy.families.base import TrainBatch
+from egomimic_policy.families.base import FamilyConfig, TrainBatch
 from egomimic_policy.families.fold import FoldAlgorithm, FoldConfig
 from egomimic_policy.families.layers import MoEFeedForward
 
@@ -46,7 +46,8 @@ class MoEConfig(FoldConfig):
 
 class MoEAlgorithm(FoldAlgorithm):
     family: ClassVar[str] = "moe"
-    config_type: ClassVar[type] = MoEConfig
+    config_type: ClassVar[type[FamilyConfig]] = MoEConfig
+    config: MoEConfig
     compat_version: ClassVar[str] = "moe-v1"
 
     def make_ffn(self) -> nn.Module:

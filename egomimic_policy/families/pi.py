@@ -82,7 +82,8 @@ class PIConfig(FamilyConfig):
 
 class PIAlgorithm(Algorithm):
     family: ClassVar[str] = "pi"
-    config_type: ClassVar[type] = PIConfig
+    config_type: ClassVar[type[FamilyConfig]] = PIConfig
+    config: PIConfig
     compat_version: ClassVar[str] = "pi-v1"
     rollout_overridable: ClassVar[frozenset[str]] = frozenset({"flow_steps"})
 

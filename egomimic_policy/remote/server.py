@@ -26,7 +26,7 @@ from urllib.parse import urlparse
 import zmq
 
 from egomimic_hw.errors import ConfigError
-from egomimic_policy.interface import ChunkPolicy
+from egomimic_policy.interface import ChunkPolicy, Observation
 from egomimic_policy.remote import protocol as P
 from egomimic_policy.remote.wire import (PROTOCOL_VERSION, WireError, chunk_to_dict, observation_from_dict, pack,
                                          spec_to_dict, unpack)
@@ -46,7 +46,8 @@ class _Job:
     kind: str
     received_s: float
     timeout_s: float = 0.0
-    observation: object = None
+    observation: Observation | None = None
+    """Set on INFER jobs before they are queued; None on RESET."""
 
 
 class PolicyServer:
@@ -168,6 +169,7 @@ class PolicyServer:
             self.expired += 1
             return {"type": P.ERROR, "id": job.request_id, "code": P.EXPIRED,
                     "detail": f"waited {queued_s * 1e3:.0f} ms > timeout {job.timeout_s * 1e3:.0f} ms"}
+        assert job.observation is not None  # an INFER job is queued only with its observation
         start = time.monotonic()
         try:
             chunk = self.policy.infer(job.observation)

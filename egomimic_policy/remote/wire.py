@@ -156,12 +156,21 @@ def spec_to_dict(spec: PolicySpec) -> dict:
             "obs_steps": int(spec.obs_steps), "extra": {str(k): str(v) for k, v in spec.extra.items()}}
 
 
+def _image_size(value) -> tuple[int, int]:
+    """(H, W) of a spec: anything but two numbers is refused here, at the handshake, instead of
+    every camera frame being dropped later for not matching it."""
+    size = [int(n) for n in value]
+    if len(size) != 2:
+        raise ValueError(f"image_size must be [height, width], got {value!r}")
+    return size[0], size[1]
+
+
 def spec_from_dict(d: dict) -> PolicySpec:
     try:
         return PolicySpec(family=str(d["family"]), fingerprint=str(d["fingerprint"]), embodiment=str(d["embodiment"]),
                           action_layout=str(d["action_layout"]), chunk_length=int(d["chunk_length"]),
                           rate_hz=float(d["rate_hz"]), cameras=tuple(str(c) for c in d["cameras"]),
-                          image_size=tuple(int(n) for n in d["image_size"]),
+                          image_size=_image_size(d["image_size"]),
                           obs_steps=int(d.get("obs_steps", 1)),
                           extra={str(k): str(v) for k, v in dict(d.get("extra", {})).items()})
     except (KeyError, TypeError, ValueError) as exc:

@@ -84,6 +84,16 @@ def test_malformed_observation_names_the_field():
         observation_from_dict(unpack(pack(d)))
 
 
+def test_spec_image_size_must_be_height_and_width():
+    """A peer's spec with an image_size other than (H, W) is refused at the handshake; before,
+    it was accepted and the policy node then dropped every camera frame as misshapen."""
+    d = spec_to_dict(ScriptedChunkPolicy().spec)
+    for bad in ([480, 640, 3], [480]):
+        d["image_size"] = bad
+        with pytest.raises(WireError, match="image_size"):
+            spec_from_dict(unpack(pack(d)))
+
+
 def test_observation_with_a_committed_prefix_round_trips():
     """blend inpaint: the committed prefix travels to a remote model exactly; without one the
     message carries no `prefix` key (old servers see the same message as before)."""
