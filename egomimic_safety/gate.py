@@ -286,7 +286,8 @@ class SafetyGate:
                 camera, transient = self._camera_problem(now_s, mono_s, self.config.camera_hold_after_s)
                 if camera:
                     return self._fault(Reason.STALE_CAMERA, camera, mono_s)
-                silent_s = mono_s - self._last_command_mono
+                last = self._last_command_mono  # set by arming; unset counts as silent forever (fail closed)
+                silent_s = mono_s - last if last is not None else float("inf")
                 if silent_s > self.config.command_timeout_s:
                     return self._fault(Reason.STALE_COMMAND, f"no command for {silent_s * 1e3:.0f} ms", mono_s)
                 since = self._deferring_since_mono
@@ -423,11 +424,17 @@ class SafetyGate:
             silent_s = mono_s - self._meas_rx_mono.get(arm, -np.inf)
             verdict = check_arm(arm, cmd, self._measured(arm), self._prev_pose.get(arm), dt_s, now_s, silent_s, cfg, self._kin[arm])
             if not verdict.ok:
+                reason = verdict.reason or Reason.INTERNAL_ERROR  # a refusal always names one
                 if verdict.transient:
-                    return self._defer_unless_fault(proposal, verdict.reason, verdict.detail, now_s, mono_s)
-                return self._reject(verdict.reason, verdict.detail, mono_s)
+                    return self._defer_unless_fault(proposal, reason, verdict.detail, now_s, mono_s)
+                return self._reject(reason, verdict.detail, mono_s)
+            if verdict.pose_hw is None or verdict.joints_rad is None:  # an accepted verdict carries both
+                return Decision.after_fault(self._fault(Reason.INTERNAL_ERROR, f"{arm.value}: accepted without a target", mono_s))
             if self.state == GateState.ARMING and not self._start_checked:
-                dist_m, dist_rad = start_pose_distance(cmd, self._measured(arm))
+                measured = self._measured(arm)
+                if measured is None:  # check_arm refuses a command without a measurement first
+                    return self._reject(Reason.STALE_STATE, f"{arm.value}: no measured state", mono_s)
+                dist_m, dist_rad = start_pose_distance(cmd, measured)
                 if dist_m > cfg.start_translation_tolerance_m or dist_rad > cfg.start_rotation_tolerance_rad:
                     return self._reject(Reason.START_TOO_FAR, f"{arm.value}: first command is {dist_m:.3f} m / {dist_rad:.3f} rad "
                                         f"from the measured pose (limits {cfg.start_translation_tolerance_m} m / "

@@ -219,7 +219,7 @@ class RemotePolicy:
         next_beat = 0.0
         try:
             while not self._stop.is_set():
-                timeout_ms = max(0.0, (next_beat - time.monotonic()) * 1e3)
+                timeout_ms = max(0, math.ceil((next_beat - time.monotonic()) * 1e3))  # whole ms, never early
                 events = dict(poller.poll(timeout_ms))
                 if self._cmd_rx in events:
                     rid, payload = self._cmd_rx.recv_multipart()

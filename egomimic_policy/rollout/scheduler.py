@@ -368,6 +368,8 @@ class ChunkScheduler:
         return chunk_id
 
     def _merge(self, now_ns: int) -> None:
+        if self._pending is None:  # called when a chunk is pending; nothing to merge otherwise
+            return
         chunk_id, chunk, new, received_ns, prefix_end_ns = self._pending
         self._pending = None
         c = self.counters
