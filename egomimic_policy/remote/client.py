@@ -1,7 +1,6 @@
 """RemotePolicy: a ChunkPolicy served by `egomimic-policy-server` (pyzmq DEALER, msgpack).
 
-Why it is built this way (the hazards of the upstream clients, research/anchors.md 1.11 and
-ecosystem.md section 5):
+Why it is built this way (the hazards of the upstream clients):
 - No call waits without a deadline: `infer` fails after `timeout_s` (RemoteTimeout) and fails
   at once when the server is not connected (RemoteUnavailable). The executor calls it from its
   worker, so a dead or slow server only drains the queue; the control tick never waits.

@@ -1,7 +1,7 @@
 """Asynchronous chunk execution: the control tick never waits for the model.
 
 Why a worker thread: a model query takes longer than a control period (Fold: ~100 ms at 16
-steps on a 4090, EVA.md); upstream queries inline, so the 30 Hz loop stalls at every replan.
+steps on a 4090, docs/eva.md); upstream queries inline, so the 30 Hz loop stalls at every replan.
 Here `tick(now_ns)` only evaluates the queue (microseconds, under a lock never held while the
 model runs) and, when the cadence says so, wakes the worker. The worker takes the latest
 observation from `observe(now_ns)`, calls `policy.infer`, measures the latency and hands the

@@ -7,7 +7,7 @@ Per tick (`tick(now_ns)`), one of four statuses:
 - RUNNING: the queue covers `now`; the target is the queue evaluated at `now`.
 - HOLDING: the queue ran dry (its last row is in the past): the last row is repeated, for at
   most `max_dry_s`, and every such tick is counted. Holding makes a dead policy look alive
-  (EVA.md, upstream safety gates), so it is bounded and reported, never silent.
+  (docs/eva.md, upstream safety gates), so it is bounded and reported, never silent.
 - STOPPED: dry for longer than `max_dry_s`, or the newest merged chunk answers an observation
   older than `max_open_loop_s` (inputs went stale, so no new query was made: the queue would
   otherwise keep executing a plan made from old inputs): no target. The node then publishes
