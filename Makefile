@@ -31,12 +31,13 @@ MSG_SOURCES := $(wildcard ros2_ws/src/egomimic_msgs/msg/*.msg) ros2_ws/src/egomi
                ros2_ws/src/egomimic_msgs/package.xml ros2_ws/src/egomimic_msgs/pyproject.toml
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test test-unit test-integration test-properties test-faults test-py312 bench soak clean-venv shm-clean
+.PHONY: help setup run test lint test-unit test-integration test-properties test-faults test-py312 bench soak clean-venv shm-clean
 
 help: ## list the targets
 	@echo "EVA control service"
 	@echo "  make run          set up if needed, run the whole graph in simulation for DURATION s (default 20), print a summary"
-	@echo "  make test         set up if needed, run the whole test suite (unit + integration)"
+	@echo "  make test         set up if needed, lint, then run the whole test suite (unit + integration)"
+	@echo "  make lint         ruff check, ruff format --check and mypy on the libraries (part of make test)"
 	@echo "  make setup        create .venv with the pinned ROS 2 Kilted wheels, torch (CPU), build egomimic_msgs"
 	@echo "  make test-unit    library tests only (fast, no DDS)"
 	@echo "  make test-integration  real node processes over DDS"
@@ -67,9 +68,14 @@ run: $(STAMP) ## the whole graph in simulation with the default policy, then a s
 	$(VENV)/bin/egomimic-launch eva_bimanual.launch.py $(RUN_ARGS) --duration $(DURATION) --summary \
 	  --summary-json out/run_summary.json --run-dir out/run
 
-test: $(STAMP) ## the whole suite, as CI runs it
+test: $(STAMP) lint ## the whole suite, as CI runs it
 	@rm -f out/test-hang.txt
 	$(PY) -m pytest tests $(PYTEST_ARGS) || { status=$$?; test ! -f out/test-hang.txt || cat out/test-hang.txt; exit $$status; }
+
+lint: $(STAMP) ## ruff (lint and format) on the whole tree, mypy on the ROS-free libraries (pyproject.toml)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests -m "not integration" $(PYTEST_ARGS)

@@ -94,11 +94,16 @@ def timer_loop(seconds: float, on_tick) -> None:
 def rate_stats(emit_s: list[float], seconds: float) -> dict:
     t = np.asarray(emit_s)
     gaps = np.diff(t)
-    return {"published": len(t), "rate_hz": round((len(t) - 1) / (t[-1] - t[0]), 3) if len(t) > 1 else 0.0,
-            "rate_error_pct": round(abs((len(t) - 1) / (t[-1] - t[0]) - RATE_HZ) / RATE_HZ * 100, 3) if len(t) > 1 else 100.0,
-            "worst_gap_ms": round(float(gaps.max()) * 1e3, 2) if len(gaps) else float("inf"),
-            "worst_gap_periods": round(float(gaps.max()) / PERIOD_S, 2) if len(gaps) else float("inf"),
-            "gap_p99_ms": round(float(np.percentile(gaps, 99)) * 1e3, 2) if len(gaps) else float("inf")}
+    return {
+        "published": len(t),
+        "rate_hz": round((len(t) - 1) / (t[-1] - t[0]), 3) if len(t) > 1 else 0.0,
+        "rate_error_pct": round(abs((len(t) - 1) / (t[-1] - t[0]) - RATE_HZ) / RATE_HZ * 100, 3)
+        if len(t) > 1
+        else 100.0,
+        "worst_gap_ms": round(float(gaps.max()) * 1e3, 2) if len(gaps) else float("inf"),
+        "worst_gap_periods": round(float(gaps.max()) / PERIOD_S, 2) if len(gaps) else float("inf"),
+        "gap_p99_ms": round(float(np.percentile(gaps, 99)) * 1e3, 2) if len(gaps) else float("inf"),
+    }
 
 
 def run_async(policy, seconds: float, config: ExecutorConfig) -> tuple[dict, list]:
@@ -118,9 +123,14 @@ def run_async(policy, seconds: float, config: ExecutorConfig) -> tuple[dict, lis
     stats = ex.stats(time.time_ns())
     ex.stop()
     out = rate_stats(emit_s, seconds)
-    out.update(tick_p50_us=round(float(np.median(tick_us)), 1), tick_max_us=round(float(np.max(tick_us)), 1),
-               dry_ticks=stats["dry_ticks"], chunks=stats["chunks"], latency_p50_ms=stats["latency_p50_ms"],
-               rows_dropped_late=stats["rows_dropped_late"])
+    out.update(
+        tick_p50_us=round(float(np.median(tick_us)), 1),
+        tick_max_us=round(float(np.max(tick_us)), 1),
+        dry_ticks=stats["dry_ticks"],
+        chunks=stats["chunks"],
+        latency_p50_ms=stats["latency_p50_ms"],
+        rows_dropped_late=stats["rows_dropped_late"],
+    )
     return out, positions
 
 
@@ -143,10 +153,13 @@ def run_sync(policy, seconds: float) -> dict:
 def jerk_stats(positions: list) -> dict:
     x = np.asarray(positions)
     steps = np.linalg.norm(np.diff(x, axis=0), axis=1)
-    jerk = np.linalg.norm(np.diff(x, n=3, axis=0), axis=1) / PERIOD_S ** 3
-    return {"jerk_max_m_s3": round(float(jerk.max()), 2), "jerk_p99_m_s3": round(float(np.percentile(jerk, 99)), 2),
-            "jerk_rms_m_s3": round(float(np.sqrt(np.mean(jerk ** 2))), 2),
-            "max_step_mm": round(float(steps.max()) * 1e3, 3)}
+    jerk = np.linalg.norm(np.diff(x, n=3, axis=0), axis=1) / PERIOD_S**3
+    return {
+        "jerk_max_m_s3": round(float(jerk.max()), 2),
+        "jerk_p99_m_s3": round(float(np.percentile(jerk, 99)), 2),
+        "jerk_rms_m_s3": round(float(np.sqrt(np.mean(jerk**2))), 2),
+        "max_step_mm": round(float(steps.max()) * 1e3, 3),
+    }
 
 
 def main() -> int:
@@ -158,7 +171,9 @@ def main() -> int:
     results: dict = {"rate_hz": RATE_HZ, "chunk_length": CHUNK_LENGTH, "seconds": args.seconds, "latency": {}}
 
     print(f"1. policy/action timing, real timer thread, {args.seconds:.0f} s each; chunk {CHUNK_LENGTH} rows")
-    print(f"{'model latency':<15}{'loop':<28}{'rate Hz':>9}{'err %':>7}{'worst gap ms':>14}{'periods':>9}{'dry ticks':>11}")
+    print(
+        f"{'model latency':<15}{'loop':<28}{'rate Hz':>9}{'err %':>7}{'worst gap ms':>14}{'periods':>9}{'dry ticks':>11}"
+    )
     for latency_s in (0.1, 0.3):
         policy = DelayedPolicy(ScriptedChunkPolicy(MOTION, chunk_length=CHUNK_LENGTH), latency_s)
         a, _ = run_async(policy, args.seconds, ExecutorConfig(cadence="low_water"))
@@ -166,13 +181,19 @@ def main() -> int:
         a["pass"] = a["rate_error_pct"] <= 1.0 and a["worst_gap_periods"] <= 2.0
         results["latency"][f"{int(latency_s * 1e3)}ms"] = {"async": a, "sync_baseline": s}
         for name, r, dry in (("async executor", a, a["dry_ticks"]), (f"sync (query every {QUERY_EVERY})", s, "-")):
-            print(f"{latency_s * 1e3:>6.0f} ms      {name:<28}{r['rate_hz']:>9.2f}{r['rate_error_pct']:>7.2f}"
-                  f"{r['worst_gap_ms']:>14.1f}{r['worst_gap_periods']:>9.2f}{dry:>11}")
-        print(f"{'':15}async: tick p50 {a['tick_p50_us']} us, max {a['tick_max_us']} us; "
-              f"{a['chunks']} chunks, latency p50 {a['latency_p50_ms']} ms; acceptance "
-              f"(rate within 1 %, worst gap <= 2 periods): {'PASS' if a['pass'] else 'FAIL'}")
+            print(
+                f"{latency_s * 1e3:>6.0f} ms      {name:<28}{r['rate_hz']:>9.2f}{r['rate_error_pct']:>7.2f}"
+                f"{r['worst_gap_ms']:>14.1f}{r['worst_gap_periods']:>9.2f}{dry:>11}"
+            )
+        print(
+            f"{'':15}async: tick p50 {a['tick_p50_us']} us, max {a['tick_max_us']} us; "
+            f"{a['chunks']} chunks, latency p50 {a['latency_p50_ms']} ms; acceptance "
+            f"(rate within 1 %, worst gap <= 2 periods): {'PASS' if a['pass'] else 'FAIL'}"
+        )
 
-    print(f"\n2. chunk-seam jerk: per-chunk offsets of 5 mm std, query every 10 ticks, 100 ms model, {args.seconds:.0f} s each")
+    print(
+        f"\n2. chunk-seam jerk: per-chunk offsets of 5 mm std, query every 10 ticks, 100 ms model, {args.seconds:.0f} s each"
+    )
     print(f"{'blend':<12}{'jerk max m/s^3':>16}{'p99':>10}{'rms':>10}{'max step mm':>13}")
     results["jerk"] = {}
     for blend in ("none", "ensemble", "crossfade", "inpaint"):
@@ -181,17 +202,29 @@ def main() -> int:
         _, positions = run_async(policy, args.seconds, cfg)
         j = jerk_stats(positions)
         results["jerk"][blend] = j
-        print(f"{blend:<12}{j['jerk_max_m_s3']:>16.1f}{j['jerk_p99_m_s3']:>10.1f}{j['jerk_rms_m_s3']:>10.1f}"
-              f"{j['max_step_mm']:>13.3f}")
+        print(
+            f"{blend:<12}{j['jerk_max_m_s3']:>16.1f}{j['jerk_p99_m_s3']:>10.1f}{j['jerk_rms_m_s3']:>10.1f}"
+            f"{j['max_step_mm']:>13.3f}"
+        )
     none_max = results["jerk"]["none"]["jerk_max_m_s3"]
-    print("ratios vs no blending (max jerk): " + ", ".join(
-        f"{b} {results['jerk'][b]['jerk_max_m_s3'] / none_max:.2f}" for b in ("ensemble", "crossfade", "inpaint")))
-    clean = jerk_stats(run_async(DelayedPolicy(ScriptedChunkPolicy(MOTION, chunk_length=CHUNK_LENGTH), 0.1),
-                                 min(args.seconds, 3.0), ExecutorConfig(cadence="every_n", query_every_n_ticks=10,
-                                                                        blend="none"))[1])
+    print(
+        "ratios vs no blending (max jerk): "
+        + ", ".join(
+            f"{b} {results['jerk'][b]['jerk_max_m_s3'] / none_max:.2f}" for b in ("ensemble", "crossfade", "inpaint")
+        )
+    )
+    clean = jerk_stats(
+        run_async(
+            DelayedPolicy(ScriptedChunkPolicy(MOTION, chunk_length=CHUNK_LENGTH), 0.1),
+            min(args.seconds, 3.0),
+            ExecutorConfig(cadence="every_n", query_every_n_ticks=10, blend="none"),
+        )[1]
+    )
     results["jerk"]["reference_no_offsets"] = clean
-    print(f"reference (same motion, chunks that agree): jerk max {clean['jerk_max_m_s3']:.1f} m/s^3, "
-          f"max step {clean['max_step_mm']:.3f} mm")
+    print(
+        f"reference (same motion, chunks that agree): jerk max {clean['jerk_max_m_s3']:.1f} m/s^3, "
+        f"max step {clean['max_step_mm']:.3f} mm"
+    )
 
     if not args.skip_remote:
         import remote_overhead

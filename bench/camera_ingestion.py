@@ -51,9 +51,8 @@ def main() -> int:
     ap.add_argument("--frames", type=int, default=300)
     ap.add_argument("--out", default="out/bench/camera_ingestion.json")
     a = ap.parse_args()
-    from sensor_msgs.msg import Image
-
     from rclpy.serialization import serialize_message
+    from sensor_msgs.msg import Image
 
     from egomimic_nodes.msg_convert import fill_image
     from egomimic_nodes.serialized import SerializedImage
@@ -71,14 +70,20 @@ def main() -> int:
     template = SerializedImage("front_1_optical", H, W)
     n = a.frames
     stages = {
-        "copy floor (tobytes + frombuffer().copy())": timed(lambda i: np.frombuffer(frames[i % 32].tobytes(), np.uint8).copy(), n),
+        "copy floor (tobytes + frombuffer().copy())": timed(
+            lambda i: np.frombuffer(frames[i % 32].tobytes(), np.uint8).copy(), n
+        ),
         "render synthetic": timed(lambda i: scene.render(ee, i), n),
         "replay decode JPEG q85": timed(lambda i: simplejpeg.decode_jpeg(jpegs[i % 32], colorspace="RGB"), n),
         "shape 960x720 bgr -> 640x480 rgb": timed(lambda i: shaper.shape(Frame(big_bgr[i % 32], 0, i, "bgr8")), n),
         "health (fingerprint + compare)": timed(lambda i: monitor.on_frame(i * 33_333_333, frames[i % 32]), n),
-        "Image msg: fill + serialize (publish())": timed(lambda i: serialize_message(fill_image(msg, frames[i % 32])), n),
+        "Image msg: fill + serialize (publish())": timed(
+            lambda i: serialize_message(fill_image(msg, frames[i % 32])), n
+        ),
         "serialized template: stamp + one copy": timed(lambda i: template.fill(i * 33_333_333, frames[i % 32]), n),
-        "JPEG encode q85 (compressed topic)": timed(lambda i: simplejpeg.encode_jpeg(frames[i % 32], quality=85, colorspace="RGB"), n),
+        "JPEG encode q85 (compressed topic)": timed(
+            lambda i: simplejpeg.encode_jpeg(frames[i % 32], quality=85, colorspace="RGB"), n
+        ),
     }
     floor = stages["copy floor (tobytes + frombuffer().copy())"]["p50_ms"]
     print(f"per-frame cost, {W}x{H} rgb8 ({n} frames each); 3 cameras x {RATE_HZ:g} Hz = 90 frames/s")
@@ -91,10 +96,14 @@ def main() -> int:
     per_frame = sum(stages[k]["p50_ms"] for k in node_path)
     before = stages["Image msg: fill + serialize (publish())"]["p50_ms"]
     now = stages["serialized template: stamp + one copy"]["p50_ms"]
-    print(f"message bytes per frame: {now:.3f} ms with the serialized template vs {before:.3f} ms through an Image "
-          f"message ({before / now:.0f}x); the middleware's own copy into shared memory comes on top of both")
-    print(f"synthetic node path per frame (render + health + serialized template): {per_frame:.3f} ms = "
-          f"{per_frame / (1e3 / RATE_HZ) * 100:.1f}% of a 33.3 ms period, {per_frame * 9:.1f}% of a core for 3 cameras")
+    print(
+        f"message bytes per frame: {now:.3f} ms with the serialized template vs {before:.3f} ms through an Image "
+        f"message ({before / now:.0f}x); the middleware's own copy into shared memory comes on top of both"
+    )
+    print(
+        f"synthetic node path per frame (render + health + serialized template): {per_frame:.3f} ms = "
+        f"{per_frame / (1e3 / RATE_HZ) * 100:.1f}% of a 33.3 ms period, {per_frame * 9:.1f}% of a core for 3 cameras"
+    )
 
     # Episode writer: 3 cameras + 12 arrays at 30 Hz, as the recorder will drive it.
     steps = int(RATE_HZ * 4)
@@ -110,16 +119,26 @@ def main() -> int:
         total = time.perf_counter() - t0
         size_mb = sum(f.stat().st_size for f in (Path(tmp) / "ep.zarr").rglob("*") if f.is_file()) / 1e6
     recorded_s = steps / RATE_HZ
-    writer = {"steps": steps, "writer_s_per_recorded_s": total / recorded_s, "step_p50_ms": float(np.median(per_step)),
-              "block_p_max_ms": float(np.max(per_step)), "mb_per_recorded_s": size_mb / recorded_s}
-    print(f"episode writer: {steps} steps x 3 cameras: {writer['writer_s_per_recorded_s']:.3f} writer-s per recorded s "
-          f"(limit 1.0, aim <= 0.3); step p50 {writer['step_p50_ms']:.2f} ms (JPEG encode), block write max "
-          f"{writer['block_p_max_ms']:.0f} ms; {writer['mb_per_recorded_s']:.2f} MB per recorded s "
-          f"(raw: {3 * H * W * 3 * RATE_HZ / 1e6:.1f})")
+    writer = {
+        "steps": steps,
+        "writer_s_per_recorded_s": total / recorded_s,
+        "step_p50_ms": float(np.median(per_step)),
+        "block_p_max_ms": float(np.max(per_step)),
+        "mb_per_recorded_s": size_mb / recorded_s,
+    }
+    print(
+        f"episode writer: {steps} steps x 3 cameras: {writer['writer_s_per_recorded_s']:.3f} writer-s per recorded s "
+        f"(limit 1.0, aim <= 0.3); step p50 {writer['step_p50_ms']:.2f} ms (JPEG encode), block write max "
+        f"{writer['block_p_max_ms']:.0f} ms; {writer['mb_per_recorded_s']:.2f} MB per recorded s "
+        f"(raw: {3 * H * W * 3 * RATE_HZ / 1e6:.1f})"
+    )
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"stages": stages, "copy_floor_ms": floor, "node_path_ms": per_frame,
-                               "episode_writer": writer}, indent=2))
+    out.write_text(
+        json.dumps(
+            {"stages": stages, "copy_floor_ms": floor, "node_path_ms": per_frame, "episode_writer": writer}, indent=2
+        )
+    )
     print(f"wrote {out}")
     return 0
 

@@ -70,11 +70,12 @@ DEFAULT_DOMAIN = 92
 # -- baseline child: a bare 100 Hz JointState publisher ------------------------------------------
 def run_baseline(arm_name: str, rate_hz: float) -> int:
     """The minimal node: same message, QoS, stamping, init and executor as the driver; no work."""
+    from rclpy.node import Node
+    from sensor_msgs.msg import JointState
+
     from egomimic_hw.description import Arm
     from egomimic_nodes import topics
     from egomimic_nodes.spin import run_node
-    from rclpy.node import Node
-    from sensor_msgs.msg import JointState
 
     arm = Arm.parse(arm_name)
 
@@ -108,7 +109,11 @@ class BaselineProcess:
         with open(log_path, "w") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, __file__, "--role", "baseline", "--arm", arm, "--rate-hz", str(rate_hz)],
-                env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=env,
+                cwd=REPO,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         self.log_path = log_path
@@ -131,16 +136,20 @@ class Recorder:
     """Subscribes to `<prefix>/<arm>/joint_states`; records per-message times while `recording`."""
 
     def __init__(self, node, prefix: str):
-        from egomimic_nodes import topics
         from sensor_msgs.msg import JointState
+
+        from egomimic_nodes import topics
 
         self.samples: dict[str, list] = {arm.value: [] for arm in ARMS}
         self.first_seen: dict[str, bool] = {arm.value: False for arm in ARMS}
         self.recording = False
         self._subs = [
-            node.create_subscription(JointState, topics.JOINT_STATES.resolve(prefix, arm),
-                                     lambda msg, info, arm=arm.value: self._on_msg(arm, msg, info),
-                                     topics.JOINT_STATES.qos)
+            node.create_subscription(
+                JointState,
+                topics.JOINT_STATES.resolve(prefix, arm),
+                lambda msg, info, arm=arm.value: self._on_msg(arm, msg, info),
+                topics.JOINT_STATES.qos,
+            )
             for arm in ARMS
         ]
         self._node = node
@@ -150,8 +159,9 @@ class Recorder:
         self.first_seen[arm] = True
         if self.recording:
             stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
-            self.samples[arm].append((stamp_ns, info["source_timestamp"], info["received_timestamp"], wall_ns,
-                                      mono_ns, len(msg.position)))
+            self.samples[arm].append(
+                (stamp_ns, info["source_timestamp"], info["received_timestamp"], wall_ns, mono_ns, len(msg.position))
+            )
 
     def close(self) -> None:
         for sub in self._subs:
@@ -181,8 +191,10 @@ def measure_phase(name: str, prefix: str, node, executor, processes, a) -> dict:
     try:
         if not spin_for(executor, FIRST_MESSAGE_TIMEOUT_S, lambda: all(recorder.first_seen.values())):
             dead = {proc_name(p): p.poll() for p in processes if p.poll() is not None}
-            raise RuntimeError(f"{name}: no joint_states on {prefix}/<arm> within {FIRST_MESSAGE_TIMEOUT_S:.0f} s"
-                               f" (exited children: {dead or 'none'}; logs in {a.run_dir_used}/logs)")
+            raise RuntimeError(
+                f"{name}: no joint_states on {prefix}/<arm> within {FIRST_MESSAGE_TIMEOUT_S:.0f} s"
+                f" (exited children: {dead or 'none'}; logs in {a.run_dir_used}/logs)"
+            )
         spin_for(executor, a.warmup)
         procs = {proc_name(p): psutil.Process(p.pid) for p in processes}
         cpu0 = {k: sum(v.cpu_times()[:2]) for k, v in procs.items()}
@@ -198,16 +210,26 @@ def measure_phase(name: str, prefix: str, node, executor, processes, a) -> dict:
         recorder.close()
     per_arm = {arm.value: analyse(recorder.samples[arm.value], window_s) for arm in ARMS}
     pooled = pool(per_arm)
-    return {"prefix": prefix, "window_s": window_s, "arms": per_arm, "pooled": pooled, "cpu_pct": cpu,
-            "loadavg_1min": [load0, load1]}
+    return {
+        "prefix": prefix,
+        "window_s": window_s,
+        "arms": per_arm,
+        "pooled": pooled,
+        "cpu_pct": cpu,
+        "loadavg_1min": [load0, load1],
+    }
 
 
 # -- statistics ---------------------------------------------------------------------------------
 def pct(x: np.ndarray) -> dict:
     if x.size == 0:
         return {"p50": None, "p99": None, "max": None, "n": 0}
-    return {"p50": float(np.percentile(x, 50)), "p99": float(np.percentile(x, 99)), "max": float(x.max()),
-            "n": int(x.size)}
+    return {
+        "p50": float(np.percentile(x, 50)),
+        "p99": float(np.percentile(x, 99)),
+        "max": float(x.max()),
+        "n": int(x.size),
+    }
 
 
 def analyse(samples: list, window_s: float) -> dict:
@@ -225,8 +247,13 @@ def analyse(samples: list, window_s: float) -> dict:
         "lat_transport_ms": (received - source) / 1e6,
         "lat_executor_ms": (wall - received) / 1e6,
     }
-    out = {"n": int(len(s)), "rate_hz": len(s) / window_s, "values_per_msg": int(s[0, 5]),
-           "stamp_rate_hz": (len(s) - 1) / ((stamp[-1] - stamp[0]) / 1e9), "raw": raw}
+    out = {
+        "n": int(len(s)),
+        "rate_hz": len(s) / window_s,
+        "values_per_msg": int(s[0, 5]),
+        "stamp_rate_hz": (len(s) - 1) / ((stamp[-1] - stamp[0]) / 1e9),
+        "raw": raw,
+    }
     out.update(derive(raw))
     return out
 
@@ -270,26 +297,34 @@ def report(results: dict, a) -> dict:
     drv, base = results.get("driver", {}).get("pooled", {}), results.get("baseline", {}).get("pooled", {})
     rows = [
         ("rate Hz", "rate_hz", None),
-        ("stamp jitter p50 ms", "stamp_jitter_ms", "p50"), ("stamp jitter p99 ms", "stamp_jitter_ms", "p99"),
+        ("stamp jitter p50 ms", "stamp_jitter_ms", "p50"),
+        ("stamp jitter p99 ms", "stamp_jitter_ms", "p99"),
         ("stamp jitter max ms", "stamp_jitter_ms", "max"),
-        ("written jitter p50 ms", "source_jitter_ms", "p50"), ("written jitter p99 ms", "source_jitter_ms", "p99"),
-        ("recv jitter p50 ms", "recv_jitter_ms", "p50"), ("recv jitter p99 ms", "recv_jitter_ms", "p99"),
+        ("written jitter p50 ms", "source_jitter_ms", "p50"),
+        ("written jitter p99 ms", "source_jitter_ms", "p99"),
+        ("recv jitter p50 ms", "recv_jitter_ms", "p50"),
+        ("recv jitter p99 ms", "recv_jitter_ms", "p99"),
         ("recv jitter max ms", "recv_jitter_ms", "max"),
-        ("late stamp intervals (>15 ms)", "stamp_late", None), ("late recv intervals (>15 ms)", "recv_late", None),
-        ("latency stamp->cb p50 ms", "lat_total_ms", "p50"), ("latency stamp->cb p99 ms", "lat_total_ms", "p99"),
+        ("late stamp intervals (>15 ms)", "stamp_late", None),
+        ("late recv intervals (>15 ms)", "recv_late", None),
+        ("latency stamp->cb p50 ms", "lat_total_ms", "p50"),
+        ("latency stamp->cb p99 ms", "lat_total_ms", "p99"),
         ("  stamp->written p50 ms", "lat_stamp_to_written_ms", "p50"),
         ("  stamp->written p99 ms", "lat_stamp_to_written_ms", "p99"),
         ("  written->received p50 ms", "lat_transport_ms", "p50"),
         ("  written->received p99 ms", "lat_transport_ms", "p99"),
-        ("  received->cb p50 ms", "lat_executor_ms", "p50"), ("  received->cb p99 ms", "lat_executor_ms", "p99"),
+        ("  received->cb p50 ms", "lat_executor_ms", "p50"),
+        ("  received->cb p99 ms", "lat_executor_ms", "p99"),
     ]
 
     def get(d, key, sub):
         v = d.get(key)
         return v.get(sub) if isinstance(v, dict) else v
 
-    print(f"joint_states at {RATE_HZ:g} Hz (period {PERIOD_MS:g} ms), both arms pooled, {a.duration:g} s per phase "
-          f"after {a.warmup:g} s warm-up; ROS_DOMAIN_ID={a.domain}")
+    print(
+        f"joint_states at {RATE_HZ:g} Hz (period {PERIOD_MS:g} ms), both arms pooled, {a.duration:g} s per phase "
+        f"after {a.warmup:g} s warm-up; ROS_DOMAIN_ID={a.domain}"
+    )
     print(f"{'':<30} {'driver':>9} {'baseline':>9} {'drv/base':>9} {'drv/period':>10}")
     table = {}
     for label, key, sub in rows:
@@ -298,8 +333,10 @@ def report(results: dict, a) -> dict:
         per = ratio(d, PERIOD_MS) if key.endswith("_ms") else None
         table[label] = {"driver": d, "baseline": b, "driver_over_baseline": r, "driver_over_period": per}
         spec = ".2f" if key == "rate_hz" else ("d" if key.endswith("_late") else ".3f")
-        print(f"{label:<30} {fmt(d, spec):>9} {fmt(b, spec):>9} {fmt(r, '.2f'):>8}{'x' if r is not None else ' '} "
-              f"{fmt(per, '.1%'):>10}")
+        print(
+            f"{label:<30} {fmt(d, spec):>9} {fmt(b, spec):>9} {fmt(r, '.2f'):>8}{'x' if r is not None else ' '} "
+            f"{fmt(per, '.1%'):>10}"
+        )
     for name, phase in results.items():
         cpu = ", ".join(f"{k} {v:.1f}%" for k, v in phase["cpu_pct"].items())
         la = phase["loadavg_1min"]
@@ -312,9 +349,13 @@ def ros_env(domain: int, run_dir: Path) -> dict:
     env = dict(os.environ)
     for key in ("FASTDDS_BUILTIN_TRANSPORTS", "ROS_STATIC_PEERS", "ROS_LOCALHOST_ONLY"):
         env.pop(key, None)
-    env.update(ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", ROS_DOMAIN_ID=str(domain),
-               FASTDDS_DEFAULT_PROFILES_FILE=str(PROFILE), ROS_LOG_DIR=str(run_dir / "ros_logs"),
-               PYTHONUNBUFFERED="1")
+    env.update(
+        ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
+        ROS_DOMAIN_ID=str(domain),
+        FASTDDS_DEFAULT_PROFILES_FILE=str(PROFILE),
+        ROS_LOG_DIR=str(run_dir / "ros_logs"),
+        PYTHONUNBUFFERED="1",
+    )
     return env
 
 
@@ -323,24 +364,32 @@ def orchestrate(a) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     a.run_dir_used = run_dir
     env = ros_env(a.domain, run_dir)
-    os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID",
-                                           "FASTDDS_DEFAULT_PROFILES_FILE", "ROS_LOG_DIR")})
+    os.environ.update(
+        {
+            k: env[k]
+            for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID", "FASTDDS_DEFAULT_PROFILES_FILE", "ROS_LOG_DIR")
+        }
+    )
     for key in ("FASTDDS_BUILTIN_TRANSPORTS", "ROS_STATIC_PEERS", "ROS_LOCALHOST_ONLY"):
         os.environ.pop(key, None)
 
     import rclpy  # after the environment is set
-    from egomimic_launch.cli import Launcher, clean_shared_memory, load_graph
-    from egomimic_launch.ros_client import LauncherClient
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
+
+    from egomimic_launch.cli import Launcher, clean_shared_memory, load_graph
+    from egomimic_launch.ros_client import LauncherClient
 
     graph = load_graph("eva_bimanual.launch.py", {"policy": "none", "auto_arm": "false", "backend": "sim"})
     drivers = tuple(s for s in graph.nodes if s.module.endswith(".driver_node"))
     driver_graph = dataclasses.replace(graph, nodes=drivers)
 
     context = rclpy.Context()
-    rclpy.init(context=context, args=["--ros-args", "--disable-external-lib-logs"],
-               signal_handler_options=SignalHandlerOptions.NO)
+    rclpy.init(
+        context=context,
+        args=["--ros-args", "--disable-external-lib-logs"],
+        signal_handler_options=SignalHandlerOptions.NO,
+    )
     client = LauncherClient("bench_driver_jitter_launcher")
     node = rclpy.create_node("bench_driver_jitter", context=context)
     executor = SingleThreadedExecutor(context=context)
@@ -400,12 +449,24 @@ def orchestrate(a) -> int:
     table = report(results, a)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "period_ms": PERIOD_MS, "rate_hz": RATE_HZ, "duration_s": a.duration, "warmup_s": a.warmup,
-        "domain": a.domain, "phase_order": list(results), "table": table,
-        "phases": {k: strip_raw(v) for k, v in results.items()}, "killed_children": killed,
-        "driver_nodes": [s.name for s in drivers], "run_dir": str(run_dir),
-    }, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "period_ms": PERIOD_MS,
+                "rate_hz": RATE_HZ,
+                "duration_s": a.duration,
+                "warmup_s": a.warmup,
+                "domain": a.domain,
+                "phase_order": list(results),
+                "table": table,
+                "phases": {k: strip_raw(v) for k, v in results.items()},
+                "killed_children": killed,
+                "driver_nodes": [s.name for s in drivers],
+                "run_dir": str(run_dir),
+            },
+            indent=2,
+        )
+    )
     print(f"wrote {out}")
     short = [n for n, r in results.items() if r["pooled"]["rate_hz"] < 0.5 * RATE_HZ]
     if short:
@@ -415,12 +476,19 @@ def orchestrate(a) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        epilog=__doc__.split("\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--duration", type=float, default=15.0, help="recorded seconds per phase (default 15)")
     ap.add_argument("--warmup", type=float, default=2.0, help="seconds after the first message before recording")
-    ap.add_argument("--domain", type=int, default=int(os.environ.get("ROS_DOMAIN_ID", DEFAULT_DOMAIN)),
-                    help=f"ROS_DOMAIN_ID for everything this starts (default: $ROS_DOMAIN_ID, else {DEFAULT_DOMAIN})")
+    ap.add_argument(
+        "--domain",
+        type=int,
+        default=int(os.environ.get("ROS_DOMAIN_ID", DEFAULT_DOMAIN)),
+        help=f"ROS_DOMAIN_ID for everything this starts (default: $ROS_DOMAIN_ID, else {DEFAULT_DOMAIN})",
+    )
     ap.add_argument("--baseline-first", action="store_true", help="run the baseline phase before the driver phase")
     ap.add_argument("--run-dir", help="where child logs go (default: a new temp dir)")
     ap.add_argument("--out", default="out/bench/driver_jitter.json", help="JSON result path")

@@ -32,7 +32,12 @@ sys.path.insert(0, str(REPO))
 
 def percentiles(xs) -> dict:
     a = np.asarray(xs, dtype=float)
-    return {"p50": float(np.percentile(a, 50)), "p99": float(np.percentile(a, 99)), "max": float(a.max()), "n": int(a.size)}
+    return {
+        "p50": float(np.percentile(a, 50)),
+        "p99": float(np.percentile(a, 99)),
+        "max": float(a.max()),
+        "n": int(a.size),
+    }
 
 
 def bench_decision(n: int) -> dict:
@@ -79,12 +84,17 @@ def bench_decision(n: int) -> dict:
         measure()
         if gate.state not in (GateState.ARMED, GateState.ARMING):
             raise RuntimeError(f"bench motion was refused: {gate.detail}")
-    gate_us, ik_us = gate_us[config.shadow_commands:], ik_us[config.shadow_commands:]
+    gate_us, ik_us = gate_us[config.shadow_commands :], ik_us[config.shadow_commands :]
     g, k = percentiles(gate_us), percentiles(ik_us)
     period_us = 1e6 / 30.0
-    return {"gate_us": g, "ik_both_arms_us": k, "ratio_gate_over_ik_p50": g["p50"] / k["p50"],
-            "fraction_of_period_p50": g["p50"] / period_us, "fraction_of_period_p99": g["p99"] / period_us,
-            "forwarded": gate.forwarded}
+    return {
+        "gate_us": g,
+        "ik_both_arms_us": k,
+        "ratio_gate_over_ik_p50": g["p50"] / k["p50"],
+        "fraction_of_period_p50": g["p50"] / period_us,
+        "fraction_of_period_p99": g["p99"] / period_us,
+        "forwarded": gate.forwarded,
+    }
 
 
 def bench_fault_to_hold(trials: int) -> dict:
@@ -137,17 +147,29 @@ def main() -> int:
 
     d = bench_decision(a.commands)
     g, k = d["gate_us"], d["ik_both_arms_us"]
-    print(f"gate decision (both arms, IK incl.), {g['n']} commands: p50 {g['p50']:.0f} us  p99 {g['p99']:.0f} us  "
-          f"max {g['max']:.0f} us")
-    print(f"  fraction of the 33.3 ms period: p50 {d['fraction_of_period_p50'] * 100:.2f} %  p99 {d['fraction_of_period_p99'] * 100:.2f} %")
-    print(f"  baseline IK alone (both arms): p50 {k['p50']:.0f} us  p99 {k['p99']:.0f} us; gate / IK = {d['ratio_gate_over_ik_p50']:.2f}x")
+    print(
+        f"gate decision (both arms, IK incl.), {g['n']} commands: p50 {g['p50']:.0f} us  p99 {g['p99']:.0f} us  "
+        f"max {g['max']:.0f} us"
+    )
+    print(
+        f"  fraction of the 33.3 ms period: p50 {d['fraction_of_period_p50'] * 100:.2f} %  p99 {d['fraction_of_period_p99'] * 100:.2f} %"
+    )
+    print(
+        f"  baseline IK alone (both arms): p50 {k['p50']:.0f} us  p99 {k['p99']:.0f} us; gate / IK = {d['ratio_gate_over_ik_p50']:.2f}x"
+    )
     h = bench_fault_to_hold(a.trials) if a.trials > 0 else {}
     for kind, floor in (("nan", None), ("silence", 100.0)):
         if kind in h:
             s, r = h[kind], h[kind + "_recv"]
-            extra = f"  (limit by design: timeout 90 ms + watchdog 10 ms = {floor:.0f} ms; p99/limit {s['p99'] / floor:.2f})" if floor else ""
-            print(f"fault -> HOLD over DDS, {kind:<7} ({s['n']} trials): gate stamp p50 {s['p50']:.1f} ms  p99 {s['p99']:.1f} ms  "
-                  f"max {s['max']:.1f} ms; received here p99 {r['p99']:.1f} ms{extra}")
+            extra = (
+                f"  (limit by design: timeout 90 ms + watchdog 10 ms = {floor:.0f} ms; p99/limit {s['p99'] / floor:.2f})"
+                if floor
+                else ""
+            )
+            print(
+                f"fault -> HOLD over DDS, {kind:<7} ({s['n']} trials): gate stamp p50 {s['p50']:.1f} ms  p99 {s['p99']:.1f} ms  "
+                f"max {s['max']:.1f} ms; received here p99 {r['p99']:.1f} ms{extra}"
+            )
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"decision": d, "fault_to_hold_ms": h}, indent=1))
     print(f"written to {a.out}")

@@ -41,15 +41,30 @@ def cpu_seconds(p: psutil.Process) -> float:
 
 
 def measure(executor: str, seconds: float, settle_s: float, policy: str, domain: int) -> dict[str, float]:
-    env = dict(os.environ, ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", ROS_DOMAIN_ID=str(domain),
-               FASTDDS_DEFAULT_PROFILES_FILE=str(REPO / "config" / "fastdds_local.xml"))
+    env = dict(
+        os.environ,
+        ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
+        ROS_DOMAIN_ID=str(domain),
+        FASTDDS_DEFAULT_PROFILES_FILE=str(REPO / "config" / "fastdds_local.xml"),
+    )
     if executor:
         env["EGOMIMIC_EXECUTOR"] = executor
     else:
         env.pop("EGOMIMIC_EXECUTOR", None)
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "egomimic_launch.cli", "eva_bimanual.launch.py", f"policy:={policy}",
-               "auto_arm:=true", "--quiet", "--run-dir", str(Path(tmp) / "run"), "--duration", str(settle_s + seconds + 30)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "egomimic_launch.cli",
+            "eva_bimanual.launch.py",
+            f"policy:={policy}",
+            "auto_arm:=true",
+            "--quiet",
+            "--run-dir",
+            str(Path(tmp) / "run"),
+            "--duration",
+            str(settle_s + seconds + 30),
+        ]
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         try:
             launcher = psutil.Process(proc.pid)
@@ -80,7 +95,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="also write the figures as JSON here")
     a = ap.parse_args()
     load = os.getloadavg()[0]
-    print(f"graph CPU, {a.seconds:.0f} s window, policy {a.policy}, {psutil.cpu_count()} cores, load average at start {load:.2f}")
+    print(
+        f"graph CPU, {a.seconds:.0f} s window, policy {a.policy}, {psutil.cpu_count()} cores, load average at start {load:.2f}"
+    )
     base = measure("single", a.seconds, a.settle, a.policy, a.domain)
     ours = measure("", a.seconds, a.settle, a.policy, a.domain)
     names = sorted(set(base) | set(ours), key=lambda n: -ours.get(n, 0.0))
@@ -90,13 +107,27 @@ def main() -> None:
         print(f"{n:<16}{b:>12.1f}{o:>10.1f}{o / b if b else float('nan'):>11.2f}")
     tb, to = sum(base.values()), sum(ours.values())
     print(f"{'total':<16}{tb:>12.1f}{to:>10.1f}{to / tb:>11.2f}")
-    print(f"target: whole graph <= {TARGET_PCT:.0f} % of one core: ours is {to / TARGET_PCT:.2f}x the target "
-          f"({'met' if to <= TARGET_PCT else 'NOT met'})")
+    print(
+        f"target: whole graph <= {TARGET_PCT:.0f} % of one core: ours is {to / TARGET_PCT:.2f}x the target "
+        f"({'met' if to <= TARGET_PCT else 'NOT met'})"
+    )
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps({"window_s": a.seconds, "policy": a.policy, "load_at_start": load,
-                                     "baseline_pct": base, "ours_pct": ours, "baseline_total_pct": tb,
-                                     "ours_total_pct": to, "target_pct": TARGET_PCT}, indent=2))
+        a.out.write_text(
+            json.dumps(
+                {
+                    "window_s": a.seconds,
+                    "policy": a.policy,
+                    "load_at_start": load,
+                    "baseline_pct": base,
+                    "ours_pct": ours,
+                    "baseline_total_pct": tb,
+                    "ours_total_pct": to,
+                    "target_pct": TARGET_PCT,
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -39,10 +39,11 @@ from pathlib import Path
 import numpy as np
 import psutil
 import rclpy
-from egomimic_hw.description import CAMERAS
-from egomimic_nodes import qos, topics
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from sensor_msgs.msg import Image
+
+from egomimic_hw.description import CAMERAS
+from egomimic_nodes import qos, topics
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = REPO / "config" / "fastdds_local.xml"
@@ -56,6 +57,8 @@ def synthetic_frame_index(img) -> int:
     """The frame counter the synthetic renderer draws (16 bits, 8 px each, row 0)."""
     bits = img[0, 0:128:8, 0] > 127
     return int(np.sum(bits.astype(np.int64) << np.arange(16)))
+
+
 NO_DATA_TIMEOUT_S = 20.0  # the subscriber gives up if nothing arrives within this
 
 
@@ -180,8 +183,11 @@ def copy_floor_ms(reps=200):
 
 
 def run_config(name, profile, domain, a, tmp, procs, killed, from_node=False):
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTDDS_BUILTIN_TRANSPORTS", "ROS_STATIC_PEERS")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTDDS_BUILTIN_TRANSPORTS", "ROS_STATIC_PEERS")
+    }
     env.update(ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", ROS_DOMAIN_ID=str(domain), ROS_LOG_DIR=str(tmp / "ros_log"))
     if profile:
         env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(profile)
@@ -193,9 +199,20 @@ def run_config(name, profile, domain, a, tmp, procs, killed, from_node=False):
         with open(tmp / f"{name}_{role}.log", "w") as log:
             cmd = common + ["--role", role, "--result", str(tmp / f"{name}_{role}.json")]
             if role == "node":
-                cmd = [sys.executable, "-m", "egomimic_nodes.camera_node", "--ros-args", "-r", "__node:=cameras",
-                       "-r", f"__ns:=/{NODE_NS}", "-p", f"cameras:=[{','.join(CAMERAS)}]",
-                       "-p", "backend:=synthetic"]
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "egomimic_nodes.camera_node",
+                    "--ros-args",
+                    "-r",
+                    "__node:=cameras",
+                    "-r",
+                    f"__ns:=/{NODE_NS}",
+                    "-p",
+                    f"cameras:=[{','.join(CAMERAS)}]",
+                    "-p",
+                    "backend:=synthetic",
+                ]
             p = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         procs.append(p)
         return p
@@ -217,8 +234,12 @@ def run_config(name, profile, domain, a, tmp, procs, killed, from_node=False):
         except subprocess.TimeoutExpired:
             killed.append(stop(sub))
         deadline = time.monotonic() + 10  # the publisher writes its CPU at the end of the same window
-        while not from_node and not (tmp / f"{name}_pub.json").exists() and time.monotonic() < deadline \
-                and pub.poll() is None:
+        while (
+            not from_node
+            and not (tmp / f"{name}_pub.json").exists()
+            and time.monotonic() < deadline
+            and pub.poll() is None
+        ):
             time.sleep(0.1)
     finally:
         killed.append(stop(pub))
@@ -234,7 +255,10 @@ def run_config(name, profile, domain, a, tmp, procs, killed, from_node=False):
     res.update(domain=domain, profile=str(profile) if profile else None)
     if not res.get("pooled", {}).get("n"):
         for role in ("sub", "node" if from_node else "pub"):
-            print(f"--- {name} {role} log (tail) ---\n" + (tmp / f"{name}_{role}.log").read_text()[-2000:], file=sys.stderr)
+            print(
+                f"--- {name} {role} log (tail) ---\n" + (tmp / f"{name}_{role}.log").read_text()[-2000:],
+                file=sys.stderr,
+            )
     return res
 
 
@@ -281,32 +305,42 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench_img_") as tmpdir:
         try:
             for k, (name, prof) in enumerate((("profile", PROFILE), ("default", None), ("node", PROFILE))):
-                results[name] = run_config(name, prof, a.domain_base + k, a, Path(tmpdir), procs, killed,
-                                           from_node=name == "node")
+                results[name] = run_config(
+                    name, prof, a.domain_base + k, a, Path(tmpdir), procs, killed, from_node=name == "node"
+                )
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             return 130
         finally:
             killed += [stop(p) for p in procs]
             if any(killed):
-                subprocess.run(["fastdds", "shm", "clean"], check=False,
-                               env={**os.environ, "PATH": f"{REPO / '.venv/bin'}:{os.environ.get('PATH', '')}"})
+                subprocess.run(
+                    ["fastdds", "shm", "clean"],
+                    check=False,
+                    env={**os.environ, "PATH": f"{REPO / '.venv/bin'}:{os.environ.get('PATH', '')}"},
+                )
     floor = copy_floor_ms()
 
     print(f"{STREAMS} x {W}x{H} rgb8 @ {RATE:g} Hz, {a.seconds:g} s after {a.warmup:g} s warm-up, 2 processes")
-    print(f"{'config':<8} | {'p50 ms':>7} | {'p99 ms':>7} | {'max ms':>7} | {'rate Hz':>7} | {'loss %':>6} | {'pub CPU':>7} | {'sub CPU':>7}")
+    print(
+        f"{'config':<8} | {'p50 ms':>7} | {'p99 ms':>7} | {'max ms':>7} | {'rate Hz':>7} | {'loss %':>6} | {'pub CPU':>7} | {'sub CPU':>7}"
+    )
     for name, r in results.items():
         p = r.get("pooled", {})
-        print(f"{name:<8} | {fmt(p.get('p50_ms')):>7} | {fmt(p.get('p99_ms')):>7} | {fmt(p.get('max_ms')):>7} | "
-              f"{fmt(p.get('rate_hz', 0) / STREAMS, '.1f'):>7} | {fmt(p.get('loss_pct'), '.1f'):>6} | "
-              f"{fmt(r['pub'].get('cpu_pct'), '.1f%'):>7} | {fmt(r.get('cpu_pct'), '.1f%'):>7}")
+        print(
+            f"{name:<8} | {fmt(p.get('p50_ms')):>7} | {fmt(p.get('p99_ms')):>7} | {fmt(p.get('max_ms')):>7} | "
+            f"{fmt(p.get('rate_hz', 0) / STREAMS, '.1f'):>7} | {fmt(p.get('loss_pct'), '.1f'):>6} | "
+            f"{fmt(r['pub'].get('cpu_pct'), '.1f%'):>7} | {fmt(r.get('cpu_pct'), '.1f%'):>7}"
+        )
     pr, df = results["profile"].get("pooled", {}), results["default"].get("pooled", {})
     nd = results["node"].get("pooled", {})
-    ratios = {"default/profile p50": ratio(df.get("p50_ms"), pr.get("p50_ms")),
-              "default/profile p99": ratio(df.get("p99_ms"), pr.get("p99_ms")),
-              "profile p50 / copy floor": ratio(pr.get("p50_ms"), floor),
-              "node p50 / copy floor": ratio(nd.get("p50_ms"), floor),
-              "node p50 / profile p50": ratio(nd.get("p50_ms"), pr.get("p50_ms"))}
+    ratios = {
+        "default/profile p50": ratio(df.get("p50_ms"), pr.get("p50_ms")),
+        "default/profile p99": ratio(df.get("p99_ms"), pr.get("p99_ms")),
+        "profile p50 / copy floor": ratio(pr.get("p50_ms"), floor),
+        "node p50 / copy floor": ratio(nd.get("p50_ms"), floor),
+        "node p50 / profile p50": ratio(nd.get("p50_ms"), pr.get("p50_ms")),
+    }
     print(f"copy floor (tobytes + frombuffer().copy(), {H * W * 3:,} B): {floor:.3f} ms")
     per_stream = results["node"]["pub"].get("cpu_pct_per_stream")
     print(f"camera node (synthetic, capture stamp -> subscriber): CPU per camera stream {fmt(per_stream, '.1f%')}")
@@ -314,8 +348,19 @@ def main() -> int:
 
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"configs": results, "copy_floor_ms": floor, "ratios": ratios,
-                               "seconds": a.seconds, "warmup": a.warmup, "killed_children": any(killed)}, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "configs": results,
+                "copy_floor_ms": floor,
+                "ratios": ratios,
+                "seconds": a.seconds,
+                "warmup": a.warmup,
+                "killed_children": any(killed),
+            },
+            indent=2,
+        )
+    )
     print(f"wrote {out}")
     empty = [n for n, r in results.items() if not r.get("pooled", {}).get("n")]
     if empty:

@@ -38,9 +38,9 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from scipy.spatial.transform import Rotation
@@ -193,53 +193,151 @@ def frame_cases(rng, batch: int) -> list[Case]:
         rot6ds = [rotations.mat_to_rot6d(m) for m in mats]
         tfs = [frames.pose_to_matrix(p) for p in poses]
         cases += [
-            Case("pose_ds_from_hw" + sfx, n, frames.pose_ds_from_hw, lambda p: sp_convert_pose(p, M_ROT),
-                 "M * from_quat -> as_quat", poses, check=pose_diff),
-            Case("pose_hw_from_ds" + sfx, n, frames.pose_hw_from_ds, lambda p: sp_convert_pose(p, M_ROT_INV),
-                 "M^T * from_quat -> as_quat", poses, check=pose_diff),
-            Case("quat_to_mat" + sfx, n, rotations.quat_to_mat, lambda q: sp_quat(q).as_matrix(),
-                 "from_quat().as_matrix()", quats, check=plain_diff),
-            Case("mat_to_quat" + sfx, n, rotations.mat_to_quat, lambda m: sp_as_quat(Rotation.from_matrix(m)),
-                 "from_matrix().as_quat()", mats, check=quat_diff),
-            Case("ypr_to_mat" + sfx, n, rotations.ypr_to_mat, lambda a: Rotation.from_euler("ZYX", a).as_matrix(),
-                 "from_euler('ZYX').as_matrix()", yprs, check=plain_diff),
-            Case("mat_to_ypr" + sfx, n, rotations.mat_to_ypr, lambda m: Rotation.from_matrix(m).as_euler("ZYX"),
-                 "from_matrix().as_euler('ZYX')", mats_ypr, check=angle_diff),
-            Case("rot6d_to_mat" + sfx, n, rotations.rot6d_to_mat, lambda v: sp_rot6d_to_rotation(v).as_matrix(),
-                 "from_matrix([a,b,axb]).as_matrix()", rot6ds, check=plain_diff),
-            Case("quat_to_rot6d" + sfx, n, lambda q: rotations.mat_to_rot6d(rotations.quat_to_mat(q)),
-                 lambda q: sp_rot6d(sp_quat(q).as_matrix()), "from_quat().as_matrix() cols", quats, check=plain_diff),
-            Case("rot6d_to_quat" + sfx, n, lambda v: rotations.mat_to_quat(rotations.rot6d_to_mat(v)),
-                 lambda v: sp_as_quat(sp_rot6d_to_rotation(v)), "from_matrix([a,b,axb]).as_quat()", rot6ds,
-                 check=quat_diff),
-            Case("pose_to_matrix" + sfx, n, frames.pose_to_matrix, sp_pose_to_matrix,
-                 "from_quat().as_matrix() + xyz", poses, check=plain_diff),
-            Case("matrix_to_pose" + sfx, n, frames.matrix_to_pose, sp_matrix_to_pose,
-                 "from_matrix().as_quat() + xyz", tfs, check=pose_diff),
-            Case("geodesic_angle" + sfx, n, lambda ab: rotations.geodesic_angle(*ab),
-                 lambda ab: (Rotation.from_matrix(ab[0]).inv() * Rotation.from_matrix(ab[1])).magnitude(),
-                 "(inv(A) * B).magnitude()", list(zip(mats, mats[1:] + mats[:1])), check=plain_diff),
+            Case(
+                "pose_ds_from_hw" + sfx,
+                n,
+                frames.pose_ds_from_hw,
+                lambda p: sp_convert_pose(p, M_ROT),
+                "M * from_quat -> as_quat",
+                poses,
+                check=pose_diff,
+            ),
+            Case(
+                "pose_hw_from_ds" + sfx,
+                n,
+                frames.pose_hw_from_ds,
+                lambda p: sp_convert_pose(p, M_ROT_INV),
+                "M^T * from_quat -> as_quat",
+                poses,
+                check=pose_diff,
+            ),
+            Case(
+                "quat_to_mat" + sfx,
+                n,
+                rotations.quat_to_mat,
+                lambda q: sp_quat(q).as_matrix(),
+                "from_quat().as_matrix()",
+                quats,
+                check=plain_diff,
+            ),
+            Case(
+                "mat_to_quat" + sfx,
+                n,
+                rotations.mat_to_quat,
+                lambda m: sp_as_quat(Rotation.from_matrix(m)),
+                "from_matrix().as_quat()",
+                mats,
+                check=quat_diff,
+            ),
+            Case(
+                "ypr_to_mat" + sfx,
+                n,
+                rotations.ypr_to_mat,
+                lambda a: Rotation.from_euler("ZYX", a).as_matrix(),
+                "from_euler('ZYX').as_matrix()",
+                yprs,
+                check=plain_diff,
+            ),
+            Case(
+                "mat_to_ypr" + sfx,
+                n,
+                rotations.mat_to_ypr,
+                lambda m: Rotation.from_matrix(m).as_euler("ZYX"),
+                "from_matrix().as_euler('ZYX')",
+                mats_ypr,
+                check=angle_diff,
+            ),
+            Case(
+                "rot6d_to_mat" + sfx,
+                n,
+                rotations.rot6d_to_mat,
+                lambda v: sp_rot6d_to_rotation(v).as_matrix(),
+                "from_matrix([a,b,axb]).as_matrix()",
+                rot6ds,
+                check=plain_diff,
+            ),
+            Case(
+                "quat_to_rot6d" + sfx,
+                n,
+                lambda q: rotations.mat_to_rot6d(rotations.quat_to_mat(q)),
+                lambda q: sp_rot6d(sp_quat(q).as_matrix()),
+                "from_quat().as_matrix() cols",
+                quats,
+                check=plain_diff,
+            ),
+            Case(
+                "rot6d_to_quat" + sfx,
+                n,
+                lambda v: rotations.mat_to_quat(rotations.rot6d_to_mat(v)),
+                lambda v: sp_as_quat(sp_rot6d_to_rotation(v)),
+                "from_matrix([a,b,axb]).as_quat()",
+                rot6ds,
+                check=quat_diff,
+            ),
+            Case(
+                "pose_to_matrix" + sfx,
+                n,
+                frames.pose_to_matrix,
+                sp_pose_to_matrix,
+                "from_quat().as_matrix() + xyz",
+                poses,
+                check=plain_diff,
+            ),
+            Case(
+                "matrix_to_pose" + sfx,
+                n,
+                frames.matrix_to_pose,
+                sp_matrix_to_pose,
+                "from_matrix().as_quat() + xyz",
+                tfs,
+                check=pose_diff,
+            ),
+            Case(
+                "geodesic_angle" + sfx,
+                n,
+                lambda ab: rotations.geodesic_angle(*ab),
+                lambda ab: (Rotation.from_matrix(ab[0]).inv() * Rotation.from_matrix(ab[1])).magnitude(),
+                "(inv(A) * B).magnitude()",
+                list(zip(mats, mats[1:] + mats[:1])),
+                check=plain_diff,
+            ),
         ]
         if hasattr(frames, "wrist_relative_encode") and hasattr(frames, "wrist_relative_decode"):
             currents = [random_poses(rng, ()) for _ in range(pool)]
             pairs = list(zip(currents, poses))
             encoded = [frames.wrist_relative_encode(c, t) for c, t in pairs]
             cases += [
-                Case("wrist_relative_encode" + sfx, n, lambda ct: frames.wrist_relative_encode(*ct),
-                     lambda ct: sp_wrist_encode(*ct), "inv(Rc).apply, inv(Rc) * Rt", pairs, check=plain_diff),
-                Case("wrist_relative_decode" + sfx, n, lambda ce: frames.wrist_relative_decode(*ce),
-                     lambda ce: sp_wrist_decode(*ce), "Rc.apply, Rc * from_matrix([a,b,axb])",
-                     list(zip(currents, encoded)), check=pose_diff),
+                Case(
+                    "wrist_relative_encode" + sfx,
+                    n,
+                    lambda ct: frames.wrist_relative_encode(*ct),
+                    lambda ct: sp_wrist_encode(*ct),
+                    "inv(Rc).apply, inv(Rc) * Rt",
+                    pairs,
+                    check=plain_diff,
+                ),
+                Case(
+                    "wrist_relative_decode" + sfx,
+                    n,
+                    lambda ce: frames.wrist_relative_decode(*ce),
+                    lambda ce: sp_wrist_decode(*ce),
+                    "Rc.apply, Rc * from_matrix([a,b,axb])",
+                    list(zip(currents, encoded)),
+                    check=pose_diff,
+                ),
             ]
     return cases
 
 
 def kinematics_pools(rng, lo, hi) -> tuple[list, dict]:
     """Joint solutions around the work pose and, per IK label, seeds that far from them."""
-    solutions = [np.clip(WORK_JOINTS_RAD + rng.uniform(-JOINT_SPREAD_RAD, JOINT_SPREAD_RAD, 6), lo, hi)
-                 for _ in range(POOL)]
-    seeds = {label: [np.clip(q + rng.uniform(-spread, spread, 6), lo, hi) for q in solutions]
-             for label, spread in (("ik_step", STEP_SEED_RAD), ("ik_far", FAR_SEED_RAD))}
+    solutions = [
+        np.clip(WORK_JOINTS_RAD + rng.uniform(-JOINT_SPREAD_RAD, JOINT_SPREAD_RAD, 6), lo, hi) for _ in range(POOL)
+    ]
+    seeds = {
+        label: [np.clip(q + rng.uniform(-spread, spread, 6), lo, hi) for q in solutions]
+        for label, spread in (("ik_step", STEP_SEED_RAD), ("ik_far", FAR_SEED_RAD))
+    }
     return solutions, seeds
 
 
@@ -253,24 +351,44 @@ def sdk_cases(kin: ArmKinematics, solutions, seeds) -> list[Case]:
         return pose_from_pose6d_scipy(solver.forward_kinematics(q))
 
     cases = [
-        Case("fk (wrapper vs raw)", 1, kin.forward, solver.forward_kinematics, "raw Arx5Solver FK (pose_6d)",
-             solutions, check=lambda ours, raw: pose_diff(ours, pose_from_pose6d_scipy(raw))),
-        Case("fk (wrapper vs raw+scipy)", 1, kin.forward, raw_fk_as_pose, "raw FK + scipy from_euler -> quat",
-             solutions, check=pose_diff),
+        Case(
+            "fk (wrapper vs raw)",
+            1,
+            kin.forward,
+            solver.forward_kinematics,
+            "raw Arx5Solver FK (pose_6d)",
+            solutions,
+            check=lambda ours, raw: pose_diff(ours, pose_from_pose6d_scipy(raw)),
+        ),
+        Case(
+            "fk (wrapper vs raw+scipy)",
+            1,
+            kin.forward,
+            raw_fk_as_pose,
+            "raw FK + scipy from_euler -> quat",
+            solutions,
+            check=pose_diff,
+        ),
     ]
     for label, label_seeds in seeds.items():
-        cases.append(Case(
-            f"{label} (wrapper vs raw)", 1,
-            lambda ts: kin.inverse(*ts), lambda ts: solver.inverse_kinematics(*ts), "raw Arx5Solver IK (pose_6d in)",
-            list(zip(targets, label_seeds)), ref_inputs=list(zip(targets6d, label_seeds)),
-            check=lambda ours, raw: plain_diff(ours.joints_rad, raw[1]),
-        ))
+        cases.append(
+            Case(
+                f"{label} (wrapper vs raw)",
+                1,
+                lambda ts: kin.inverse(*ts),
+                lambda ts: solver.inverse_kinematics(*ts),
+                "raw Arx5Solver IK (pose_6d in)",
+                list(zip(targets, label_seeds)),
+                ref_inputs=list(zip(targets6d, label_seeds)),
+                check=lambda ours, raw: plain_diff(ours.joints_rad, raw[1]),
+            )
+        )
     return cases
 
 
 def backend_cases(pin_kin: ArmKinematics, sdk_kin: ArmKinematics | None, solutions, seeds) -> list[Case]:
     """Pinocchio against the SDK (both through ArmKinematics), and against its own raw FK."""
-    import pinocchio  # noqa: PLC0415 - the bench's raw baseline; ArmKinematics imports it lazily too
+    import pinocchio
 
     model = pinocchio.buildModelFromXML(urdf_text())
     data, frame = model.createData(), model.getFrameId(EEF_LINK)
@@ -279,19 +397,44 @@ def backend_cases(pin_kin: ArmKinematics, sdk_kin: ArmKinematics | None, solutio
         pinocchio.forwardKinematics(model, data, q)
         return pinocchio.updateFramePlacement(model, data, frame)
 
-    cases = [Case("fk pinocchio (wrapper vs raw)", 1, pin_kin.forward, raw_fk, "raw pinocchio FK (SE3)", solutions,
-                  check=lambda ours, raw: pose_diff(ours, frames.matrix_to_pose(raw.homogeneous)))]
+    cases = [
+        Case(
+            "fk pinocchio (wrapper vs raw)",
+            1,
+            pin_kin.forward,
+            raw_fk,
+            "raw pinocchio FK (SE3)",
+            solutions,
+            check=lambda ours, raw: pose_diff(ours, frames.matrix_to_pose(raw.homogeneous)),
+        )
+    ]
     if sdk_kin is None:
         return cases
-    cases.append(Case("fk pinocchio vs sdk", 1, pin_kin.forward, sdk_kin.forward, "ArmKinematics(backend='sdk')",
-                      solutions, check=pose_diff))
+    cases.append(
+        Case(
+            "fk pinocchio vs sdk",
+            1,
+            pin_kin.forward,
+            sdk_kin.forward,
+            "ArmKinematics(backend='sdk')",
+            solutions,
+            check=pose_diff,
+        )
+    )
     targets = [sdk_kin.forward(q) for q in solutions]
     for label, label_seeds in seeds.items():
-        cases.append(Case(
-            f"{label} pinocchio vs sdk", 1, lambda ts: pin_kin.inverse(*ts), lambda ts: sdk_kin.inverse(*ts),
-            "ArmKinematics(backend='sdk')", list(zip(targets, label_seeds)),
-            check=lambda ours, ref: float(ours.ok != ref.ok), tolerance=0.0,
-        ))
+        cases.append(
+            Case(
+                f"{label} pinocchio vs sdk",
+                1,
+                lambda ts: pin_kin.inverse(*ts),
+                lambda ts: sdk_kin.inverse(*ts),
+                "ArmKinematics(backend='sdk')",
+                list(zip(targets, label_seeds)),
+                check=lambda ours, ref: float(ours.ok != ref.ok),
+                tolerance=0.0,
+            )
+        )
     return cases
 
 
@@ -313,8 +456,13 @@ def time_block(fn, inputs, start: int, count: int, out: list) -> None:
 
 def summarize(ns: list, n: int) -> dict:
     us = np.asarray(ns, float) / 1e3
-    return {"calls": len(us), "p50_us": float(np.percentile(us, 50)), "p99_us": float(np.percentile(us, 99)),
-            "mean_us": float(us.mean()), "per_pose_ns_p50": float(np.percentile(us, 50)) * 1e3 / n}
+    return {
+        "calls": len(us),
+        "p50_us": float(np.percentile(us, 50)),
+        "p99_us": float(np.percentile(us, 99)),
+        "mean_us": float(us.mean()),
+        "per_pose_ns_p50": float(np.percentile(us, 50)) * 1e3 / n,
+    }
 
 
 def run_case(c: Case, calls: int, warmup: int, rounds: int) -> None:
@@ -330,9 +478,18 @@ def run_case(c: Case, calls: int, warmup: int, rounds: int) -> None:
         for fn, inputs, out in sides if r % 2 == 0 else sides[::-1]:
             time_block(fn, inputs, r * per_round, per_round, out)
     ours, ref = summarize(ours_ns, c.n), summarize(ref_ns, c.n)
-    c.result = {"op": c.name, "n": c.n, "ours": ours, "ref": ref, "ref_impl": c.ref_label,
-                "ratio_p50": ours["p50_us"] / ref["p50_us"], "ratio_mean": ours["mean_us"] / ref["mean_us"],
-                "max_abs_diff": diff, "tolerance": c.tolerance, "agree": bool(diff <= c.tolerance)}
+    c.result = {
+        "op": c.name,
+        "n": c.n,
+        "ours": ours,
+        "ref": ref,
+        "ref_impl": c.ref_label,
+        "ratio_p50": ours["p50_us"] / ref["p50_us"],
+        "ratio_mean": ours["mean_us"] / ref["mean_us"],
+        "max_abs_diff": diff,
+        "tolerance": c.tolerance,
+        "agree": bool(diff <= c.tolerance),
+    }
 
 
 def timer_floor_us(calls: int) -> float:
@@ -342,21 +499,28 @@ def timer_floor_us(calls: int) -> float:
 
 
 def print_table(rows: list[dict]) -> None:
-    head = (f"{'op':<34} {'ours p50':>9} {'p99':>9} {'mean':>9} | {'ref p50':>9} {'p99':>9} {'mean':>9} | "
-            f"{'ours/ref':>8} {'max|diff|':>9}  reference")
+    head = (
+        f"{'op':<34} {'ours p50':>9} {'p99':>9} {'mean':>9} | {'ref p50':>9} {'p99':>9} {'mean':>9} | "
+        f"{'ours/ref':>8} {'max|diff|':>9}  reference"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
         o, f = r["ours"], r["ref"]
         flag = "" if r["agree"] else "  FAIL: disagree"
-        print(f"{r['op']:<34} {o['p50_us']:>9.2f} {o['p99_us']:>9.2f} {o['mean_us']:>9.2f} | "
-              f"{f['p50_us']:>9.2f} {f['p99_us']:>9.2f} {f['mean_us']:>9.2f} | "
-              f"{r['ratio_p50']:>7.2f}x {r['max_abs_diff']:>9.1e}  {r['ref_impl']}{flag}")
+        print(
+            f"{r['op']:<34} {o['p50_us']:>9.2f} {o['p99_us']:>9.2f} {o['mean_us']:>9.2f} | "
+            f"{f['p50_us']:>9.2f} {f['p99_us']:>9.2f} {f['mean_us']:>9.2f} | "
+            f"{r['ratio_p50']:>7.2f}x {r['max_abs_diff']:>9.1e}  {r['ref_impl']}{flag}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        epilog=__doc__.split("\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--calls", type=int, default=3000, help="timed calls per side for single-pose and kinematics rows")
     ap.add_argument("--batched-calls", type=int, default=100, help="timed calls per side for batched rows")
     ap.add_argument("--batch", type=int, default=1000, help="poses per call in batched rows")
@@ -380,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
         sdk_kin = None
         print(f"note: no SDK here ({exc}); only the Pinocchio kinematics rows run")
     solutions, seeds = kinematics_pools(rng, pin_kin.joint_pos_min, pin_kin.joint_pos_max)
-    cases = ([] if sdk_kin is None else sdk_cases(sdk_kin, solutions, seeds))
+    cases = [] if sdk_kin is None else sdk_cases(sdk_kin, solutions, seeds)
     cases += backend_cases(pin_kin, sdk_kin, solutions, seeds) + frame_cases(rng, a.batch)
     if not (hasattr(frames, "wrist_relative_encode") and hasattr(frames, "wrist_relative_decode")):
         print("note: egomimic_hw.frames has no wrist_relative_encode/decode yet; those rows are skipped")
@@ -399,39 +563,64 @@ def main(argv: list[str] | None = None) -> int:
         ik_ok[f"{label} pinocchio"] = float(np.mean([case.ours(x).ok for x in case.inputs]))
         ik_ok[f"{label} sdk"] = float(np.mean([case.ref(x).ok for x in case.inputs]))
 
-    print(f"per-call cost in us (p50 / p99 / mean) after warm-up; {a.calls} calls per side single, "
-          f"{a.batched_calls} batched (N={a.batch}); ours vs reference, alternating in {a.rounds} blocks")
+    print(
+        f"per-call cost in us (p50 / p99 / mean) after warm-up; {a.calls} calls per side single, "
+        f"{a.batched_calls} batched (N={a.batch}); ours vs reference, alternating in {a.rounds} blocks"
+    )
     print_table(rows)
     ok_rates = ", ".join(f"{k} {v:.1%}" for k, v in ik_ok.items())
-    print(f"timer floor (empty call): {floor:.3f} us"
-          + (f"; IK ok-rate (residual check passed): {ok_rates}" if ik_ok else ""))
-    wrapper = {r["op"].split()[0]: r["ours"]["p50_us"] - r["ref"]["p50_us"]
-               for r in rows if "raw Arx5Solver" in r["ref_impl"]}
+    print(
+        f"timer floor (empty call): {floor:.3f} us"
+        + (f"; IK ok-rate (residual check passed): {ok_rates}" if ik_ok else "")
+    )
+    wrapper = {
+        r["op"].split()[0]: r["ours"]["p50_us"] - r["ref"]["p50_us"] for r in rows if "raw Arx5Solver" in r["ref_impl"]
+    }
     if wrapper:
-        print("wrapper overhead over the raw SDK call (p50 us): "
-              + ", ".join(f"{k} +{v:.1f}" for k, v in wrapper.items()))
+        print(
+            "wrapper overhead over the raw SDK call (p50 us): " + ", ".join(f"{k} +{v:.1f}" for k, v in wrapper.items())
+        )
     budget = 1e6 / 30.0
     backends = {r["op"]: r for r in rows if r["op"].endswith("pinocchio vs sdk")}
     if backends:
-        print("pinocchio vs sdk (p50 us, pinocchio/sdk): " + ", ".join(
-            f"{op.split()[0]} {r['ours']['p50_us']:.1f} vs {r['ref']['p50_us']:.1f} ({r['ratio_p50']:.2f}x)"
-            for op, r in backends.items()))
+        print(
+            "pinocchio vs sdk (p50 us, pinocchio/sdk): "
+            + ", ".join(
+                f"{op.split()[0]} {r['ours']['p50_us']:.1f} vs {r['ref']['p50_us']:.1f} ({r['ratio_p50']:.2f}x)"
+                for op, r in backends.items()
+            )
+        )
     ik_row = next((r for r in rows if r["op"] == "ik_step pinocchio vs sdk"), None)
     if ik_row is not None:  # both backends from the same interleaved row, so the same load hit both
-        shares = {backend: 2 * ik_row[side]["p99_us"] / budget
-                  for backend, side in (("pinocchio", "ours"), ("sdk", "ref"))}
-        print(f"physical budget: 2 x ik_step p99 = {shares['pinocchio']:.1%} (pinocchio), {shares['sdk']:.1%} (sdk) "
-              f"of one 30 Hz gate tick ({budget / 1e3:.1f} ms)")
+        shares = {
+            backend: 2 * ik_row[side]["p99_us"] / budget for backend, side in (("pinocchio", "ours"), ("sdk", "ref"))
+        }
+        print(
+            f"physical budget: 2 x ik_step p99 = {shares['pinocchio']:.1%} (pinocchio), {shares['sdk']:.1%} (sdk) "
+            f"of one 30 Hz gate tick ({budget / 1e3:.1f} ms)"
+        )
     print(f"({elapsed:.1f} s of timing)")
 
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "rows": rows, "timer_floor_us": floor, "ik_ok_rate": ik_ok, "wrapper_overhead_p50_us": wrapper,
-        "settings": {k: v for k, v in vars(a).items() if k != "out"},
-        "machine": {"python": sys.version.split()[0], "numpy": np.__version__, "platform": platform.platform(),
-                    "loadavg": list(os.getloadavg())},
-    }, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "rows": rows,
+                "timer_floor_us": floor,
+                "ik_ok_rate": ik_ok,
+                "wrapper_overhead_p50_us": wrapper,
+                "settings": {k: v for k, v in vars(a).items() if k != "out"},
+                "machine": {
+                    "python": sys.version.split()[0],
+                    "numpy": np.__version__,
+                    "platform": platform.platform(),
+                    "loadavg": list(os.getloadavg()),
+                },
+            },
+            indent=2,
+        )
+    )
     print(f"wrote {out}")
     bad = [r["op"] for r in rows if not r["agree"]]
     if bad:

@@ -62,7 +62,8 @@ def observations(n: int, seed: int = 0):
             images=frames[i % len(frames)],
             left_pose=np.array([0.3 + s, 0.1, 0.2, 1.0, 0.0, 0.0, 0.0]),
             right_pose=np.array([0.3, -0.1 - s, 0.2, 0.0, 1.0, 0.0, 0.0]),
-            left_gripper=0.5, right_gripper=0.5,
+            left_gripper=0.5,
+            right_gripper=0.5,
         )
 
 
@@ -82,10 +83,20 @@ def bench_family(family: str, queries: int, warmup: int, threads: int) -> dict:
     t = np.array(totals)
     cfg = policy.algorithm.config
     return {
-        "family": family, "params": int(params), "queries": queries, "threads": threads,
-        "config": {"d_model": cfg.d_model, "n_layers": cfg.n_layers, "chunk_length": cfg.chunk_length,
-                   "n_obs_steps": cfg.n_obs_steps, "steps": getattr(cfg, "num_inference_steps", getattr(cfg, "flow_steps", None))},
-        "ms_p50": float(np.percentile(t, 50)), "ms_p99": float(np.percentile(t, 99)), "ms_max": float(t.max()),
+        "family": family,
+        "params": int(params),
+        "queries": queries,
+        "threads": threads,
+        "config": {
+            "d_model": cfg.d_model,
+            "n_layers": cfg.n_layers,
+            "chunk_length": cfg.chunk_length,
+            "n_obs_steps": cfg.n_obs_steps,
+            "steps": getattr(cfg, "num_inference_steps", getattr(cfg, "flow_steps", None)),
+        },
+        "ms_p50": float(np.percentile(t, 50)),
+        "ms_p99": float(np.percentile(t, 99)),
+        "ms_max": float(t.max()),
         "phase_ms_p50": {k: float(np.median(v)) for k, v in phases.items()},
         "period_fraction_p50": float(np.percentile(t, 50) / PERIOD_MS),
         "period_fraction_p99": float(np.percentile(t, 99) / PERIOD_MS),
@@ -104,13 +115,21 @@ def bench_checkpoint_start() -> dict:
         for _ in range(2):
             w0, t0 = wchar(), time.monotonic()
             prepared = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache)
-            runs.append({"s": time.monotonic() - t0, "bytes_written": wchar() - w0, "reused": prepared.reused,
-                         "cache_listing": listing(cache)})
+            runs.append(
+                {
+                    "s": time.monotonic() - t0,
+                    "bytes_written": wchar() - w0,
+                    "reused": prepared.reused,
+                    "cache_listing": listing(cache),
+                }
+            )
         return {
             "source_bytes": source.stat().st_size,
             "artifact_bytes": prepared.artifact_path.stat().st_size,
-            "first_start_s": runs[0]["s"], "first_bytes_written": runs[0]["bytes_written"],
-            "second_start_s": runs[1]["s"], "second_bytes_written": runs[1]["bytes_written"],
+            "first_start_s": runs[0]["s"],
+            "first_bytes_written": runs[0]["bytes_written"],
+            "second_start_s": runs[1]["s"],
+            "second_bytes_written": runs[1]["bytes_written"],
             "second_reused": runs[1]["reused"],
             "cache_unchanged_by_second": runs[0]["cache_listing"] == runs[1]["cache_listing"],
             "source_dir_unchanged": listing(source.parent) == src_before,
@@ -127,27 +146,51 @@ def main() -> int:
     a = ap.parse_args()
 
     results = [bench_family(f, a.queries, a.warmup, a.threads) for f in FAMILIES]
-    print(f"policy query latency, CPU, {a.threads} torch thread(s), {a.queries} queries after {a.warmup} warm-up, "
-          f"640x480 x3 cameras; control period {PERIOD_MS:.1f} ms")
-    print(f"{'family':8}{'params':>10}{'steps':>7}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'p50/period':>12}{'p99/period':>12}"
-          f"{'encode':>9}{'model':>9}{'decode':>9}")
+    print(
+        f"policy query latency, CPU, {a.threads} torch thread(s), {a.queries} queries after {a.warmup} warm-up, "
+        f"640x480 x3 cameras; control period {PERIOD_MS:.1f} ms"
+    )
+    print(
+        f"{'family':8}{'params':>10}{'steps':>7}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'p50/period':>12}{'p99/period':>12}"
+        f"{'encode':>9}{'model':>9}{'decode':>9}"
+    )
     for r in results:
         ph = r["phase_ms_p50"]
-        print(f"{r['family']:8}{r['params']:>10}{r['config']['steps']:>7}{r['ms_p50']:>9.1f}{r['ms_p99']:>9.1f}"
-              f"{r['ms_max']:>9.1f}{r['period_fraction_p50']:>12.2f}{r['period_fraction_p99']:>12.2f}"
-              f"{ph['encode']:>9.1f}{ph['model']:>9.1f}{ph['decode']:>9.1f}")
+        print(
+            f"{r['family']:8}{r['params']:>10}{r['config']['steps']:>7}{r['ms_p50']:>9.1f}{r['ms_p99']:>9.1f}"
+            f"{r['ms_max']:>9.1f}{r['period_fraction_p50']:>12.2f}{r['period_fraction_p99']:>12.2f}"
+            f"{ph['encode']:>9.1f}{ph['model']:>9.1f}{ph['decode']:>9.1f}"
+        )
     ck = bench_checkpoint_start()
-    print(f"checkpoint start (legacy Fold, source {ck['source_bytes']} B -> artifact {ck['artifact_bytes']} B): "
-          f"first {1e3 * ck['first_start_s']:.1f} ms, {ck['first_bytes_written']} B written; "
-          f"second {1e3 * ck['second_start_s']:.1f} ms ({ck['second_over_first_time']:.2f}x), "
-          f"{ck['second_bytes_written']} B written, reused={ck['second_reused']}, "
-          f"cache unchanged={ck['cache_unchanged_by_second']}, source dir unchanged={ck['source_dir_unchanged']}")
+    print(
+        f"checkpoint start (legacy Fold, source {ck['source_bytes']} B -> artifact {ck['artifact_bytes']} B): "
+        f"first {1e3 * ck['first_start_s']:.1f} ms, {ck['first_bytes_written']} B written; "
+        f"second {1e3 * ck['second_start_s']:.1f} ms ({ck['second_over_first_time']:.2f}x), "
+        f"{ck['second_bytes_written']} B written, reused={ck['second_reused']}, "
+        f"cache unchanged={ck['cache_unchanged_by_second']}, source dir unchanged={ck['source_dir_unchanged']}"
+    )
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps({"families": results, "checkpoint_start": ck, "period_ms": PERIOD_MS,
-                                 "torch": torch.__version__, "machine": platform.machine(),
-                                 "cpu_count": __import__("os").cpu_count()}, indent=1) + "\n")
+    a.out.write_text(
+        json.dumps(
+            {
+                "families": results,
+                "checkpoint_start": ck,
+                "period_ms": PERIOD_MS,
+                "torch": torch.__version__,
+                "machine": platform.machine(),
+                "cpu_count": __import__("os").cpu_count(),
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"wrote {a.out}")
-    ok = ck["second_reused"] and ck["second_bytes_written"] == 0 and ck["cache_unchanged_by_second"] and ck["source_dir_unchanged"]
+    ok = (
+        ck["second_reused"]
+        and ck["second_bytes_written"] == 0
+        and ck["cache_unchanged_by_second"]
+        and ck["source_dir_unchanged"]
+    )
     return 0 if ok else 1
 
 

@@ -116,8 +116,13 @@ def publisher(mode: str, stops: int) -> list[dict]:
             os.kill(child.pid, signal.SIGCONT)
             if box is not None:
                 box.flush(5.0)  # a send blocked by this stop ends once the echo runs again
-            rows.append({"call_ms": call_ms, "ticker_ms": ticker.take(),
-                         "send_ms": box.slowest_s * 1e3 if box is not None else call_ms})
+            rows.append(
+                {
+                    "call_ms": call_ms,
+                    "ticker_ms": ticker.take(),
+                    "send_ms": box.slowest_s * 1e3 if box is not None else call_ms,
+                }
+            )
         return rows
     finally:
         ticker.stop()
@@ -143,10 +148,19 @@ def publish_for(send, seconds: float) -> float:
 
 
 def run(mode: str, stops: int, domain: int) -> list[dict]:
-    env = dict(os.environ, ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", ROS_DOMAIN_ID=str(domain),
-               FASTDDS_DEFAULT_PROFILES_FILE=str(PROFILE))
-    out = subprocess.run([sys.executable, __file__, "--role", "publisher", "--mode", mode, "--stops", str(stops)],
-                         env=env, capture_output=True, text=True, timeout=60 + 4 * stops)
+    env = dict(
+        os.environ,
+        ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
+        ROS_DOMAIN_ID=str(domain),
+        FASTDDS_DEFAULT_PROFILES_FILE=str(PROFILE),
+    )
+    out = subprocess.run(
+        [sys.executable, __file__, "--role", "publisher", "--mode", mode, "--stops", str(stops)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60 + 4 * stops,
+    )
     lines = [line for line in out.stdout.splitlines() if line.startswith("rows ")]
     if not lines:
         raise SystemExit(f"publisher ({mode}) failed: {out.stderr[-2000:]}")
@@ -182,13 +196,19 @@ def main() -> None:
         call = max(r["call_ms"] for r in rows)
         ticker = max(r["ticker_ms"] for r in rows)
         summary[mode] = (blocked, call, ticker)
-        print(f"{mode:8s}: stops with a send blocked > {BLOCKED_MS:.0f} ms: {blocked}/{len(rows)} (slowest send "
-              f"{max(r['send_ms'] for r in rows):.0f} ms); slowest publish() call {call:.1f} ms; the other "
-              f"thread's longest gap {ticker:.1f} ms", flush=True)
+        print(
+            f"{mode:8s}: stops with a send blocked > {BLOCKED_MS:.0f} ms: {blocked}/{len(rows)} (slowest send "
+            f"{max(r['send_ms'] for r in rows):.0f} ms); slowest publish() call {call:.1f} ms; the other "
+            f"thread's longest gap {ticker:.1f} ms",
+            flush=True,
+        )
     (b_base, call_base, tick_base), (b_ours, call_ours, tick_ours) = summary["publish"], summary["outbox"]
-    print(f"ratio publish/outbox: slowest publish() call {call_base / max(call_ours, 1e-3):.0f}x, other thread's "
-          f"longest gap {tick_base / max(tick_ours, 1e-3):.1f}x (blocked sends {b_base} vs {b_ours}: the block is "
-          f"the middleware's; the outbox moves it off the caller and out of the GIL)", flush=True)
+    print(
+        f"ratio publish/outbox: slowest publish() call {call_base / max(call_ours, 1e-3):.0f}x, other thread's "
+        f"longest gap {tick_base / max(tick_ours, 1e-3):.1f}x (blocked sends {b_base} vs {b_ours}: the block is "
+        f"the middleware's; the outbox moves it off the caller and out of the GIL)",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -58,16 +58,24 @@ def _timed(fn, observations) -> list[float]:
 
 def _summary(ms: list[float]) -> dict:
     a = np.asarray(ms)
-    return {"p50_ms": round(float(np.percentile(a, 50)), 3), "p90_ms": round(float(np.percentile(a, 90)), 3),
-            "max_ms": round(float(a.max()), 3), "n": len(ms)}
+    return {
+        "p50_ms": round(float(np.percentile(a, 50)), 3),
+        "p90_ms": round(float(np.percentile(a, 90)), 3),
+        "max_ms": round(float(a.max()), 3),
+        "n": len(ms),
+    }
 
 
 def measure(queries: int = 40) -> dict:
     """Local vs remote query time for the same policy, with and without 3 camera frames."""
     address = f"tcp://127.0.0.1:{_free_port()}"
-    server = subprocess.Popen([sys.executable, "-m", "egomimic_policy.remote.server", "--policy", "scripted",
-                               "--bind", address], cwd=REPO_ROOT, env=dict(os.environ),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "egomimic_policy.remote.server", "--policy", "scripted", "--bind", address],
+        cwd=REPO_ROOT,
+        env=dict(os.environ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     try:
         remote = RemotePolicy(RemoteConfig(address=address, connect_timeout_s=30.0, timeout_s=5.0))
         local = ScriptedChunkPolicy(chunk_length=remote.spec.chunk_length)
@@ -81,8 +89,12 @@ def measure(queries: int = 40) -> dict:
             local_ms = _timed(local.infer, observations)
             remote_ms = _timed(remote.infer, observations)
             payload = sum(img.nbytes for img in observations[0].images.values())
-            results[label] = {"payload_image_bytes": payload, "local": _summary(local_ms), "remote": _summary(remote_ms),
-                              "overhead_p50_ms": round(float(np.median(remote_ms) - np.median(local_ms)), 3)}
+            results[label] = {
+                "payload_image_bytes": payload,
+                "local": _summary(local_ms),
+                "remote": _summary(remote_ms),
+                "overhead_p50_ms": round(float(np.median(remote_ms) - np.median(local_ms)), 3),
+            }
         results["client_status"] = remote.status()
         remote.close()
         return results
@@ -96,13 +108,19 @@ def measure(queries: int = 40) -> dict:
 
 def print_report(r: dict) -> None:
     print(f"remote vs local query (scripted policy, {r['chunk_length']} rows; server process on {r['address']})")
-    print(f"{'observation':<16}{'bytes':>11}{'local p50 ms':>14}{'remote p50 ms':>15}{'remote p90 ms':>15}{'overhead ms':>13}")
+    print(
+        f"{'observation':<16}{'bytes':>11}{'local p50 ms':>14}{'remote p50 ms':>15}{'remote p90 ms':>15}{'overhead ms':>13}"
+    )
     for label in ("with_3_images", "proprio_only"):
         x = r[label]
-        print(f"{label:<16}{x['payload_image_bytes']:>11}{x['local']['p50_ms']:>14.2f}{x['remote']['p50_ms']:>15.2f}"
-              f"{x['remote']['p90_ms']:>15.2f}{x['overhead_p50_ms']:>13.2f}")
-    print(f"(overhead vs the 33.3 ms control period: {r['with_3_images']['overhead_p50_ms'] / 33.33 * 100:.1f} % "
-          "with images; the executor hides it in the worker)")
+        print(
+            f"{label:<16}{x['payload_image_bytes']:>11}{x['local']['p50_ms']:>14.2f}{x['remote']['p50_ms']:>15.2f}"
+            f"{x['remote']['p90_ms']:>15.2f}{x['overhead_p50_ms']:>13.2f}"
+        )
+    print(
+        f"(overhead vs the 33.3 ms control period: {r['with_3_images']['overhead_p50_ms'] / 33.33 * 100:.1f} % "
+        "with images; the executor hides it in the worker)"
+    )
 
 
 def main() -> int:

@@ -86,7 +86,7 @@ class EpisodeWriteError(EpisodeError):
 
 def episode_name(start_ns: int) -> str:
     """Store name from the episode's UTC start time (docs/eva.md): `2025-01-31-12-00-00-000000.zarr`."""
-    when = _dt.datetime.fromtimestamp(start_ns / 1e9, tz=_dt.timezone.utc)
+    when = _dt.datetime.fromtimestamp(start_ns / 1e9, tz=_dt.UTC)
     return when.strftime(NAME_FORMAT) + ".zarr"
 
 
@@ -177,7 +177,10 @@ class EpisodeWriter:
             for key in numeric_keys():
                 width = NUMERIC_FIELDS[key.split(".", 1)[1]]
                 self._arrays[key] = self._group.create_array(
-                    key, shape=(self._capacity, width), chunks=(NUMERIC_CHUNK_STEPS, width), dtype="float32",
+                    key,
+                    shape=(self._capacity, width),
+                    chunks=(NUMERIC_CHUNK_STEPS, width),
+                    dtype="float32",
                     fill_value=np.nan,
                 )
             self._arrays["timestamps_ns"] = self._group.create_array(
@@ -189,23 +192,29 @@ class EpisodeWriter:
                 )
                 # JPEG does not compress further: no compressor. One shard per block.
                 self._arrays[f"images.{cam}"] = self._group.create_array(
-                    f"images.{cam}", shape=(self._capacity,), chunks=(1,), shards=(block_steps,),
-                    dtype=VariableLengthBytes(), compressors=None,
+                    f"images.{cam}",
+                    shape=(self._capacity,),
+                    chunks=(1,),
+                    shards=(block_steps,),
+                    dtype=VariableLengthBytes(),
+                    compressors=None,
                 )
-        self._group.attrs.update({
-            "format_version": FORMAT_VERSION,
-            "embodiment": meta.embodiment,
-            "fps": meta.fps,
-            "task_name": meta.task_name,
-            "task_description": meta.task_description,
-            "cameras": list(meta.cameras),
-            "jpeg_quality": meta.jpeg_quality,
-            "features": meta.features(),
-            "calibration": meta.calibration,
-            "data_status": "recording",
-            "frames_committed": 0,
-            "total_frames": 0,
-        })
+        self._group.attrs.update(
+            {
+                "format_version": FORMAT_VERSION,
+                "embodiment": meta.embodiment,
+                "fps": meta.fps,
+                "task_name": meta.task_name,
+                "task_description": meta.task_description,
+                "cameras": list(meta.cameras),
+                "jpeg_quality": meta.jpeg_quality,
+                "features": meta.features(),
+                "calibration": meta.calibration,
+                "data_status": "recording",
+                "frames_committed": 0,
+                "total_frames": 0,
+            }
+        )
 
     @property
     def frames(self) -> int:
@@ -254,10 +263,11 @@ class EpisodeWriter:
         if len(self._buffer) >= self.block_steps:
             try:
                 self.flush()
-            except Exception as exc:  # noqa: BLE001 - the step is kept; say so precisely
+            except Exception as exc:
                 raise EpisodeWriteError(
                     f"step {self.frames - 1} is buffered, but writing its block failed ({type(exc).__name__}: {exc}); "
-                    "the block is retried at the next flush: do not add the step again") from exc
+                    "the block is retried at the next flush: do not add the step again"
+                ) from exc
 
     def _encode(self, cam: str, image: np.ndarray | bytes) -> bytes:
         if isinstance(image, (bytes, bytearray, memoryview)):
@@ -292,7 +302,7 @@ class EpisodeWriter:
     def _grow(self, needed: int) -> None:
         while self._capacity < needed:
             self._capacity *= 2
-        for key, arr in self._arrays.items():
+        for arr in self._arrays.values():
             arr.resize((self._capacity, *arr.shape[1:]))
 
     def close(self, status: str = "complete") -> int:
@@ -309,7 +319,7 @@ class EpisodeWriter:
         self._closed = True
         return self._committed
 
-    def __enter__(self) -> "EpisodeWriter":
+    def __enter__(self) -> EpisodeWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -393,7 +403,13 @@ class EpisodeReader:
         a = self.attrs
         shape = a["features"][f"images.{self.cameras[0]}"]["shape"]
         return EpisodeMeta(
-            task_name=a["task_name"], cameras=self.cameras, fps=self.fps, embodiment=a["embodiment"],
-            task_description=a.get("task_description", ""), image_width=shape[1], image_height=shape[0],
-            jpeg_quality=a.get("jpeg_quality", 85), calibration=a.get("calibration", {}),
+            task_name=a["task_name"],
+            cameras=self.cameras,
+            fps=self.fps,
+            embodiment=a["embodiment"],
+            task_description=a.get("task_description", ""),
+            image_width=shape[1],
+            image_height=shape[0],
+            jpeg_quality=a.get("jpeg_quality", 85),
+            calibration=a.get("calibration", {}),
         )

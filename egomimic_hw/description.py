@@ -68,7 +68,7 @@ class Arm(str, enum.Enum):
         return [f"{self.value}_joint{i + 1}" for i in range(JOINTS_PER_ARM)] + [f"{self.value}_gripper"]
 
     @classmethod
-    def parse(cls, name: str) -> "Arm":
+    def parse(cls, name: str) -> Arm:
         try:
             return cls(name.strip().lower())
         except ValueError:
@@ -132,8 +132,7 @@ class GripperCalibration:
     def __post_init__(self) -> None:
         if not (np.isfinite(self.open_m) and np.isfinite(self.close_m)) or self.open_m <= self.close_m:
             raise ConfigError(
-                f"gripper calibration needs finite open_m > close_m, got open_m={self.open_m}, "
-                f"close_m={self.close_m}"
+                f"gripper calibration needs finite open_m > close_m, got open_m={self.open_m}, close_m={self.close_m}"
             )
 
     def to_metres(self, gripper_norm: float) -> float:

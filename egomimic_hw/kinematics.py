@@ -53,7 +53,7 @@ def import_arx5():
     """Import `arx5_interface` quietly (it prints library paths on first use) or explain."""
     try:
         with _quiet_stdout():
-            import arx5_interface  # noqa: PLC0415 - optional, x86_64/cp311-only wheel
+            import arx5_interface
     except ImportError as exc:  # pragma: no cover - depends on the platform
         raise BackendUnavailable(
             "arx5_interface (PyPI arx5-interface, CPython 3.11 x86_64 only) is not importable: "
@@ -151,7 +151,7 @@ class SdkArm:
 
 
 def _pinocchio_arm(model: str) -> KinematicsBackend:
-    from egomimic_hw.pinocchio_kinematics import PinocchioArm  # noqa: PLC0415 - lazy: pinocchio is optional
+    from egomimic_hw.pinocchio_kinematics import PinocchioArm
 
     return PinocchioArm(model)
 
@@ -216,7 +216,10 @@ class ArmKinematics:
             return IkResult(False, q, pos_err, rot_err, failure)
         if pos_err > position_tolerance_m or rot_err > rotation_tolerance_rad:
             return IkResult(
-                False, q, pos_err, rot_err,
+                False,
+                q,
+                pos_err,
+                rot_err,
                 f"residual {pos_err * 1e3:.2f} mm / {rot_err:.4f} rad above tolerance "
                 f"{position_tolerance_m * 1e3:.2f} mm / {rotation_tolerance_rad:.4f} rad",
             )
@@ -231,6 +234,12 @@ def check_pose_shape(pose) -> None:
 
 
 __all__ = [
-    "KINEMATICS_BACKENDS", "ArmKinematics", "IkResult", "PoseError", "import_arx5", "open_backend", "pose6d_from_pose",
+    "KINEMATICS_BACKENDS",
+    "ArmKinematics",
+    "IkResult",
+    "PoseError",
+    "import_arx5",
+    "open_backend",
+    "pose6d_from_pose",
     "pose_from_pose6d",
 ]

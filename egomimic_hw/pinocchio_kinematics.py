@@ -62,7 +62,7 @@ one usually stops earlier, once no step lowers the error (MAX_DAMPING)."""
 def import_pinocchio():
     """Import `pinocchio` (PyPI `pin`) or explain how to get it."""
     try:
-        import pinocchio  # noqa: PLC0415 - optional dependency of the kinematics backend
+        import pinocchio
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise BackendUnavailable(
             f"pinocchio (PyPI `pin`) is not importable: {exc}. Install it with `make setup`."

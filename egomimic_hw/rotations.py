@@ -39,7 +39,7 @@ def as_array_of_shape(x, trailing: tuple[int, ...], what: str) -> np.ndarray:
     """`x` as a float array of shape (..., *trailing), all finite; else PoseError naming `what`.
     The entry check of every function here and of the pose code built on them."""
     arr = np.asarray(x, dtype=float)
-    if arr.shape[arr.ndim - len(trailing):] != trailing or arr.ndim < len(trailing):
+    if arr.shape[arr.ndim - len(trailing) :] != trailing or arr.ndim < len(trailing):
         raise PoseError(f"{what}: expected shape (..., {', '.join(map(str, trailing))}), got {arr.shape}")
     if not np.all(np.isfinite(arr)):
         raise PoseError(f"{what}: non-finite value in {arr.tolist() if arr.size <= 16 else 'array'}")
@@ -77,9 +77,15 @@ def quat_to_mat(quat, *, strict: bool = False) -> np.ndarray:
     w, x, y, z = np.moveaxis(q / norm, -1, 0)
     mat = np.stack(
         [
-            1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
-            2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
-            2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y),
+            1 - 2 * (y * y + z * z),
+            2 * (x * y - w * z),
+            2 * (x * z + w * y),
+            2 * (x * y + w * z),
+            1 - 2 * (x * x + z * z),
+            2 * (y * z - w * x),
+            2 * (x * z - w * y),
+            2 * (y * z + w * x),
+            1 - 2 * (x * x + y * y),
         ],
         axis=-1,
     )
@@ -156,9 +162,15 @@ def ypr_to_mat(ypr) -> np.ndarray:
     cy, sy, cp, sp, cr, sr = np.cos(yaw), np.sin(yaw), np.cos(pitch), np.sin(pitch), np.cos(roll), np.sin(roll)
     mat = np.stack(
         [
-            cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr,
-            sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr,
-            -sp, cp * sr, cp * cr,
+            cy * cp,
+            cy * sp * sr - sy * cr,
+            cy * sp * cr + sy * sr,
+            sy * cp,
+            sy * sp * sr + cy * cr,
+            sy * sp * cr - cy * sr,
+            -sp,
+            cp * sr,
+            cp * cr,
         ],
         axis=-1,
     )
@@ -298,8 +310,9 @@ def _quat_product(p, q) -> tuple[float, float, float, float]:
     pw, px, py, pz = p
     qw, qx, qy, qz = q
     cx, cy, cz = py * qz - pz * qy, pz * qx - px * qz, px * qy - py * qx
-    return _unit_wxyz((pw * qw - px * qx - py * qy - pz * qz,
-                       pw * qx + qw * px + cx, pw * qy + qw * py + cy, pw * qz + qw * pz + cz))
+    return _unit_wxyz(
+        (pw * qw - px * qx - py * qy - pz * qz, pw * qx + qw * px + cx, pw * qy + qw * py + cy, pw * qz + qw * pz + cz)
+    )
 
 
 SMALL_ANGLE_RAD = 1e-3

@@ -93,9 +93,9 @@ class ObservationSynchronizer:
         self._tolerance_ns = int(round(tolerance_s * NS_PER_S))
         self._history: dict[str, deque[tuple[int, Any]]] = {s: deque(maxlen=history_depth) for s in max_age_s}
         self._lock = threading.Lock()
-        self.out_of_order = {s: 0 for s in max_age_s}
+        self.out_of_order = dict.fromkeys(max_age_s, 0)
         """Messages dropped because a newer one of the same stream was already held."""
-        self.clock_jumps = {s: 0 for s in max_age_s}
+        self.clock_jumps = dict.fromkeys(max_age_s, 0)
         """Backward stamp steps larger than the stream's max age (a new timeline started)."""
 
     @property

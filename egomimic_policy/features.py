@@ -61,7 +61,9 @@ def state_ee_pose(left_pose, left_gripper, right_pose, right_gripper) -> np.ndar
     return np.concatenate([_arm_state(left_pose, left_gripper, "left"), _arm_state(right_pose, right_gripper, "right")])
 
 
-def encode_action_chunk(current: dict[Arm, np.ndarray], targets: dict[Arm, np.ndarray], grippers: dict[Arm, np.ndarray]) -> np.ndarray:
+def encode_action_chunk(
+    current: dict[Arm, np.ndarray], targets: dict[Arm, np.ndarray], grippers: dict[Arm, np.ndarray]
+) -> np.ndarray:
     """(H, 20) training target: absolute target poses (H, 7) and grippers (H,) per arm, relative
     to `current[arm]` (the pose at the frame the chunk starts from)."""
     cols = []
@@ -122,10 +124,12 @@ def neutral_norm_stats(mode: NormMode | str = NormMode.QUANTILE) -> NormStats:
     """
     s_lo = np.concatenate([np.full(3, -NEUTRAL_STATE_XYZ_M), np.full(6, -1.0), [0.0]])
     s_hi = np.concatenate([np.full(3, NEUTRAL_STATE_XYZ_M), np.full(6, 1.0), [1.0]])
-    a_lo = np.concatenate([np.full(3, -NEUTRAL_ACTION_XYZ_M), _IDENTITY_ROT6D - NEUTRAL_ACTION_ROT6D,
-                           [NEUTRAL_ACTION_GRIPPER[0]]])
-    a_hi = np.concatenate([np.full(3, NEUTRAL_ACTION_XYZ_M), _IDENTITY_ROT6D + NEUTRAL_ACTION_ROT6D,
-                           [NEUTRAL_ACTION_GRIPPER[1]]])
+    a_lo = np.concatenate(
+        [np.full(3, -NEUTRAL_ACTION_XYZ_M), _IDENTITY_ROT6D - NEUTRAL_ACTION_ROT6D, [NEUTRAL_ACTION_GRIPPER[0]]]
+    )
+    a_hi = np.concatenate(
+        [np.full(3, NEUTRAL_ACTION_XYZ_M), _IDENTITY_ROT6D + NEUTRAL_ACTION_ROT6D, [NEUTRAL_ACTION_GRIPPER[1]]]
+    )
     return NormStats(
         mode=NormMode.parse(mode),
         stats={int(EMBODIMENT): {STATE_KEY: _per_arm(s_lo, s_hi), ACTION_KEY: _per_arm(a_lo, a_hi)}},

@@ -49,8 +49,8 @@ class Observation:
     right_gripper: float
     left_joints: np.ndarray | None = None
     right_joints: np.ndarray | None = None
-    history: tuple["Observation", ...] = ()
-    prefix: "Chunk | None" = None
+    history: tuple[Observation, ...] = ()
+    prefix: Chunk | None = None
 
 
 @dataclass(frozen=True)

@@ -65,15 +65,27 @@ def choose_device(value: str, device: str, allow_cpu: bool = False) -> tuple[str
     if torch.cuda.is_available():
         return device, ""
     if not allow_cpu:
-        raise ConfigError(f"policy {value!r} asks for device {device!r} but this machine has no CUDA device "
-                          "(torch.cuda.is_available() is False); refusing to run the model on the CPU. Set "
-                          "allow_cpu_policy:=true to run it on the CPU anyway (seconds per chunk), or device:=cpu")
-    return "cpu", (f"policy {value!r}: device {device!r} unavailable (no CUDA device); running on the CPU because "
-                   "allow_cpu_policy is true: expect seconds per chunk")
+        raise ConfigError(
+            f"policy {value!r} asks for device {device!r} but this machine has no CUDA device "
+            "(torch.cuda.is_available() is False); refusing to run the model on the CPU. Set "
+            "allow_cpu_policy:=true to run it on the CPU anyway (seconds per chunk), or device:=cpu"
+        )
+    return "cpu", (
+        f"policy {value!r}: device {device!r} unavailable (no CUDA device); running on the CPU because "
+        "allow_cpu_policy is true: expect seconds per chunk"
+    )
 
 
-def load_policy(value: str, *, inject_latency_ms: float = 0.0, scripted=None, remote=None,
-                cache_dir: str | None = None, seed: int = 0, device: str = "cpu") -> ChunkPolicy:
+def load_policy(
+    value: str,
+    *,
+    inject_latency_ms: float = 0.0,
+    scripted=None,
+    remote=None,
+    cache_dir: str | None = None,
+    seed: int = 0,
+    device: str = "cpu",
+) -> ChunkPolicy:
     """Build the policy named by `value`.
 
     scripted: a `ScriptedChunkPolicy` to use for `scripted` (default: the default motion).
@@ -99,8 +111,9 @@ def load_policy(value: str, *, inject_latency_ms: float = 0.0, scripted=None, re
     elif "://" in value:
         raise ConfigError(f"policy:={value!r}: only tcp:// server addresses are supported")
     else:
-        raise ConfigError(f"policy:={value!r} is neither a known policy nor an existing checkpoint; "
-                          f"choices: {', '.join(CHOICES)}")
+        raise ConfigError(
+            f"policy:={value!r} is neither a known policy nor an existing checkpoint; choices: {', '.join(CHOICES)}"
+        )
     if inject_latency_ms:
         policy = DelayedPolicy(policy, inject_latency_ms / 1e3)
     return policy

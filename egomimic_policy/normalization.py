@@ -20,9 +20,9 @@ remapped by checkpoint migration before a NormStats is built, never here.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
 
 import numpy as np
 
@@ -42,7 +42,7 @@ class NormMode(str, enum.Enum):
     ZSCORE = "zscore"
 
     @classmethod
-    def parse(cls, value: "str | NormMode") -> "NormMode":
+    def parse(cls, value: str | NormMode) -> NormMode:
         if isinstance(value, cls):
             return value
         try:
@@ -84,19 +84,24 @@ class KeyStats:
         return int(self.mean.shape[0])
 
     @classmethod
-    def from_samples(cls, samples) -> "KeyStats":
+    def from_samples(cls, samples) -> KeyStats:
         """Stats of an (..., D) array reduced over every axis but the last (how training computes them)."""
         x = np.asarray(samples, dtype=np.float64)
         if x.ndim < 1 or x.shape[-1] == 0 or x.size == 0:
             raise ConfigError(f"need samples of shape (..., D), got {x.shape}")
         flat = x.reshape(-1, x.shape[-1])
         return cls(
-            mean=flat.mean(0), std=flat.std(0), min=flat.min(0), max=flat.max(0), median=np.median(flat, 0),
-            quantile_1=np.quantile(flat, 0.01, axis=0), quantile_99=np.quantile(flat, 0.99, axis=0),
+            mean=flat.mean(0),
+            std=flat.std(0),
+            min=flat.min(0),
+            max=flat.max(0),
+            median=np.median(flat, 0),
+            quantile_1=np.quantile(flat, 0.01, axis=0),
+            quantile_99=np.quantile(flat, 0.99, axis=0),
         )
 
     @classmethod
-    def from_dict(cls, d: Mapping, where: str = "norm stats") -> "KeyStats":
+    def from_dict(cls, d: Mapping, where: str = "norm stats") -> KeyStats:
         missing = [n for n in STAT_NAMES if n not in d]
         if missing:
             raise ConfigError(f"{where}: missing statistics {missing} (need {list(STAT_NAMES)})")
@@ -164,12 +169,14 @@ class NormStats:
         return {
             "norm_mode": self.mode.value,
             "embodiments": sorted(self.stats),
-            "norm_stats": {e: {k: ks.to_dict() for k, ks in sorted(keys.items())} for e, keys in sorted(self.stats.items())},
+            "norm_stats": {
+                e: {k: ks.to_dict() for k, ks in sorted(keys.items())} for e, keys in sorted(self.stats.items())
+            },
             "reduce_all_but_last": True,
         }
 
     @classmethod
-    def from_state(cls, state: Mapping) -> "NormStats":
+    def from_state(cls, state: Mapping) -> NormStats:
         if not isinstance(state, Mapping) or "norm_stats" not in state or "norm_mode" not in state:
             raise ConfigError("norm_stats_state must be a dict with 'norm_mode' and 'norm_stats'")
         if state.get("reduce_all_but_last", True) is not True:
@@ -177,7 +184,8 @@ class NormStats:
         stats = {}
         for emb_id, keys in state["norm_stats"].items():
             stats[int(emb_id)] = {
-                str(k): KeyStats.from_dict(v, where=f"norm stats of embodiment {emb_id}, key {k!r}") for k, v in keys.items()
+                str(k): KeyStats.from_dict(v, where=f"norm stats of embodiment {emb_id}, key {k!r}")
+                for k, v in keys.items()
             }
         return cls(mode=NormMode.parse(state["norm_mode"]), stats=stats)
 

@@ -33,18 +33,24 @@ SCRIPTED_ACTION_LAYOUT = "eva_bimanual_abs_pose_ds"
 
 @dataclass(frozen=True)
 class ScriptedMotionConfig:
-    radius_m: float = field(default=0.04, metadata={
-        "help": "radius (m) of each arm's circle in the dataset-frame y-z plane", "range": (0.0, 0.1)})
-    period_s: float = field(default=6.0, metadata={
-        "help": "time (s) of one circle", "range": (0.0, 600.0)})
-    wrist_amplitude_rad: float = field(default=0.15, metadata={
-        "help": "amplitude (rad) of the wrist oscillation about the dataset z axis"})
-    ramp_s: float = field(default=2.0, metadata={
-        "help": "time (s) over which the motion ramps in from the anchored pose", "range": (0.0, 600.0)})
-    gripper_min: float = field(default=0.2, metadata={
-        "help": "lowest gripper value of the cycle (0 closed, 1 open)", "range": (0.0, 1.0)})
-    gripper_max: float = field(default=0.8, metadata={
-        "help": "highest gripper value of the cycle (0 closed, 1 open)", "range": (0.0, 1.0)})
+    radius_m: float = field(
+        default=0.04,
+        metadata={"help": "radius (m) of each arm's circle in the dataset-frame y-z plane", "range": (0.0, 0.1)},
+    )
+    period_s: float = field(default=6.0, metadata={"help": "time (s) of one circle", "range": (0.0, 600.0)})
+    wrist_amplitude_rad: float = field(
+        default=0.15, metadata={"help": "amplitude (rad) of the wrist oscillation about the dataset z axis"}
+    )
+    ramp_s: float = field(
+        default=2.0,
+        metadata={"help": "time (s) over which the motion ramps in from the anchored pose", "range": (0.0, 600.0)},
+    )
+    gripper_min: float = field(
+        default=0.2, metadata={"help": "lowest gripper value of the cycle (0 closed, 1 open)", "range": (0.0, 1.0)}
+    )
+    gripper_max: float = field(
+        default=0.8, metadata={"help": "highest gripper value of the cycle (0 closed, 1 open)", "range": (0.0, 1.0)}
+    )
 
     def __post_init__(self) -> None:
         if not (0 <= self.radius_m <= 0.1):
@@ -71,7 +77,9 @@ def _rot_z(angle: float) -> np.ndarray:
 class ScriptedMotion:
     """Target dataset-frame poses for both arms at time `t_s` after anchoring."""
 
-    def __init__(self, config: ScriptedMotionConfig, anchors_ds: dict[Arm, np.ndarray], anchor_grippers: dict[Arm, float]):
+    def __init__(
+        self, config: ScriptedMotionConfig, anchors_ds: dict[Arm, np.ndarray], anchor_grippers: dict[Arm, float]
+    ):
         self.config = config
         self._anchor = {a: np.asarray(anchors_ds[a], dtype=float) for a in ARMS}
         self._anchor_rot = {a: quat_to_mat(self._anchor[a][3:], strict=True) for a in ARMS}
@@ -103,8 +111,14 @@ class ScriptedMotion:
 class ScriptedChunkPolicy:
     """The scripted motion as a ChunkPolicy: needs no cameras, answers in microseconds."""
 
-    def __init__(self, config: ScriptedMotionConfig = ScriptedMotionConfig(), *, chunk_length: int = 30,
-                 rate_hz: float = 30.0, embodiment: str = "eva_bimanual"):
+    def __init__(
+        self,
+        config: ScriptedMotionConfig = ScriptedMotionConfig(),
+        *,
+        chunk_length: int = 30,
+        rate_hz: float = 30.0,
+        embodiment: str = "eva_bimanual",
+    ):
         if chunk_length < 1:
             raise ConfigError(f"chunk_length must be >= 1 row, got {chunk_length}")
         if not rate_hz > 0:
@@ -114,8 +128,13 @@ class ScriptedChunkPolicy:
         setup = {"config": asdict(config), "chunk_length": chunk_length, "rate_hz": rate_hz}
         fingerprint = hashlib.sha256(json.dumps(setup, sort_keys=True).encode()).hexdigest()[:16]
         self.spec = PolicySpec(
-            family="scripted", fingerprint=f"scripted-{fingerprint}", embodiment=embodiment,
-            action_layout=SCRIPTED_ACTION_LAYOUT, chunk_length=chunk_length, rate_hz=rate_hz, cameras=(),
+            family="scripted",
+            fingerprint=f"scripted-{fingerprint}",
+            embodiment=embodiment,
+            action_layout=SCRIPTED_ACTION_LAYOUT,
+            chunk_length=chunk_length,
+            rate_hz=rate_hz,
+            cameras=(),
         )
         self._motion: ScriptedMotion | None = None
         self._anchor_ns = 0
@@ -140,7 +159,10 @@ class ScriptedChunkPolicy:
             for arm, (pose, gripper) in self._motion.sample(t0_s + i * self.period_s).items():
                 poses[arm][i], grippers[arm][i] = pose, gripper
         return Chunk(
-            observation_stamp_ns=observation.stamp_ns, period_s=self.period_s,
-            left_pose=poses[Arm.LEFT], right_pose=poses[Arm.RIGHT],
-            left_gripper=grippers[Arm.LEFT], right_gripper=grippers[Arm.RIGHT],
+            observation_stamp_ns=observation.stamp_ns,
+            period_s=self.period_s,
+            left_pose=poses[Arm.LEFT],
+            right_pose=poses[Arm.RIGHT],
+            left_gripper=grippers[Arm.LEFT],
+            right_gripper=grippers[Arm.RIGHT],
         )

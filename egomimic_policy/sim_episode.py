@@ -33,24 +33,39 @@ START_STAMP_NS = 1_700_000_000_000_000_000
 """Episode stamps start here (ROS time of a fixed date), so renders are reproducible."""
 
 
-def render_sim_episode(path: str | Path, *, seconds: float = 10.0, fps: float = 30.0, width: int = 640,
-                       height: int = 480, task_name: str = "sim_scripted_circle", overwrite: bool = False,
-                       block_steps: int = 30) -> int:
+def render_sim_episode(
+    path: str | Path,
+    *,
+    seconds: float = 10.0,
+    fps: float = 30.0,
+    width: int = 640,
+    height: int = 480,
+    task_name: str = "sim_scripted_circle",
+    overwrite: bool = False,
+    block_steps: int = 30,
+) -> int:
     """Write one episode of `seconds` to `path`; returns the number of frames."""
     if not 0 < seconds <= 600:
         raise ConfigError(f"seconds must be in (0, 600], got {seconds}")
     kin = ArmKinematics()
     q0 = np.asarray(SimConfig().initial_joints_rad, float)
     anchor_hw = kin.forward(q0)
-    motion = ScriptedMotion(ScriptedMotionConfig(), {a: pose_ds_from_hw(anchor_hw) for a in ARMS},
-                            {a: 0.5 for a in ARMS})
+    motion = ScriptedMotion(
+        ScriptedMotionConfig(), {a: pose_ds_from_hw(anchor_hw) for a in ARMS}, dict.fromkeys(ARMS, 0.5)
+    )
     intrinsics = {cam: default_intrinsics(cam, width, height) for cam in CAMERAS}
     scenes = {cam: SyntheticScene(cam, intrinsics[cam], seed=CAMERAS.index(cam)) for cam in CAMERAS}
     calibration = {cam: k.as_dict() for cam, k in intrinsics.items()}
     calibration["extrinsics"] = {f"{a.value}_base_T_front_1": BASE_T_HEAD_CAMERA[a].tolist() for a in ARMS}
-    meta = EpisodeMeta(task_name=task_name, cameras=CAMERAS, fps=fps, image_width=width, image_height=height,
-                       task_description="synthetic scene, scripted bimanual circle (egomimic_policy.scripted)",
-                       calibration=calibration)
+    meta = EpisodeMeta(
+        task_name=task_name,
+        cameras=CAMERAS,
+        fps=fps,
+        image_width=width,
+        image_height=height,
+        task_description="synthetic scene, scripted bimanual circle (egomimic_policy.scripted)",
+        calibration=calibration,
+    )
     joints = {a: q0.copy() for a in ARMS}
     n = int(round(seconds * fps))
     with EpisodeWriter(path, meta, overwrite=overwrite, block_steps=block_steps) as writer:

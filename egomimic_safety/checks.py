@@ -49,8 +49,9 @@ def _measured_pose(meas: ArmMeasurement) -> np.ndarray:
     """meas.ee_pose_hw, which every Cartesian check needs: the caller fills it with FK first
     (SafetyGate._measured). A measurement without it is the caller's bug, not a refusal."""
     if meas.ee_pose_hw is None:
-        raise ValueError("ArmMeasurement.ee_pose_hw is None: compute FK of joints_rad before checking "
-                         "(SafetyGate._measured)")
+        raise ValueError(
+            "ArmMeasurement.ee_pose_hw is None: compute FK of joints_rad before checking (SafetyGate._measured)"
+        )
     return meas.ee_pose_hw
 
 
@@ -94,7 +95,9 @@ def check_structure(arm: Arm, cmd: ArmCommand, config: GateConfig) -> np.ndarray
         raise _Refusal(Reason.NONFINITE, f"non-finite value in pose {pose.tolist()} / gripper {gripper}")
     qnorm = float(np.linalg.norm(pose[3:]))
     if abs(qnorm - 1.0) > config.quat_norm_tolerance:
-        raise _Refusal(Reason.BAD_QUATERNION, f"quaternion norm {qnorm:.6f} is not 1 (tolerance {config.quat_norm_tolerance})")
+        raise _Refusal(
+            Reason.BAD_QUATERNION, f"quaternion norm {qnorm:.6f} is not 1 (tolerance {config.quat_norm_tolerance})"
+        )
     if cmd.frame_id != arm.hw_frame:
         raise _Refusal(Reason.FRAME, f"frame_id {cmd.frame_id!r}, the gate accepts {arm.hw_frame!r} only")
     pose = pose.copy()
@@ -114,8 +117,9 @@ def structure_problem(arm: Arm, cmd: ArmCommand, config: GateConfig) -> tuple[Re
     return None
 
 
-def check_jump_from_late_state(pose: np.ndarray, meas: ArmMeasurement | None, now_s: float, silent_s: float,
-                               config: GateConfig) -> None:
+def check_jump_from_late_state(
+    pose: np.ndarray, meas: ArmMeasurement | None, now_s: float, silent_s: float, config: GateConfig
+) -> None:
     """The jump checks against a measurement that may be late: since it was taken the arm moved
     at most the EE speed limits x its age, so a target further than the jump limit plus that
     from it is a jump wherever the arm is now. Run before a command is deferred for lateness
@@ -130,16 +134,30 @@ def check_jump_from_late_state(pose: np.ndarray, meas: ArmMeasurement | None, no
     measured = _measured_pose(meas)
     step_m = float(np.linalg.norm(pose[:3] - measured[:3]))
     if step_m > config.max_translation_step_m + slack_m:
-        raise _Refusal(Reason.TRANSLATION_JUMP, f"{step_m:.3f} m from the measured pose {age * 1e3:.0f} ms old (limit "
-                                                f"{config.max_translation_step_m} m + {slack_m:.3f} m the arm could have moved since)")
+        raise _Refusal(
+            Reason.TRANSLATION_JUMP,
+            f"{step_m:.3f} m from the measured pose {age * 1e3:.0f} ms old (limit "
+            f"{config.max_translation_step_m} m + {slack_m:.3f} m the arm could have moved since)",
+        )
     rot_rad = quat_angle(pose[3:], measured[3:] / np.linalg.norm(measured[3:]))
     if rot_rad > config.max_rotation_step_rad + slack_rad:
-        raise _Refusal(Reason.ROTATION_JUMP, f"{rot_rad:.3f} rad from the measured orientation {age * 1e3:.0f} ms old (limit "
-                                             f"{config.max_rotation_step_rad} rad + {slack_rad:.3f} rad the arm could have turned since)")
+        raise _Refusal(
+            Reason.ROTATION_JUMP,
+            f"{rot_rad:.3f} rad from the measured orientation {age * 1e3:.0f} ms old (limit "
+            f"{config.max_rotation_step_rad} rad + {slack_rad:.3f} rad the arm could have turned since)",
+        )
 
 
-def check_before_deferring(arm: Arm, pose: np.ndarray, meas: ArmMeasurement | None, prev_pose: np.ndarray | None,
-                           prev_dt_s: float, now_s: float, silent_s: float, config: GateConfig) -> None:
+def check_before_deferring(
+    arm: Arm,
+    pose: np.ndarray,
+    meas: ArmMeasurement | None,
+    prev_pose: np.ndarray | None,
+    prev_dt_s: float,
+    now_s: float,
+    silent_s: float,
+    config: GateConfig,
+) -> None:
     """What lateness cannot excuse, run before a command is deferred: the checks that need no
     fresh state (the workspace box and the rate vs the previous command, where they reject)
     and the jump from the late measurement (check_jump_from_late_state). A clamp here changes
@@ -149,13 +167,23 @@ def check_before_deferring(arm: Arm, pose: np.ndarray, meas: ArmMeasurement | No
     check_command_step(pose, prev_pose, prev_dt_s, config, config.command_step_action, [])
 
 
-def deferral_problem(arm: Arm, cmd: ArmCommand, meas: ArmMeasurement | None, prev_pose: np.ndarray | None,
-                     prev_dt_s: float, now_s: float, silent_s: float, config: GateConfig) -> tuple[Reason, str] | None:
+def deferral_problem(
+    arm: Arm,
+    cmd: ArmCommand,
+    meas: ArmMeasurement | None,
+    prev_pose: np.ndarray | None,
+    prev_dt_s: float,
+    now_s: float,
+    silent_s: float,
+    config: GateConfig,
+) -> tuple[Reason, str] | None:
     """check_before_deferring as a value, for a well-formed command (structure_problem passed):
     (reason, detail) of a fault that lateness does not excuse, or None."""
     try:
         with np.errstate(over="ignore", invalid="ignore"):
-            check_before_deferring(arm, check_structure(arm, cmd, config), meas, prev_pose, prev_dt_s, now_s, silent_s, config)
+            check_before_deferring(
+                arm, check_structure(arm, cmd, config), meas, prev_pose, prev_dt_s, now_s, silent_s, config
+            )
     except _Refusal as refusal:
         return refusal.reason, f"{arm.value}: {refusal.detail}"
     return None
@@ -170,14 +198,23 @@ def check_state_fresh(meas: ArmMeasurement | None, now_s: float, silent_s: float
     age = now_s - meas.stamp_s
     limit = config.max_state_age_s
     if not np.isfinite(age) or -age > config.max_command_future_s:
-        raise _Refusal(Reason.STALE_STATE, f"measured state stamp is {age * 1e3:.0f} ms old (limits {limit * 1e3:.0f} ms old, "
-                                           f"{config.max_command_future_s * 1e3:.0f} ms ahead)")
+        raise _Refusal(
+            Reason.STALE_STATE,
+            f"measured state stamp is {age * 1e3:.0f} ms old (limits {limit * 1e3:.0f} ms old, "
+            f"{config.max_command_future_s * 1e3:.0f} ms ahead)",
+        )
     if age > limit:
-        raise _Refusal(Reason.STALE_STATE, f"measured state stamp is {age * 1e3:.0f} ms old (limit {limit * 1e3:.0f} ms)",
-                       transient=True)
+        raise _Refusal(
+            Reason.STALE_STATE,
+            f"measured state stamp is {age * 1e3:.0f} ms old (limit {limit * 1e3:.0f} ms)",
+            transient=True,
+        )
     if not silent_s <= limit:
-        raise _Refusal(Reason.STALE_STATE, f"no measured state received for {silent_s * 1e3:.0f} ms (limit {limit * 1e3:.0f} ms)",
-                       transient=True)
+        raise _Refusal(
+            Reason.STALE_STATE,
+            f"no measured state received for {silent_s * 1e3:.0f} ms (limit {limit * 1e3:.0f} ms)",
+            transient=True,
+        )
     return meas
 
 
@@ -187,7 +224,9 @@ def check_workspace(arm: Arm, pose: np.ndarray, config: GateConfig, action: str,
     if np.all(p >= lo) and np.all(p <= hi):
         return pose
     if action != CLAMP:
-        where = ", ".join(f"{v:.3f}" for v in p)  # not np.round: 1e308 * 1e3 overflows (a warning, an error under -W error)
+        where = ", ".join(
+            f"{v:.3f}" for v in p
+        )  # not np.round: 1e308 * 1e3 overflows (a warning, an error under -W error)
         raise _Refusal(Reason.WORKSPACE, f"position [{where}] outside the box {lo.tolist()}..{hi.tolist()} m")
     clamps.append(Reason.WORKSPACE)
     out = pose.copy()
@@ -203,8 +242,9 @@ def rate_dt_s(dt_s: float, config: GateConfig) -> float:
     return min(max(dt_s, 0.0), config.max_rate_dt_s)
 
 
-def check_command_step(pose: np.ndarray, prev: np.ndarray | None, dt_s: float, config: GateConfig, action: str,
-                       clamps: list) -> np.ndarray:
+def check_command_step(
+    pose: np.ndarray, prev: np.ndarray | None, dt_s: float, config: GateConfig, action: str, clamps: list
+) -> np.ndarray:
     """Rate vs the previous accepted command, per unit of time: the declared EE speeds x dt
     (dt from the commands' stamps, see rate_dt_s). A per-message limit would let a producer
     that sends faster than the control rate move faster than the arm's declared speed."""
@@ -216,8 +256,11 @@ def check_command_step(pose: np.ndarray, prev: np.ndarray | None, dt_s: float, c
     step_m = float(np.linalg.norm(pose[:3] - prev[:3]))
     if step_m > limit_m:
         if action != CLAMP:
-            raise _Refusal(Reason.TRANSLATION_RATE, f"{step_m * 1e3:.1f} mm from the previous command in {dt_s * 1e3:.1f} ms "
-                                                    f"(limit {limit_m * 1e3:.1f} mm: {config.max_ee_speed_m_s} m/s)")
+            raise _Refusal(
+                Reason.TRANSLATION_RATE,
+                f"{step_m * 1e3:.1f} mm from the previous command in {dt_s * 1e3:.1f} ms "
+                f"(limit {limit_m * 1e3:.1f} mm: {config.max_ee_speed_m_s} m/s)",
+            )
         clamps.append(Reason.TRANSLATION_RATE)
         out = out.copy()
         out[:3] = prev[:3] + (pose[:3] - prev[:3]) * (limit_m / step_m)
@@ -225,8 +268,11 @@ def check_command_step(pose: np.ndarray, prev: np.ndarray | None, dt_s: float, c
     rot_rad = quat_angle(pose[3:], prev[3:])
     if rot_rad > limit_rad:
         if action != CLAMP:
-            raise _Refusal(Reason.ROTATION_RATE, f"{rot_rad:.3f} rad from the previous command in {dt_s * 1e3:.1f} ms "
-                                                 f"(limit {limit_rad:.3f} rad: {config.max_ee_angular_speed_rad_s} rad/s)")
+            raise _Refusal(
+                Reason.ROTATION_RATE,
+                f"{rot_rad:.3f} rad from the previous command in {dt_s * 1e3:.1f} ms "
+                f"(limit {limit_rad:.3f} rad: {config.max_ee_angular_speed_rad_s} rad/s)",
+            )
         clamps.append(Reason.ROTATION_RATE)
         out = out.copy()
         out[3:] = quat_rotate_toward(prev[3:], pose[3:], limit_rad)
@@ -238,10 +284,15 @@ def check_vs_measured(pose: np.ndarray, meas: ArmMeasurement, config: GateConfig
     measured = _measured_pose(meas)
     step_m = float(np.linalg.norm(pose[:3] - measured[:3]))
     if step_m > config.max_translation_step_m:
-        raise _Refusal(Reason.TRANSLATION_JUMP, f"{step_m:.3f} m from the measured pose (limit {config.max_translation_step_m} m)")
+        raise _Refusal(
+            Reason.TRANSLATION_JUMP, f"{step_m:.3f} m from the measured pose (limit {config.max_translation_step_m} m)"
+        )
     rot_rad = quat_angle(pose[3:], measured[3:] / np.linalg.norm(measured[3:]))
     if rot_rad > config.max_rotation_step_rad:
-        raise _Refusal(Reason.ROTATION_JUMP, f"{rot_rad:.3f} rad from the measured orientation (limit {config.max_rotation_step_rad} rad)")
+        raise _Refusal(
+            Reason.ROTATION_JUMP,
+            f"{rot_rad:.3f} rad from the measured orientation (limit {config.max_rotation_step_rad} rad)",
+        )
 
 
 def joint_bounds(config: GateConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -314,7 +365,9 @@ def _check_arm(arm, cmd, meas, prev_pose, prev_dt_s, now_s, state_silent_s, conf
         ik = kinematics.inverse(pose, meas.joints_rad)
         if not ik.ok and not (ik.detail == "solution outside the joint limits" and config.joint_limit_action == CLAMP):
             if "joint limits" in ik.detail:
-                raise _Refusal(Reason.JOINT_LIMIT, f"IK solution outside the joint limits: {np.round(ik.joints_rad, 3).tolist()}")
+                raise _Refusal(
+                    Reason.JOINT_LIMIT, f"IK solution outside the joint limits: {np.round(ik.joints_rad, 3).tolist()}"
+                )
             raise _Refusal(Reason.IK_FAILED, ik.detail)
         n_before = len(clamps)
         q = check_joints(np.asarray(ik.joints_rad, dtype=float)[:JOINTS_PER_ARM], meas, config, clamps)

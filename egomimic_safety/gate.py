@@ -53,8 +53,15 @@ import numpy as np
 
 from egomimic_hw.description import ARMS, JOINTS_PER_ARM, Arm
 from egomimic_hw.kinematics import ArmKinematics
-from egomimic_safety.checks import (ArmCommand, ArmMeasurement, check_arm, deferral_problem, joint_bounds,
-                                    start_pose_distance, structure_problem)
+from egomimic_safety.checks import (
+    ArmCommand,
+    ArmMeasurement,
+    check_arm,
+    deferral_problem,
+    joint_bounds,
+    start_pose_distance,
+    structure_problem,
+)
 from egomimic_safety.config import GateConfig
 from egomimic_safety.plausibility import StateMonitor
 from egomimic_safety.reasons import Reason
@@ -124,7 +131,9 @@ class Decision:
                 raise ValueError("a NOTHING decision carries no targets")
         elif self.send is Send.FORWARD:
             if self.targets is None or set(self.targets) != set(ARMS):
-                raise ValueError(f"a FORWARD decision carries both arms' targets, got {sorted(a.value for a in self.targets or {})}")
+                raise ValueError(
+                    f"a FORWARD decision carries both arms' targets, got {sorted(a.value for a in self.targets or {})}"
+                )
         elif self.send is Send.HOLD:
             if not self.targets:
                 raise ValueError("a HOLD decision carries the hold target")
@@ -202,9 +211,18 @@ class SafetyGate:
         sent; `last_measurement_accepted` says whether this one was stored."""
         try:
             pose = () if meas.ee_pose_hw is None else np.asarray(meas.ee_pose_hw, dtype=float).ravel()
-            values = np.concatenate([np.asarray(meas.joints_rad, dtype=float).ravel(), pose,
-                                     [float(meas.gripper_norm), float(meas.stamp_s)]])
-            ok = values.size == JOINTS_PER_ARM + len(pose) + 2 and len(pose) in (0, 7) and bool(np.all(np.isfinite(values)))
+            values = np.concatenate(
+                [
+                    np.asarray(meas.joints_rad, dtype=float).ravel(),
+                    pose,
+                    [float(meas.gripper_norm), float(meas.stamp_s)],
+                ]
+            )
+            ok = (
+                values.size == JOINTS_PER_ARM + len(pose) + 2
+                and len(pose) in (0, 7)
+                and bool(np.all(np.isfinite(values)))
+            )
         except (TypeError, ValueError):
             ok = False
         self.last_measurement_accepted = False
@@ -245,20 +263,28 @@ class SafetyGate:
         try:
             self._cams[camera] = report
             self._cam_rx_mono[camera] = mono_s
-            if (camera in self.config.required_cameras and not report.ok and not report.late
-                    and self.state in (GateState.ARMING, GateState.ARMED)):
+            if (
+                camera in self.config.required_cameras
+                and not report.ok
+                and not report.late
+                and self.state in (GateState.ARMING, GateState.ARMED)
+            ):
                 if self.state == GateState.ARMED or self._start_checked:
                     return self._fault(Reason.STALE_CAMERA, f"camera {camera}: {report.detail or 'not OK'}", mono_s)
             return None
         except Exception as exc:  # noqa: BLE001 - the gate must hold, not crash
-            return self._fault(Reason.INTERNAL_ERROR, f"exception in gate (camera): {type(exc).__name__}: {exc}", mono_s)
+            return self._fault(
+                Reason.INTERNAL_ERROR, f"exception in gate (camera): {type(exc).__name__}: {exc}", mono_s
+            )
 
     def propose(self, proposal: Proposal, now_s: float, mono_s: float) -> Decision:
         """Decide on one proposed command: what to send to the drivers now."""
         try:
             return self._propose(proposal, now_s, mono_s)
         except Exception as exc:  # noqa: BLE001 - the gate must hold, not crash
-            return Decision.after_fault(self._fault(Reason.INTERNAL_ERROR, f"exception in gate: {type(exc).__name__}: {exc}", mono_s))
+            return Decision.after_fault(
+                self._fault(Reason.INTERNAL_ERROR, f"exception in gate: {type(exc).__name__}: {exc}", mono_s)
+            )
 
     def tick(self, now_s: float, mono_s: float) -> JointCommands | None:
         """Watchdog (run faster than the control rate): detect silence; in HOLD/ESTOP re-send
@@ -272,17 +298,29 @@ class SafetyGate:
                 waited_s = mono_s - self._arm_request_mono
                 if waited_s > self.config.arming_timeout_s:
                     if not self._proposal_seen:
-                        return self._fault(Reason.STALE_COMMAND, f"no command within {self.config.arming_timeout_s:.1f} s of arming", mono_s)
-                    return self._fault(self._last_deferral_reason, f"not armed within {self.config.arming_timeout_s:.1f} s: "
-                                       f"{self.last_deferral or 'no command validated'}", mono_s)
+                        return self._fault(
+                            Reason.STALE_COMMAND,
+                            f"no command within {self.config.arming_timeout_s:.1f} s of arming",
+                            mono_s,
+                        )
+                    return self._fault(
+                        self._last_deferral_reason,
+                        f"not armed within {self.config.arming_timeout_s:.1f} s: "
+                        f"{self.last_deferral or 'no command validated'}",
+                        mono_s,
+                    )
                 return None
             if self.state == GateState.ARMED:
                 stale = self._stale_arms(now_s, mono_s, self.config.state_hold_after_s)
                 if stale:
                     refused = sum(self.refused_measurements[a] for a in stale)
                     note = f" ({refused} measurements refused)" if refused else ""
-                    return self._fault(Reason.STALE_STATE, f"no fresh state from {', '.join(stale)} for "
-                                       f"{self.config.state_hold_after_s * 1e3:.0f} ms{note}", mono_s)
+                    return self._fault(
+                        Reason.STALE_STATE,
+                        f"no fresh state from {', '.join(stale)} for "
+                        f"{self.config.state_hold_after_s * 1e3:.0f} ms{note}",
+                        mono_s,
+                    )
                 camera, transient = self._camera_problem(now_s, mono_s, self.config.camera_hold_after_s)
                 if camera:
                     return self._fault(Reason.STALE_CAMERA, camera, mono_s)
@@ -292,8 +330,11 @@ class SafetyGate:
                     return self._fault(Reason.STALE_COMMAND, f"no command for {silent_s * 1e3:.0f} ms", mono_s)
                 since = self._deferring_since_mono
                 if since is not None and mono_s - since > self.config.deferral_hold_after_s:
-                    return self._fault(self._last_deferral_reason, f"nothing forwarded for {(mono_s - since) * 1e3:.0f} ms: "
-                                       f"{self.last_deferral}", mono_s)
+                    return self._fault(
+                        self._last_deferral_reason,
+                        f"nothing forwarded for {(mono_s - since) * 1e3:.0f} ms: {self.last_deferral}",
+                        mono_s,
+                    )
                 return None
             if self.state in (GateState.HOLD, GateState.ESTOP) and self._hold is not None:
                 due = self._hold_due_mono
@@ -305,7 +346,9 @@ class SafetyGate:
                     return self._hold
             return None
         except Exception as exc:  # noqa: BLE001
-            return self._fault(Reason.INTERNAL_ERROR, f"exception in gate watchdog: {type(exc).__name__}: {exc}", mono_s)
+            return self._fault(
+                Reason.INTERNAL_ERROR, f"exception in gate watchdog: {type(exc).__name__}: {exc}", mono_s
+            )
 
     # -- operator services --------------------------------------------------------------------
     def request_arm(self, now_s: float, mono_s: float) -> tuple[bool, str]:
@@ -321,8 +364,10 @@ class SafetyGate:
         recent = [a.value for a, t in self._implausible_mono.items() if mono_s - t < lockout]
         if recent:
             self._count(Reason.STATE_IMPLAUSIBLE)
-            return False, (f"cannot arm: implausible state from {', '.join(recent)} within the last {lockout:.1f} s "
-                           f"({self._implausible_detail[Arm(recent[0])]})")
+            return False, (
+                f"cannot arm: implausible state from {', '.join(recent)} within the last {lockout:.1f} s "
+                f"({self._implausible_detail[Arm(recent[0])]})"
+            )
         camera, _ = self._camera_problem(now_s, mono_s, self.config.max_camera_age_s)
         if camera:
             self._count(Reason.STALE_CAMERA)
@@ -350,7 +395,9 @@ class SafetyGate:
         """Latched stop from any state; the hold target goes out at the next tick()."""
         self._capture_hold()
         self._count(Reason.ESTOP)
-        self._set(GateState.ESTOP, Reason.ESTOP, "emergency stop latched: holding measured joints; safety/reset to leave")
+        self._set(
+            GateState.ESTOP, Reason.ESTOP, "emergency stop latched: holding measured joints; safety/reset to leave"
+        )
         return True, self.detail
 
     def reset(self) -> tuple[bool, str]:
@@ -384,14 +431,26 @@ class SafetyGate:
         self._recent_stamps.append(stamp)
         in_window = sum(1 for s in self._recent_stamps if stamp - cfg.command_rate_window_s < s <= stamp)
         if in_window > cfg.max_commands_per_window:
-            return self._reject(Reason.COMMAND_RATE, f"{in_window} commands stamped within {cfg.command_rate_window_s * 1e3:.0f} ms "
-                                f"(limit {cfg.max_commands_per_window}: {cfg.max_command_rate_hz:.0f} Hz)", mono_s)
+            return self._reject(
+                Reason.COMMAND_RATE,
+                f"{in_window} commands stamped within {cfg.command_rate_window_s * 1e3:.0f} ms "
+                f"(limit {cfg.max_commands_per_window}: {cfg.max_command_rate_hz:.0f} Hz)",
+                mono_s,
+            )
         age = now_s - stamp
         if not np.isfinite(age) or age > cfg.max_command_late_s or -age > cfg.max_command_future_s:
-            return self._reject(Reason.STALE_COMMAND, f"command stamp is {age * 1e3:.0f} ms old "
-                                f"(limits {cfg.max_command_late_s * 1e3:.0f} ms old, {cfg.max_command_future_s * 1e3:.0f} ms ahead)", mono_s)
+            return self._reject(
+                Reason.STALE_COMMAND,
+                f"command stamp is {age * 1e3:.0f} ms old "
+                f"(limits {cfg.max_command_late_s * 1e3:.0f} ms old, {cfg.max_command_future_s * 1e3:.0f} ms ahead)",
+                mono_s,
+            )
         if self._prev_stamp_s is not None and stamp <= self._prev_stamp_s:
-            return self._reject(Reason.STALE_COMMAND, f"command stamp {stamp:.6f} not after the last accepted {self._prev_stamp_s:.6f}", mono_s)
+            return self._reject(
+                Reason.STALE_COMMAND,
+                f"command stamp {stamp:.6f} not after the last accepted {self._prev_stamp_s:.6f}",
+                mono_s,
+            )
         for arm in ARMS:  # content first: being late never hides a malformed command
             cmd = proposal.arms.get(arm)
             if cmd is None:
@@ -400,8 +459,13 @@ class SafetyGate:
             if problem:
                 return self._reject(problem[0], problem[1], mono_s)
         if age > cfg.max_command_age_s:
-            return self._defer_unless_fault(proposal, Reason.STALE_COMMAND, f"command arrived {age * 1e3:.0f} ms after its stamp "
-                                           f"(limit {cfg.max_command_age_s * 1e3:.0f} ms)", now_s, mono_s)
+            return self._defer_unless_fault(
+                proposal,
+                Reason.STALE_COMMAND,
+                f"command arrived {age * 1e3:.0f} ms after its stamp (limit {cfg.max_command_age_s * 1e3:.0f} ms)",
+                now_s,
+                mono_s,
+            )
         camera, transient = self._camera_problem(now_s, mono_s, self.config.max_camera_age_s)
         if camera:
             if transient:
@@ -411,8 +475,12 @@ class SafetyGate:
         if obs != 0.0:
             obs_age = now_s - obs
             if not np.isfinite(obs_age) or obs_age > cfg.max_observation_age_s or -obs_age > cfg.max_command_future_s:
-                return self._reject(Reason.STALE_CAMERA, f"the command answers an observation {obs_age * 1e3:.0f} ms old "
-                                    f"(limit {cfg.max_observation_age_s * 1e3:.0f} ms)", mono_s)
+                return self._reject(
+                    Reason.STALE_CAMERA,
+                    f"the command answers an observation {obs_age * 1e3:.0f} ms old "
+                    f"(limit {cfg.max_observation_age_s * 1e3:.0f} ms)",
+                    mono_s,
+                )
         out: JointCommands = {}
         poses: dict[Arm, np.ndarray] = {}
         clamps: set[Reason] = set()
@@ -422,23 +490,31 @@ class SafetyGate:
             if cmd is None:
                 return self._reject(Reason.SHAPE, f"{arm.value}: missing from the bimanual command", mono_s)
             silent_s = mono_s - self._meas_rx_mono.get(arm, -np.inf)
-            verdict = check_arm(arm, cmd, self._measured(arm), self._prev_pose.get(arm), dt_s, now_s, silent_s, cfg, self._kin[arm])
+            verdict = check_arm(
+                arm, cmd, self._measured(arm), self._prev_pose.get(arm), dt_s, now_s, silent_s, cfg, self._kin[arm]
+            )
             if not verdict.ok:
                 reason = verdict.reason or Reason.INTERNAL_ERROR  # a refusal always names one
                 if verdict.transient:
                     return self._defer_unless_fault(proposal, reason, verdict.detail, now_s, mono_s)
                 return self._reject(reason, verdict.detail, mono_s)
             if verdict.pose_hw is None or verdict.joints_rad is None:  # an accepted verdict carries both
-                return Decision.after_fault(self._fault(Reason.INTERNAL_ERROR, f"{arm.value}: accepted without a target", mono_s))
+                return Decision.after_fault(
+                    self._fault(Reason.INTERNAL_ERROR, f"{arm.value}: accepted without a target", mono_s)
+                )
             if self.state == GateState.ARMING and not self._start_checked:
                 measured = self._measured(arm)
                 if measured is None:  # check_arm refuses a command without a measurement first
                     return self._reject(Reason.STALE_STATE, f"{arm.value}: no measured state", mono_s)
                 dist_m, dist_rad = start_pose_distance(cmd, measured)
                 if dist_m > cfg.start_translation_tolerance_m or dist_rad > cfg.start_rotation_tolerance_rad:
-                    return self._reject(Reason.START_TOO_FAR, f"{arm.value}: first command is {dist_m:.3f} m / {dist_rad:.3f} rad "
-                                        f"from the measured pose (limits {cfg.start_translation_tolerance_m} m / "
-                                        f"{cfg.start_rotation_tolerance_rad} rad)", mono_s)
+                    return self._reject(
+                        Reason.START_TOO_FAR,
+                        f"{arm.value}: first command is {dist_m:.3f} m / {dist_rad:.3f} rad "
+                        f"from the measured pose (limits {cfg.start_translation_tolerance_m} m / "
+                        f"{cfg.start_rotation_tolerance_rad} rad)",
+                        mono_s,
+                    )
             clamps.update(verdict.clamps)
             poses[arm] = verdict.pose_hw
             out[arm] = np.append(verdict.joints_rad, verdict.gripper_norm)
@@ -466,8 +542,11 @@ class SafetyGate:
         limit = self.config.max_state_age_s if limit is None else limit
         ahead = self.config.max_command_future_s
         return [
-            a.value for a in ARMS
-            if a not in self._meas or not -ahead <= now_s - self._meas[a].stamp_s <= limit or mono_s - self._meas_rx_mono[a] > limit
+            a.value
+            for a in ARMS
+            if a not in self._meas
+            or not -ahead <= now_s - self._meas[a].stamp_s <= limit
+            or mono_s - self._meas_rx_mono[a] > limit
         ]
 
     def _camera_problem(self, now_s: float, mono_s: float, late_s: float) -> tuple[str, bool]:
@@ -488,23 +567,38 @@ class SafetyGate:
                 return f"camera {cam}: no health report for {silent_s * 1e3:.0f} ms (limit {late_s * 1e3:.0f} ms)", True
             frame_age_s = now_s - report.last_frame_stamp_s
             if frame_age_s < -ahead:
-                return f"camera {cam}: newest frame stamped {-frame_age_s * 1e3:.0f} ms ahead (limit {ahead * 1e3:.0f} ms)", False
+                return (
+                    f"camera {cam}: newest frame stamped {-frame_age_s * 1e3:.0f} ms ahead (limit {ahead * 1e3:.0f} ms)",
+                    False,
+                )
             if frame_age_s > late_s:
-                return f"camera {cam}: newest frame is {frame_age_s * 1e3:.0f} ms old (limit {late_s * 1e3:.0f} ms)", True
+                return (
+                    f"camera {cam}: newest frame is {frame_age_s * 1e3:.0f} ms old (limit {late_s * 1e3:.0f} ms)",
+                    True,
+                )
             if not report.ok and late_s <= self.config.max_camera_age_s:
                 return f"camera {cam}: {report.detail or 'frames late'}", True
         return "", False
 
-    def _defer_unless_fault(self, proposal: Proposal, reason: Reason, detail: str, now_s: float,
-                           mono_s: float) -> Decision:
+    def _defer_unless_fault(
+        self, proposal: Proposal, reason: Reason, detail: str, now_s: float, mono_s: float
+    ) -> Decision:
         """Defer a late command (or one on a late camera), unless it fails a check that
         lateness cannot excuse (checks.check_before_deferring: a jump from wherever the arms
         can be now, the workspace, the rate vs the previous command): that is a fault, late or not."""
         dt_s = float(proposal.stamp_s) - self._prev_stamp_s if self._prev_stamp_s is not None else float("inf")
         for arm in ARMS:
             silent_s = mono_s - self._meas_rx_mono.get(arm, -np.inf)
-            problem = deferral_problem(arm, proposal.arms[arm], self._measured(arm), self._prev_pose.get(arm), dt_s, now_s,
-                                       silent_s, self.config)
+            problem = deferral_problem(
+                arm,
+                proposal.arms[arm],
+                self._measured(arm),
+                self._prev_pose.get(arm),
+                dt_s,
+                now_s,
+                silent_s,
+                self.config,
+            )
             if problem:
                 return self._reject(problem[0], problem[1], mono_s)
             meas = self._measured(arm)
@@ -514,8 +608,9 @@ class SafetyGate:
                     return self._reject(Reason.START_TOO_FAR, far, mono_s)
         return self._defer(reason, detail, mono_s)
 
-    def _start_too_far_from_late_state(self, arm: Arm, cmd: ArmCommand, meas: ArmMeasurement, now_s: float,
-                                       silent_s: float) -> str:
+    def _start_too_far_from_late_state(
+        self, arm: Arm, cmd: ArmCommand, meas: ArmMeasurement, now_s: float, silent_s: float
+    ) -> str:
         """The first command while ARMING, judged against a late measurement: beyond the start
         tolerance plus what the arm could have moved since at its EE speed limits, it starts too
         far wherever the arm is now ('' when it may not)."""
@@ -527,9 +622,11 @@ class SafetyGate:
         limit_m = cfg.start_translation_tolerance_m + cfg.max_ee_speed_m_s * age
         limit_rad = cfg.start_rotation_tolerance_rad + cfg.max_ee_angular_speed_rad_s * age
         if dist_m > limit_m or dist_rad > limit_rad:
-            return (f"{arm.value}: first command is {dist_m:.3f} m / {dist_rad:.3f} rad from the measured pose "
-                    f"{age * 1e3:.0f} ms old (limits {limit_m:.3f} m / {limit_rad:.3f} rad with what the arm could "
-                    f"have moved since)")
+            return (
+                f"{arm.value}: first command is {dist_m:.3f} m / {dist_rad:.3f} rad from the measured pose "
+                f"{age * 1e3:.0f} ms old (limits {limit_m:.3f} m / {limit_rad:.3f} rad with what the arm could "
+                f"have moved since)"
+            )
         return ""
 
     def _defer(self, reason: Reason, detail: str, mono_s: float) -> Decision:

@@ -77,9 +77,13 @@ def audit_command(
         prev = kinematics.forward(np.asarray(previous_values, dtype=float)[:JOINTS_PER_ARM])
         step_m = float(np.linalg.norm(pose[:3] - prev[:3]))
         if step_m > config.max_ee_speed_m_s * window_s + 2 * IK_POSITION_TOLERANCE_M:
-            bad.append(f"{arm.value}: EE moved {step_m * 1e3:.2f} mm in {elapsed_s * 1e3:.1f} ms since the previous command "
-                       f"({step_m / max(window_s, 1e-9):.2f} m/s)")
+            bad.append(
+                f"{arm.value}: EE moved {step_m * 1e3:.2f} mm in {elapsed_s * 1e3:.1f} ms since the previous command "
+                f"({step_m / max(window_s, 1e-9):.2f} m/s)"
+            )
         step_rad = float(geodesic_angle(quat_to_mat(pose[3:]), quat_to_mat(prev[3:])))
         if step_rad > config.max_ee_angular_speed_rad_s * window_s + 2 * IK_ROTATION_TOLERANCE_RAD:
-            bad.append(f"{arm.value}: EE turned {step_rad:.4f} rad in {elapsed_s * 1e3:.1f} ms since the previous command")
+            bad.append(
+                f"{arm.value}: EE turned {step_rad:.4f} rad in {elapsed_s * 1e3:.1f} ms since the previous command"
+            )
     return bad

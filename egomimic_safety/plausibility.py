@@ -46,7 +46,9 @@ class PlausibilityConfig:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ConfigError(f"plausibility {name} must be a finite number >= 0, got {value!r}")
         if self.speed_factor < 1.0:
-            raise ConfigError(f"plausibility speed_factor must be >= 1 (the arm may reach its speed limit), got {self.speed_factor}")
+            raise ConfigError(
+                f"plausibility speed_factor must be >= 1 (the arm may reach its speed limit), got {self.speed_factor}"
+            )
 
 
 @dataclass(frozen=True)
@@ -96,8 +98,10 @@ class StateMonitor:
         if outside.any():
             beyond = np.maximum(lim.pos_min - q, q - lim.pos_max)
             j = int(np.argmax(np.where(outside, beyond, -np.inf)))
-            return (f"joint{j + 1} measured {q[j]:.3f} rad, {beyond[j]:.3f} rad outside its limits "
-                    f"[{lim.pos_min[j]:.3f}, {lim.pos_max[j]:.3f}] (margin {cfg.limit_margin_rad} rad)")
+            return (
+                f"joint{j + 1} measured {q[j]:.3f} rad, {beyond[j]:.3f} rad outside its limits "
+                f"[{lim.pos_min[j]:.3f}, {lim.pos_max[j]:.3f}] (margin {cfg.limit_margin_rad} rad)"
+            )
         if self.last is None:
             return ""
         dt = t - self.last.stamp_s
@@ -114,8 +118,10 @@ class StateMonitor:
         step = np.abs(q - self.last.joints_rad)
         j = int(np.argmax(step / allowed))
         if step[j] > allowed[j]:
-            return (f"joint{j + 1} moved {step[j]:.3f} rad in {dt * 1e3:.1f} ms ({step[j] / dt:.1f} rad/s; "
-                    f"allowed {allowed[j]:.3f} rad: {cfg.speed_factor} x {lim.vel_max[j]} rad/s + {cfg.noise_rad} rad)")
+            return (
+                f"joint{j + 1} moved {step[j]:.3f} rad in {dt * 1e3:.1f} ms ({step[j] / dt:.1f} rad/s; "
+                f"allowed {allowed[j]:.3f} rad: {cfg.speed_factor} x {lim.vel_max[j]} rad/s + {cfg.noise_rad} rad)"
+            )
         return ""
 
 

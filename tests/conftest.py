@@ -44,8 +44,14 @@ def pytest_sessionfinish(session, exitstatus):
     venv_bin = Path(sys.executable).parent
     tool = venv_bin / "fastdds"
     if tool.exists():
-        subprocess.run([str(tool), "shm", "clean"], env=dict(os.environ, PATH=f"{venv_bin}:{os.environ.get('PATH', '')}"),
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60, check=False)
+        subprocess.run(
+            [str(tool), "shm", "clean"],
+            env=dict(os.environ, PATH=f"{venv_bin}:{os.environ.get('PATH', '')}"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=60,
+            check=False,
+        )
 
 
 TEST_HANG_S = float(os.environ.get("EGOMIMIC_TEST_HANG_S", "900"))
@@ -69,8 +75,10 @@ def pytest_runtest_protocol(item, nextitem):
 
     HANG_REPORT.parent.mkdir(parents=True, exist_ok=True)
     with open(HANG_REPORT, "w") as report:
-        report.write(f"HUNG for more than {TEST_HANG_S:.0f} s: {item.nodeid} (the session was ended; "
-                     f"every thread's stack follows)\n")
+        report.write(
+            f"HUNG for more than {TEST_HANG_S:.0f} s: {item.nodeid} (the session was ended; "
+            f"every thread's stack follows)\n"
+        )
         report.flush()
         faulthandler.dump_traceback_later(TEST_HANG_S, exit=True, file=report)
         try:

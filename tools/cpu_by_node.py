@@ -1,6 +1,6 @@
 """Print the CPU share of each running EVA node process over a few seconds (diagnostics aid).
 
-    .venv/bin/python tools/cpu_by_node.py [seconds]
+.venv/bin/python tools/cpu_by_node.py [seconds]
 """
 
 import re

@@ -27,8 +27,10 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     n = render_sim_episode(a.path, seconds=a.seconds, fps=a.fps, overwrite=a.overwrite)
     reader = EpisodeReader(a.path)
-    print(f"wrote {a.path}: {n} frames x {len(reader.cameras)} cameras at {reader.fps:g} Hz, "
-          f"status {reader.data_status}, in {time.perf_counter() - t0:.1f} s")
+    print(
+        f"wrote {a.path}: {n} frames x {len(reader.cameras)} cameras at {reader.fps:g} Hz, "
+        f"status {reader.data_status}, in {time.perf_counter() - t0:.1f} s"
+    )
     return 0
 
 

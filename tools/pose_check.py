@@ -27,8 +27,11 @@ MIN_PAIRS = 20
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--seconds", type=float, default=5.0, help="how long to listen (default 5)")
     ap.add_argument("--namespace", default="eva", help="robot namespace (default eva)")
     ap.add_argument("--tol-m", type=float, default=1e-6, help="position tolerance, metres (default 1e-6)")
@@ -59,6 +62,7 @@ def main() -> int:
     rclpy.init()
     node = rclpy.create_node("pose_check")
     for arm in ARMS:
+
         def on_joints(msg, arm=arm):
             with lock:
                 joints[arm][stamp(msg)] = np.array(msg.position[:6], dtype=float)
@@ -68,8 +72,12 @@ def main() -> int:
             with lock:
                 poses[arm][stamp(msg)] = np.array([p.x, p.y, p.z, o.w, o.x, o.y, o.z])
 
-        node.create_subscription(JointState, topics.JOINT_STATES.resolve(args.namespace, arm=arm), on_joints, topics.JOINT_STATES.qos)
-        node.create_subscription(PoseStamped, topics.EE_POSE.resolve(args.namespace, arm=arm), on_pose, topics.EE_POSE.qos)
+        node.create_subscription(
+            JointState, topics.JOINT_STATES.resolve(args.namespace, arm=arm), on_joints, topics.JOINT_STATES.qos
+        )
+        node.create_subscription(
+            PoseStamped, topics.EE_POSE.resolve(args.namespace, arm=arm), on_pose, topics.EE_POSE.qos
+        )
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     end = time.monotonic() + args.seconds
@@ -83,18 +91,26 @@ def main() -> int:
     for arm in ARMS:
         pairs = [(q, poses[arm][s]) for s, q in joints[arm].items() if s in poses[arm]]
         if len(pairs) < MIN_PAIRS:
-            print(f"{arm.value}: only {len(pairs)} joint_states/ee_pose pairs in {args.seconds:.0f} s (need {MIN_PAIRS})")
+            print(
+                f"{arm.value}: only {len(pairs)} joint_states/ee_pose pairs in {args.seconds:.0f} s (need {MIN_PAIRS})"
+            )
             status = max(status, 2)
             continue
         errors = []
         for q, pose in pairs:
             ref = reference.forward(q)
-            errors.append((float(np.linalg.norm(pose[:3] - ref[:3])),
-                           float(geodesic_angle(quat_to_mat(pose[3:]), quat_to_mat(ref[3:])))))
+            errors.append(
+                (
+                    float(np.linalg.norm(pose[:3] - ref[:3])),
+                    float(geodesic_angle(quat_to_mat(pose[3:]), quat_to_mat(ref[3:]))),
+                )
+            )
         worst_m, worst_rad = np.max(errors, axis=0)
         ok = worst_m <= args.tol_m and worst_rad <= args.tol_rad
-        print(f"{arm.value}: {len(pairs)} pairs; worst disagreement with link6 FK {worst_m:.2e} m, {worst_rad:.2e} rad: "
-              f"{'PASS' if ok else 'FAIL'}")
+        print(
+            f"{arm.value}: {len(pairs)} pairs; worst disagreement with link6 FK {worst_m:.2e} m, {worst_rad:.2e} rad: "
+            f"{'PASS' if ok else 'FAIL'}"
+        )
         if not ok:
             status = max(status, 1)
     return status

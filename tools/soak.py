@@ -47,18 +47,37 @@ def main() -> int:
     ap.add_argument("--hogs", type=int, default=1, help="busy processes beside the graph (default 1: one core)")
     ap.add_argument("--policy", default="scripted", help="policy launch argument (default scripted)")
     ap.add_argument("--sample-s", type=float, default=5.0, help="CPU/RSS sampling period (default 5 s)")
-    ap.add_argument("--out", type=Path, default=REPO / "out" / "soak.json", help="report as JSON (default out/soak.json)")
+    ap.add_argument(
+        "--out", type=Path, default=REPO / "out" / "soak.json", help="report as JSON (default out/soak.json)"
+    )
     a = ap.parse_args()
-    env = dict(os.environ, ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
-               ROS_DOMAIN_ID=os.environ.get("ROS_DOMAIN_ID", "44"))
+    env = dict(
+        os.environ, ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", ROS_DOMAIN_ID=os.environ.get("ROS_DOMAIN_ID", "44")
+    )
     env.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(REPO / "config" / "fastdds_local.xml"))
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(a.hogs)]
     run_dir = Path(tempfile.mkdtemp(prefix="egomimic_soak_"))
     summary_path = run_dir / "summary.json"
-    cmd = [sys.executable, "-m", "egomimic_launch.cli", "eva_bimanual.launch.py", f"policy:={a.policy}", "auto_arm:=true",
-           "--summary", "--summary-json", str(summary_path), "--run-dir", str(run_dir / "run"), "--duration", str(a.duration)]
-    print(f"soak: {a.duration:.0f} s, policy {a.policy}, {a.hogs} busy process(es) beside, {psutil.cpu_count()} cores; "
-          f"logs in {run_dir}", flush=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "egomimic_launch.cli",
+        "eva_bimanual.launch.py",
+        f"policy:={a.policy}",
+        "auto_arm:=true",
+        "--summary",
+        "--summary-json",
+        str(summary_path),
+        "--run-dir",
+        str(run_dir / "run"),
+        "--duration",
+        str(a.duration),
+    ]
+    print(
+        f"soak: {a.duration:.0f} s, policy {a.policy}, {a.hogs} busy process(es) beside, {psutil.cpu_count()} cores; "
+        f"logs in {run_dir}",
+        flush=True,
+    )
     samples: dict[str, list[tuple[float, float, float]]] = {}  # node -> (t, cpu %, rss MiB)
     try:
         launcher_proc = subprocess.Popen(cmd, cwd=REPO, env=env)
@@ -92,24 +111,37 @@ def report(summary: dict, samples: dict[str, list[tuple[float, float, float]]], 
     checks: list[tuple[str, bool]] = []
     history = summary.get("gate_history", [])
     holds = [(t, s) for t, s in history if s in ("HOLD", "ESTOP")]
-    checks.append((f"spurious HOLD/ESTOP: {len(holds)} (states seen: {' -> '.join(s for _, s in history) or 'none'})", not holds))
+    checks.append(
+        (f"spurious HOLD/ESTOP: {len(holds)} (states seen: {' -> '.join(s for _, s in history) or 'none'})", not holds)
+    )
     gate = summary.get("gate") or {}
     reasons = gate.get("reasons", {})
-    checks.append((f"rejected commands: {gate.get('rejected', '?')} ({reasons or 'no reasons'})", gate.get("rejected") == 0))
+    checks.append(
+        (f"rejected commands: {gate.get('rejected', '?')} ({reasons or 'no reasons'})", gate.get("rejected") == 0)
+    )
     action = next((s for s in summary.get("streams", []) if s["topic"].endswith(ACTION_TOPIC_SUFFIX)), None)
     if action is None:
         checks.append(("action stream observed", False))
     else:
         nominal, rate = action["nominal_hz"], action["rate_hz"]
         gap, seen_gap = action.get("max_source_gap_s", float("nan")), action.get("max_gap_s", float("nan"))
-        checks.append((f"action stream {rate:.2f} Hz (nominal {nominal:.0f} +- {RATE_TOLERANCE:.0%})",
-                       abs(rate - nominal) <= RATE_TOLERANCE * nominal))
+        checks.append(
+            (
+                f"action stream {rate:.2f} Hz (nominal {nominal:.0f} +- {RATE_TOLERANCE:.0%})",
+                abs(rate - nominal) <= RATE_TOLERANCE * nominal,
+            )
+        )
         # The policy's own gaps (DDS source timestamps). The launcher's observer runs at niceness
         # 0 beside the hog, so its arrival gaps also hold its own delays: printed, not judged;
         # the consumers' view is the gate's (0 rejected, 0 HOLD above).
-        checks.append((f"action stream worst gap {gap * 1e3:.0f} ms between publications (limit {MAX_GAP_PERIODS:.0f} "
-                       f"periods = {MAX_GAP_PERIODS / nominal * 1e3:.0f} ms; {seen_gap * 1e3:.0f} ms between arrivals "
-                       "at the observer)", gap <= MAX_GAP_PERIODS / nominal))
+        checks.append(
+            (
+                f"action stream worst gap {gap * 1e3:.0f} ms between publications (limit {MAX_GAP_PERIODS:.0f} "
+                f"periods = {MAX_GAP_PERIODS / nominal * 1e3:.0f} ms; {seen_gap * 1e3:.0f} ms between arrivals "
+                "at the observer)",
+                gap <= MAX_GAP_PERIODS / nominal,
+            )
+        )
     print(f"\n{'node':<16}{'CPU % mean':>11}{'CPU % max':>11}{'RSS MiB start':>15}{'RSS MiB end':>13}{'growth':>9}")
     growth_ok = True
     per_node = {}
@@ -120,12 +152,19 @@ def report(summary: dict, samples: dict[str, list[tuple[float, float, float]]], 
         rss0, rss1 = steady[0][2], steady[-1][2]
         growth = rss1 / rss0 - 1.0 if rss0 else 0.0
         growth_ok &= growth <= MAX_RSS_GROWTH
-        per_node[name] = {"cpu_mean_pct": sum(cpu) / len(cpu), "cpu_max_pct": max(cpu), "rss_start_mib": rss0,
-                          "rss_end_mib": rss1, "rss_growth": growth}
+        per_node[name] = {
+            "cpu_mean_pct": sum(cpu) / len(cpu),
+            "cpu_max_pct": max(cpu),
+            "rss_start_mib": rss0,
+            "rss_end_mib": rss1,
+            "rss_growth": growth,
+        }
         print(f"{name:<16}{sum(cpu) / len(cpu):>11.1f}{max(cpu):>11.1f}{rss0:>15.1f}{rss1:>13.1f}{growth:>9.1%}")
     total = sum(v["cpu_mean_pct"] for v in per_node.values())
     print(f"{'total':<16}{total:>11.1f}")
-    checks.append((f"RSS growth per node <= {MAX_RSS_GROWTH:.0%} (after {SETTLE_S:.0f} s)", growth_ok and bool(per_node)))
+    checks.append(
+        (f"RSS growth per node <= {MAX_RSS_GROWTH:.0%} (after {SETTLE_S:.0f} s)", growth_ok and bool(per_node))
+    )
     checks.append((f"launcher exit status {code}", code == 0))
     print()
     for what, ok in checks:
@@ -133,9 +172,21 @@ def report(summary: dict, samples: dict[str, list[tuple[float, float, float]]], 
     ok = all(ok for _, ok in checks)
     print(f"soak verdict: {'PASS' if ok else 'FAIL'}")
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps({"duration_s": a.duration, "hogs": a.hogs, "policy": a.policy, "ok": ok,
-                                 "checks": [{"check": w, "ok": k} for w, k in checks], "nodes": per_node,
-                                 "cpu_total_pct": total, "summary": summary}, indent=2))
+    a.out.write_text(
+        json.dumps(
+            {
+                "duration_s": a.duration,
+                "hogs": a.hogs,
+                "policy": a.policy,
+                "ok": ok,
+                "checks": [{"check": w, "ok": k} for w, k in checks],
+                "nodes": per_node,
+                "cpu_total_pct": total,
+                "summary": summary,
+            },
+            indent=2,
+        )
+    )
     return 0 if ok else 1
 
 

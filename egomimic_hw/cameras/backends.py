@@ -11,7 +11,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from egomimic_hw.cameras.base import CameraBackend, ClockNs, Intrinsics, default_intrinsics, load_calibration, wall_clock_ns
+from egomimic_hw.cameras.base import (
+    CameraBackend,
+    ClockNs,
+    Intrinsics,
+    default_intrinsics,
+    load_calibration,
+    wall_clock_ns,
+)
 from egomimic_hw.description import Arm
 from egomimic_hw.errors import ConfigError
 
@@ -53,8 +60,14 @@ def _open_synthetic(src, clock_ns, ee_positions, start_monotonic):
 def _open_replay(src, clock_ns, ee_positions, start_monotonic):
     from egomimic_hw.cameras.replay import ReplayCamera
 
-    cam = ReplayCamera(src.camera, src.replay_path, loop=src.replay_loop, fps=src.replay_fps, clock_ns=clock_ns,
-                       start_monotonic=start_monotonic)
+    cam = ReplayCamera(
+        src.camera,
+        src.replay_path,
+        loop=src.replay_loop,
+        fps=src.replay_fps,
+        clock_ns=clock_ns,
+        start_monotonic=start_monotonic,
+    )
     k = _calibration(src)
     if k is not None:
         cam.intrinsics = k
@@ -64,15 +77,29 @@ def _open_replay(src, clock_ns, ee_positions, start_monotonic):
 def _open_v4l2(src, clock_ns, ee_positions, start_monotonic):
     from egomimic_hw.cameras.v4l2 import V4l2Camera
 
-    return V4l2Camera(src.camera, src.device, width=src.width, height=src.height, rate_hz=src.rate_hz,
-                      intrinsics=_calibration(src), clock_ns=clock_ns)
+    return V4l2Camera(
+        src.camera,
+        src.device,
+        width=src.width,
+        height=src.height,
+        rate_hz=src.rate_hz,
+        intrinsics=_calibration(src),
+        clock_ns=clock_ns,
+    )
 
 
 def _open_realsense(src, clock_ns, ee_positions, start_monotonic):
     from egomimic_hw.cameras.realsense import RealsenseCamera
 
-    return RealsenseCamera(src.camera, src.serial, width=src.width, height=src.height, rate_hz=src.rate_hz,
-                           intrinsics=_calibration(src), clock_ns=clock_ns)
+    return RealsenseCamera(
+        src.camera,
+        src.serial,
+        width=src.width,
+        height=src.height,
+        rate_hz=src.rate_hz,
+        intrinsics=_calibration(src),
+        clock_ns=clock_ns,
+    )
 
 
 OPENERS = {

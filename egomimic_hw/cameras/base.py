@@ -47,7 +47,7 @@ class Frame:
 
 class CameraBackend(Protocol):
     camera: str
-    intrinsics: "Intrinsics"
+    intrinsics: Intrinsics
     """Intrinsics of the SOURCE image (before FrameShaper resizes it)."""
 
     def read(self, timeout_s: float) -> Frame | None:
@@ -56,6 +56,7 @@ class CameraBackend(Protocol):
 
     def close(self) -> None:
         """Release the device; a blocked read returns None promptly."""
+
 
 HEAD_CAMERA = "front_1"
 HEAD_FX_PX = 266.50860444
@@ -81,14 +82,28 @@ class Intrinsics:
             raise ConfigError(f"invalid intrinsics {self}")
 
     def as_dict(self) -> dict:
-        return {"width": self.width, "height": self.height, "fx": self.fx, "fy": self.fy, "cx": self.cx,
-                "cy": self.cy, "distortion": list(self.distortion)}
+        return {
+            "width": self.width,
+            "height": self.height,
+            "fx": self.fx,
+            "fy": self.fy,
+            "cx": self.cx,
+            "cy": self.cy,
+            "distortion": list(self.distortion),
+        }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Intrinsics":
+    def from_dict(cls, d: dict) -> Intrinsics:
         try:
-            return cls(int(d["width"]), int(d["height"]), float(d["fx"]), float(d["fy"]), float(d["cx"]),
-                       float(d["cy"]), tuple(float(x) for x in d.get("distortion", (0.0,) * 5)))
+            return cls(
+                int(d["width"]),
+                int(d["height"]),
+                float(d["fx"]),
+                float(d["fy"]),
+                float(d["cx"]),
+                float(d["cy"]),
+                tuple(float(x) for x in d.get("distortion", (0.0,) * 5)),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"intrinsics need width, height, fx, fy, cx, cy: {exc} in {d}") from None
 
@@ -96,7 +111,7 @@ class Intrinsics:
     def k(self) -> np.ndarray:
         return np.array([[self.fx, 0.0, self.cx], [0.0, self.fy, self.cy], [0.0, 0.0, 1.0]])
 
-    def scaled(self, width: int, height: int) -> "Intrinsics":
+    def scaled(self, width: int, height: int) -> Intrinsics:
         """The same camera resampled to `width` x `height` (intrinsics scale with the image)."""
         sx, sy = width / self.width, height / self.height
         return Intrinsics(width, height, self.fx * sx, self.fy * sy, self.cx * sx, self.cy * sy, self.distortion)

@@ -30,30 +30,47 @@ SOURCE_SIZE_RANGE_PX = (0, 8192)
 class CameraNodeConfig:
     """One camera process: its cameras, backend, published image, health thresholds, replay."""
 
-    cameras: tuple[str, ...] = field(default=(CAMERAS[0],), metadata={
-        "help": f"cameras this process serves ({', '.join(CAMERAS)})"})
+    cameras: tuple[str, ...] = field(
+        default=(CAMERAS[0],), metadata={"help": f"cameras this process serves ({', '.join(CAMERAS)})"}
+    )
     backend: str = field(default="synthetic", metadata={"help": f"camera backend: {' | '.join(BACKENDS)}"})
-    width: int = field(default=640, metadata={
-        "help": "published image width, px (frames are area-resized to it)", "range": OUTPUT_SIZE_RANGE_PX})
+    width: int = field(
+        default=640,
+        metadata={"help": "published image width, px (frames are area-resized to it)", "range": OUTPUT_SIZE_RANGE_PX},
+    )
     height: int = field(default=480, metadata={"help": "published image height, px", "range": OUTPUT_SIZE_RANGE_PX})
-    rate_hz: float = field(default=30.0, metadata={
-        "help": "frame rate, Hz: synthetic renders at it, v4l2/realsense request it, health expects it",
-        "range": RATE_RANGE_HZ})
+    rate_hz: float = field(
+        default=30.0,
+        metadata={
+            "help": "frame rate, Hz: synthetic renders at it, v4l2/realsense request it, health expects it",
+            "range": RATE_RANGE_HZ,
+        },
+    )
     publish_compressed: bool = field(default=False, metadata={"help": "also publish image_raw/compressed (JPEG)"})
     jpeg_quality: int = field(default=85, metadata={"help": "JPEG quality of image_raw/compressed", "range": (1, 100)})
-    stall_after_s: float = field(default=0.0, metadata={
-        "help": "no frame for this long = STALLED, s (0 = 2.5 periods; else more than one period)"})
+    stall_after_s: float = field(
+        default=0.0,
+        metadata={"help": "no frame for this long = STALLED, s (0 = 2.5 periods; else more than one period)"},
+    )
     freeze_after_s: float = field(default=0.3, metadata={"help": "unchanged image for this long = FROZEN, s (> 0)"})
-    freeze_max_abs_diff: int = field(default=1, metadata={
-        "help": "grey levels under which a frame counts as unchanged", "range": (0, 255)})
-    health_check_hz: float = field(default=40.0, metadata={
-        "help": "health timer rate, Hz: bounds how late silence is reported", "range": (5.0, 200.0)})
-    replay_path: str = field(default="", metadata={"help": "replay: an episode store (*.zarr) or a directory of images"})
+    freeze_max_abs_diff: int = field(
+        default=1, metadata={"help": "grey levels under which a frame counts as unchanged", "range": (0, 255)}
+    )
+    health_check_hz: float = field(
+        default=40.0,
+        metadata={"help": "health timer rate, Hz: bounds how late silence is reported", "range": (5.0, 200.0)},
+    )
+    replay_path: str = field(
+        default="", metadata={"help": "replay: an episode store (*.zarr) or a directory of images"}
+    )
     replay_loop: bool = field(default=True, metadata={"help": "replay: restart at the end"})
-    replay_fps: float = field(default=30.0, metadata={
-        "help": "replay: frame rate of an image directory without timestamps.txt", "range": RATE_RANGE_HZ})
-    inject_fault: str = field(default="", metadata={"help": SPEC_HELP + " (the only parameter settable at runtime)",
-                                                    "runtime": True})
+    replay_fps: float = field(
+        default=30.0,
+        metadata={"help": "replay: frame rate of an image directory without timestamps.txt", "range": RATE_RANGE_HZ},
+    )
+    inject_fault: str = field(
+        default="", metadata={"help": SPEC_HELP + " (the only parameter settable at runtime)", "runtime": True}
+    )
     """The fault at start; the node applies later values of the parameter as they come."""
 
     def __post_init__(self) -> None:
@@ -70,8 +87,12 @@ class CameraNodeConfig:
 
     @property
     def health(self) -> HealthConfig:
-        return HealthConfig(expected_rate_hz=self.rate_hz, stall_after_s=self.stall_after_s,
-                            freeze_after_s=self.freeze_after_s, freeze_max_abs_diff=self.freeze_max_abs_diff)
+        return HealthConfig(
+            expected_rate_hz=self.rate_hz,
+            stall_after_s=self.stall_after_s,
+            freeze_after_s=self.freeze_after_s,
+            freeze_max_abs_diff=self.freeze_max_abs_diff,
+        )
 
     @property
     def fault(self) -> CameraFault:
@@ -106,15 +127,22 @@ class CameraDeviceConfig:
     """One camera's device and calibration (parameters `<cam>.<field>`); the backend in use
     reads what applies to it and ignores the rest."""
 
-    source_width: int = field(default=0, metadata={
-        "help": "source width to request, px (0 = the published width)", "range": SOURCE_SIZE_RANGE_PX})
-    source_height: int = field(default=0, metadata={
-        "help": "source height to request, px (0 = the published height)", "range": SOURCE_SIZE_RANGE_PX})
+    source_width: int = field(
+        default=0,
+        metadata={"help": "source width to request, px (0 = the published width)", "range": SOURCE_SIZE_RANGE_PX},
+    )
+    source_height: int = field(
+        default=0,
+        metadata={"help": "source height to request, px (0 = the published height)", "range": SOURCE_SIZE_RANGE_PX},
+    )
     # any_type: digits, which YAML and `-p` read as integers, are taken as the string they spell
-    device: str = field(default="", metadata={"help": "v4l2: /dev/videoN, /dev/v4l/by-id/... or an index",
-                                              "any_type": True})
+    device: str = field(
+        default="", metadata={"help": "v4l2: /dev/videoN, /dev/v4l/by-id/... or an index", "any_type": True}
+    )
     serial: str = field(default="", metadata={"help": "realsense: device serial number", "any_type": True})
-    calibration_file: str = field(default="", metadata={"help": "ROS camera calibration YAML (overrides the intrinsics)"})
+    calibration_file: str = field(
+        default="", metadata={"help": "ROS camera calibration YAML (overrides the intrinsics)"}
+    )
 
     def __post_init__(self) -> None:
         check_ranges(self)

@@ -70,8 +70,10 @@ class HealthConfig:
         if not (math.isfinite(self.stall_after_s) and self.stall_after_s >= 0):
             raise ConfigError(f"stall_after_s must be >= 0 (0 = 2.5 periods), got {self.stall_after_s!r}")
         if self.stall_after_s and self.stall_after_s <= 1.0 / self.expected_rate_hz:
-            raise ConfigError(f"stall_after_s={self.stall_after_s} must exceed one frame period "
-                              f"({1.0 / self.expected_rate_hz:.4f} s) or every frame would look stalled")
+            raise ConfigError(
+                f"stall_after_s={self.stall_after_s} must exceed one frame period "
+                f"({1.0 / self.expected_rate_hz:.4f} s) or every frame would look stalled"
+            )
         if not 0 <= self.freeze_max_abs_diff <= 255:
             raise ConfigError(f"freeze_max_abs_diff must be in [0, 255], got {self.freeze_max_abs_diff}")
 
@@ -163,8 +165,18 @@ class CameraHealthMonitor:
         state, detail = self._state(now_ns)
         if state == HealthState.OK:
             detail = f"{rate:.1f} Hz"
-        return HealthReport(self.camera, state, detail, self._last_ns, self._change_ns, rate, jitter,
-                            self._dropped, self._duplicated, self._frames)
+        return HealthReport(
+            self.camera,
+            state,
+            detail,
+            self._last_ns,
+            self._change_ns,
+            rate,
+            jitter,
+            self._dropped,
+            self._duplicated,
+            self._frames,
+        )
 
     def _state(self, now_ns: int) -> tuple[HealthState, str]:
         c = self.config

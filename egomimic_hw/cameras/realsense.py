@@ -25,7 +25,7 @@ from egomimic_hw.errors import BackendUnavailable, ConfigError
 def import_pyrealsense2():
     """The pyrealsense2 module, or BackendUnavailable saying how to get it."""
     try:
-        import pyrealsense2 as rs  # noqa: PLC0415 - optional SDK, only for this backend
+        import pyrealsense2 as rs
     except ImportError as exc:
         if "libusb" in str(exc):
             raise BackendUnavailable(
@@ -50,20 +50,33 @@ def color_data_to_array(data, width: int, height: int) -> np.ndarray:
 
 
 class RealsenseCamera:
-    def __init__(self, camera: str, serial: str, *, width: int = 640, height: int = 480, rate_hz: float = 30.0,
-                 intrinsics: Intrinsics | None = None, clock_ns: ClockNs = wall_clock_ns):
+    def __init__(
+        self,
+        camera: str,
+        serial: str,
+        *,
+        width: int = 640,
+        height: int = 480,
+        rate_hz: float = 30.0,
+        intrinsics: Intrinsics | None = None,
+        clock_ns: ClockNs = wall_clock_ns,
+    ):
         serial = str(serial).strip()
         if not serial:
-            raise ConfigError(f"realsense: {camera} needs its serial number ({camera}.serial in the camera config; "
-                              "`rs-enumerate-devices -s` lists them)")
+            raise ConfigError(
+                f"realsense: {camera} needs its serial number ({camera}.serial in the camera config; "
+                "`rs-enumerate-devices -s` lists them)"
+            )
         rs = import_pyrealsense2()
         self.camera = camera
         self.serial = serial
         self._clock_ns = clock_ns
         connected = [d.get_info(rs.camera_info.serial_number) for d in rs.context().query_devices()]
         if serial not in connected:
-            raise BackendUnavailable(f"realsense: no device with serial {serial} for {camera}; connected: "
-                                     f"{connected or 'none'} (USB 3 port? udev rules?)")
+            raise BackendUnavailable(
+                f"realsense: no device with serial {serial} for {camera}; connected: "
+                f"{connected or 'none'} (USB 3 port? udev rules?)"
+            )
         self._rs = rs
         self._pipeline = rs.pipeline()
         config = rs.config()
@@ -72,7 +85,9 @@ class RealsenseCamera:
         try:
             profile = self._pipeline.start(config)
         except RuntimeError as exc:
-            raise BackendUnavailable(f"realsense {serial}: cannot start {width}x{height} rgb8 at {rate_hz} Hz: {exc}") from None
+            raise BackendUnavailable(
+                f"realsense {serial}: cannot start {width}x{height} rgb8 at {rate_hz} Hz: {exc}"
+            ) from None
         self.width, self.height = width, height
         if intrinsics is None:
             i = profile.get_stream(rs.stream.color).as_video_stream_profile().get_intrinsics()

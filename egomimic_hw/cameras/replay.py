@@ -101,12 +101,22 @@ class _DirectorySource:
 class ReplayCamera:
     """Replays one camera of a recording at its recorded timing (see module docstring)."""
 
-    def __init__(self, camera: str, path: str | Path, *, loop: bool = True, fps: float = 30.0,
-                 clock_ns: ClockNs = wall_clock_ns, start_monotonic: float | None = None):
+    def __init__(
+        self,
+        camera: str,
+        path: str | Path,
+        *,
+        loop: bool = True,
+        fps: float = 30.0,
+        clock_ns: ClockNs = wall_clock_ns,
+        start_monotonic: float | None = None,
+    ):
         path = Path(path)
         if not str(path) or not path.exists():
-            raise BackendUnavailable(f"replay_path {str(path)!r} does not exist; give an episode (*.zarr) "
-                                     "or a directory of images (tools/make_sim_episode.py writes one)")
+            raise BackendUnavailable(
+                f"replay_path {str(path)!r} does not exist; give an episode (*.zarr) "
+                "or a directory of images (tools/make_sim_episode.py writes one)"
+            )
         if not fps > 0:
             raise ConfigError(f"replay fps must be > 0, got {fps}")
         is_episode = (path / "zarr.json").exists()

@@ -60,7 +60,9 @@ starts centred and keeps 0.2 m of travel (TEXTURE_MARGIN_PX / WRIST_PX_PER_M) ei
 HEAD_CAMERA_T_BASE = {arm: np.linalg.inv(t) for arm, t in BASE_T_HEAD_CAMERA.items()}
 
 
-def project_to_head_camera(arm: Arm, position_base_m: np.ndarray, intrinsics: Intrinsics) -> tuple[float, float, float] | None:
+def project_to_head_camera(
+    arm: Arm, position_base_m: np.ndarray, intrinsics: Intrinsics
+) -> tuple[float, float, float] | None:
     """Pixel (u, v) and depth of a point in `arm`'s base frame, or None when behind the camera."""
     cam_t_base = HEAD_CAMERA_T_BASE[arm]
     p = cam_t_base[:3, :3] @ np.asarray(position_base_m, float) + cam_t_base[:3, 3]
@@ -134,8 +136,15 @@ class SyntheticCamera:
     """Backend `synthetic`: renders `camera` at `rate_hz` from `ee_positions()` (hardware frame,
     per arm), i.e. the latest measured end-effector positions the node received."""
 
-    def __init__(self, camera: str, intrinsics: Intrinsics, rate_hz: float,
-                 ee_positions: Callable[[], dict[Arm, np.ndarray]], *, clock_ns: ClockNs = wall_clock_ns):
+    def __init__(
+        self,
+        camera: str,
+        intrinsics: Intrinsics,
+        rate_hz: float,
+        ee_positions: Callable[[], dict[Arm, np.ndarray]],
+        *,
+        clock_ns: ClockNs = wall_clock_ns,
+    ):
         if camera not in CAMERAS:
             raise ConfigError(f"unknown camera {camera!r}; choices: {list(CAMERAS)}")
         self.camera = camera

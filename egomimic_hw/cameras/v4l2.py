@@ -34,8 +34,18 @@ def _device_arg(device: str) -> int | str:
 
 
 class V4l2Camera:
-    def __init__(self, camera: str, device: str, *, width: int = 640, height: int = 480, rate_hz: float = 30.0,
-                 intrinsics: Intrinsics | None = None, clock_ns: ClockNs = wall_clock_ns, capture=None):
+    def __init__(
+        self,
+        camera: str,
+        device: str,
+        *,
+        width: int = 640,
+        height: int = 480,
+        rate_hz: float = 30.0,
+        intrinsics: Intrinsics | None = None,
+        clock_ns: ClockNs = wall_clock_ns,
+        capture=None,
+    ):
         self.camera = camera
         self.device = device
         self._clock_ns = clock_ns

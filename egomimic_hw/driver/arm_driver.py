@@ -39,14 +39,25 @@ class DriverConfig:
     """Driver behaviour of one arm; defaults from docs/eva.md."""
 
     arm: Arm
-    command_timeout_s: float = field(default=0.1, metadata={
-        "help": "watchdog: with no valid command for this long, s, the arm holds its measured position"})
-    preview_s: float = field(default=0.2, metadata={
-        "help": "each target is stamped controller time + this, s; the SDK interpolates to it", "range": (0.0, 1.0)})
+    command_timeout_s: float = field(
+        default=0.1,
+        metadata={"help": "watchdog: with no valid command for this long, s, the arm holds its measured position"},
+    )
+    preview_s: float = field(
+        default=0.2,
+        metadata={
+            "help": "each target is stamped controller time + this, s; the SDK interpolates to it",
+            "range": (0.0, 1.0),
+        },
+    )
     gripper: GripperCalibration = field(default_factory=GripperCalibration)
-    command_period_s: float = field(default=1.0 / CONTROL_RATE_HZ, metadata={
-        "help": "the gate's command period, s: a command may step from the measured joints by at most "
-                "the joint speed limits x (this + preview_s)"})
+    command_period_s: float = field(
+        default=1.0 / CONTROL_RATE_HZ,
+        metadata={
+            "help": "the gate's command period, s: a command may step from the measured joints by at most "
+            "the joint speed limits x (this + preview_s)"
+        },
+    )
     """What the arm can do before the next command: the step check's time budget."""
 
     def __post_init__(self) -> None:
@@ -113,7 +124,9 @@ class ArmDriver:
             self._refuse(key, why, now_s)
             return False
         gripper_norm = float(np.clip(values[JOINTS_PER_ARM], 0.0, 1.0))
-        self._ctrl.command(values[:JOINTS_PER_ARM], self.config.gripper.to_metres(gripper_norm), now_s, self.config.preview_s)
+        self._ctrl.command(
+            values[:JOINTS_PER_ARM], self.config.gripper.to_metres(gripper_norm), now_s, self.config.preview_s
+        )
         self.counters.commands_applied += 1
         self._last_command_s = now_s
         self._holding = False
@@ -156,8 +169,10 @@ class ArmDriver:
         step = np.abs(q - self._monitor.last.joints_rad)
         j = int(np.argmax(step / allowed))
         if step[j] > allowed[j]:
-            return "step_too_large", (f"joint{j + 1} step {step[j]:.3f} rad from the measured position > {allowed[j]:.3f} rad "
-                                      f"({X5_LIMITS.vel_max[j]} rad/s x {self.config.command_period_s + self.config.preview_s:.3f} s)")
+            return "step_too_large", (
+                f"joint{j + 1} step {step[j]:.3f} rad from the measured position > {allowed[j]:.3f} rad "
+                f"({X5_LIMITS.vel_max[j]} rad/s x {self.config.command_period_s + self.config.preview_s:.3f} s)"
+            )
         return "", ""
 
     def tick(self, now_s: float, with_pose: bool = True) -> DriverState:
@@ -172,8 +187,10 @@ class ArmDriver:
         elif self._last_command_s is None:
             status = "holding start position: no command received yet"
         elif self._holding:
-            status = (f"holding measured position: no valid command for > {self.config.command_timeout_s * 1e3:.0f} ms"
-                      + (f" (last refusal: {self.refusal})" if self.refusal else ""))
+            status = (
+                f"holding measured position: no valid command for > {self.config.command_timeout_s * 1e3:.0f} ms"
+                + (f" (last refusal: {self.refusal})" if self.refusal else "")
+            )
         else:
             status = "tracking joint commands"
         return DriverState(
@@ -221,7 +238,9 @@ class ArmDriver:
             self.hold_measured(now_s)
             if timed_out:
                 self.counters.watchdog_holds += 1
-                self.counters.last_watchdog_delay_s = now_s - (self._last_command_s if self._last_command_s is not None else now_s)
+                self.counters.last_watchdog_delay_s = now_s - (
+                    self._last_command_s if self._last_command_s is not None else now_s
+                )
 
     @property
     def fault(self) -> str:

@@ -104,8 +104,10 @@ class SdkBuild:
     def describe(self) -> str:
         """One line for the driver's start log and diagnostics."""
         name = {True: "patched", False: "unpatched", None: "unknown"}[self.patched]
-        return (f"ARX SDK build {name} ({self.detail}): gripper command floor {self.gripper_floor_m:+.3f} m, "
-                f"emergency below {self.gripper_emergency_below_m:+.3f} m")
+        return (
+            f"ARX SDK build {name} ({self.detail}): gripper command floor {self.gripper_floor_m:+.3f} m, "
+            f"emergency below {self.gripper_emergency_below_m:+.3f} m"
+        )
 
 
 def detect_sdk_build(arx5_module) -> SdkBuild:
@@ -133,9 +135,12 @@ class Arx5Gains:
     """Each value above MAX_GAIN_FACTOR x the SDK's default is refused (a typo)."""
 
     def __post_init__(self) -> None:
-        for name, values, defaults in (("kp", self.kp, X5_DEFAULT_KP), ("kd", self.kd, X5_DEFAULT_KD),
-                                       ("gripper_kp", (self.gripper_kp,), (X5_DEFAULT_GRIPPER_KP,)),
-                                       ("gripper_kd", (self.gripper_kd,), (X5_DEFAULT_GRIPPER_KD,))):
+        for name, values, defaults in (
+            ("kp", self.kp, X5_DEFAULT_KP),
+            ("kd", self.kd, X5_DEFAULT_KD),
+            ("gripper_kp", (self.gripper_kp,), (X5_DEFAULT_GRIPPER_KP,)),
+            ("gripper_kd", (self.gripper_kd,), (X5_DEFAULT_GRIPPER_KD,)),
+        ):
             v = np.asarray(values, dtype=float)
             if v.shape != np.asarray(defaults).shape or not np.all(np.isfinite(v)) or np.any(v < 0):
                 raise ConfigError(f"arx5.{name} must be {len(defaults)} finite values >= 0, got {list(values)}")
@@ -203,13 +208,22 @@ class Arx5Controller:
     for `Arx5JointController` in tests.
     """
 
-    def __init__(self, can_interface: str, model: str = ARX_MODEL, gains: Arx5Gains | None = None,
-                 preview_s: float = DEFAULT_PREVIEW_S, controller_factory=None, *,
-                 gripper_open_m: float | None = None, gripper_torque_max_nm: float = EVA_GRIPPER_TORQUE_MAX_NM):
+    def __init__(
+        self,
+        can_interface: str,
+        model: str = ARX_MODEL,
+        gains: Arx5Gains | None = None,
+        preview_s: float = DEFAULT_PREVIEW_S,
+        controller_factory=None,
+        *,
+        gripper_open_m: float | None = None,
+        gripper_torque_max_nm: float = EVA_GRIPPER_TORQUE_MAX_NM,
+    ):
         validate_can_interface(can_interface)
         if not (np.isfinite(gripper_torque_max_nm) and 0 < gripper_torque_max_nm <= MAX_GRIPPER_TORQUE_NM):
             raise ConfigError(
-                f"gripper_torque_max_nm must be in (0, {MAX_GRIPPER_TORQUE_NM}] Nm, got {gripper_torque_max_nm}")
+                f"gripper_torque_max_nm must be in (0, {MAX_GRIPPER_TORQUE_NM}] Nm, got {gripper_torque_max_nm}"
+            )
         open_m = max(c.open_m for c in CALIBRATED_GRIPPERS.values()) if gripper_open_m is None else gripper_open_m
         if not (np.isfinite(open_m) and 0 < open_m <= MAX_GRIPPER_OPEN_M):
             raise ConfigError(f"gripper_open_m must be in (0, {MAX_GRIPPER_OPEN_M}] m, got {open_m}")
@@ -217,10 +231,14 @@ class Arx5Controller:
         self._arx5 = arx5
         self.sdk_build = detect_sdk_build(arx5)
         robot_config = arx5.RobotConfigFactory.get_instance().get_config(model)
-        configure_robot(robot_config, gripper_width_m=gripper_width_covering(open_m, robot_config.gripper_width),
-                        gripper_torque_max_nm=gripper_torque_max_nm)
+        configure_robot(
+            robot_config,
+            gripper_width_m=gripper_width_covering(open_m, robot_config.gripper_width),
+            gripper_torque_max_nm=gripper_torque_max_nm,
+        )
         controller_config = arx5.ControllerConfigFactory.get_instance().get_config(
-            "joint_controller", robot_config.joint_dof)
+            "joint_controller", robot_config.joint_dof
+        )
         factory = controller_factory or arx5.Arx5JointController
         try:
             self._ctrl = factory(robot_config, controller_config, can_interface)
@@ -247,7 +265,8 @@ class Arx5Controller:
             want, have = getattr(asked, name), getattr(got, name)
             if have != want:
                 raise BackendUnavailable(
-                    f"ARX5 controller did not take robot_config.{name}: asked {want}, reads back {have}")
+                    f"ARX5 controller did not take robot_config.{name}: asked {want}, reads back {have}"
+                )
 
     def _apply_gains(self, preview_s: float) -> None:
         """Hold the measured joints, then set the gains and check they took (SDK order rule)."""
@@ -260,8 +279,12 @@ class Arx5Controller:
         g = self.gains
         self._ctrl.set_gain(self._arx5.Gain(np.asarray(g.kp), np.asarray(g.kd), g.gripper_kp, g.gripper_kd))
         got = self._ctrl.get_gain()
-        if not (np.allclose(got.kp(), g.kp) and np.allclose(got.kd(), g.kd)
-                and np.isclose(got.gripper_kp, g.gripper_kp) and np.isclose(got.gripper_kd, g.gripper_kd)):
+        if not (
+            np.allclose(got.kp(), g.kp)
+            and np.allclose(got.kd(), g.kd)
+            and np.isclose(got.gripper_kp, g.gripper_kp)
+            and np.isclose(got.gripper_kd, g.gripper_kd)
+        ):
             raise BackendUnavailable(f"ARX5 controller did not take the gains: asked {g}, reads back kp={got.kp()}")
 
     def command(self, joints_rad, gripper_m: float, now_s: float, preview_s: float) -> None:

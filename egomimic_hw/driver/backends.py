@@ -40,12 +40,13 @@ OPENERS = {
 BACKENDS = tuple(OPENERS)
 
 
-def open_controller(backend: str, *, sim: SimConfig = SimConfig(), seed: int = 0,
-                    arx5: Arx5Config | None = None) -> ArmController:
+def open_controller(
+    backend: str, *, sim: SimConfig | None = None, seed: int = 0, arx5: Arx5Config | None = None
+) -> ArmController:
     """The controller of one arm for a `backend` value: `sim` runs `sim` with noise from `seed`,
     `arx5` drives the arm on `arx5.can_interface`. Raises ConfigError (unknown name, bad
     settings) or BackendUnavailable (SDK or bus missing), each saying what to fix."""
     opener = OPENERS.get(backend)
     if opener is None:
         raise ConfigError(f"unknown driver backend {backend!r}; choices: {list(BACKENDS)}")
-    return opener(sim, seed, arx5)
+    return opener(sim if sim is not None else SimConfig(), seed, arx5)

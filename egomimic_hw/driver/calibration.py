@@ -16,8 +16,9 @@ from egomimic_hw.driver.backends import BACKENDS
 from egomimic_hw.errors import ConfigError
 
 
-def resolve_gripper_calibration(arm: Arm, backend: str, open_m: float | None = None,
-                                close_m: float | None = None) -> GripperCalibration:
+def resolve_gripper_calibration(
+    arm: Arm, backend: str, open_m: float | None = None, close_m: float | None = None
+) -> GripperCalibration:
     """The calibration for `arm` on driver `backend`, overridden only by both endpoints."""
     if backend not in BACKENDS:
         raise ConfigError(f"unknown driver backend {backend!r}; choices: {list(BACKENDS)}")

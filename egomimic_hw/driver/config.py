@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from egomimic_hw.config_fields import check_ranges
 from egomimic_hw.description import DEFAULT_CAN_INTERFACE, Arm, GripperCalibration
 from egomimic_hw.driver.arx5 import Arx5Config, Arx5Gains
 from egomimic_hw.driver.backends import BACKENDS
-from egomimic_hw.config_fields import check_ranges
 from egomimic_hw.driver.calibration import resolve_gripper_calibration
 from egomimic_hw.errors import ConfigError
 
@@ -32,27 +32,43 @@ class DriverNodeConfig:
 
     arm: str = field(default=Arm.LEFT.value, metadata={"help": "the arm this process drives: left | right"})
     backend: str = field(default="sim", metadata={"help": f"controller backend: {' | '.join(BACKENDS)}"})
-    rate_hz: float = field(default=100.0, metadata={
-        "help": "state loop and joint_states rate, Hz", "range": (1.0, 500.0)})
-    pose_rate_hz: float = field(default=30.0, metadata={
-        # What ee_pose's consumers need (the policy, recorder and camera scene sample at 30 Hz),
-        # not every tick: each sample costs FK here and a callback and a publish in frames.
-        "help": "ee_pose rate, Hz: every round(rate_hz / pose_rate_hz)-th tick (0 = every tick)",
-        "range": (0.0, 500.0)})
-    can_interface: str = field(default="", metadata={
-        "help": "arx5: the arm's SocketCAN interface ('' = left can1, right can2)"})
+    rate_hz: float = field(
+        default=100.0, metadata={"help": "state loop and joint_states rate, Hz", "range": (1.0, 500.0)}
+    )
+    pose_rate_hz: float = field(
+        default=30.0,
+        metadata={
+            # What ee_pose's consumers need (the policy, recorder and camera scene sample at 30 Hz),
+            # not every tick: each sample costs FK here and a callback and a publish in frames.
+            "help": "ee_pose rate, Hz: every round(rate_hz / pose_rate_hz)-th tick (0 = every tick)",
+            "range": (0.0, 500.0),
+        },
+    )
+    can_interface: str = field(
+        default="", metadata={"help": "arx5: the arm's SocketCAN interface ('' = left can1, right can2)"}
+    )
     gripper_open_m: float | None = field(default=None, metadata={"help": GRIPPER_OVERRIDE_HELP.format(end="open")})
     gripper_close_m: float | None = field(default=None, metadata={"help": GRIPPER_OVERRIDE_HELP.format(end="close")})
     """None, never a sentinel number: a close width is legitimately negative (calibration.py)."""
-    kinematics: str = field(default="auto", metadata={
-        "help": "FK/IK backend: auto (the SDK solver where it imports, else Pinocchio), sdk or pinocchio"})
-    seed: int = field(default=0, metadata={
-        "help": "sim: noise seed of the left arm; the right arm's is seed + 1", "range": (0, 2**62)})
-    gate_node: str = field(default="safety_gate", metadata={
-        "help": "the node, in this namespace, whose joint commands and safety/status are accepted"})
-    require_gate: bool = field(default=True, metadata={
-        "help": "apply joint commands only from gate_node while its status is not DISARMED "
-                "(false: from any publisher, for tests and bench rigs only)"})
+    kinematics: str = field(
+        default="auto",
+        metadata={"help": "FK/IK backend: auto (the SDK solver where it imports, else Pinocchio), sdk or pinocchio"},
+    )
+    seed: int = field(
+        default=0,
+        metadata={"help": "sim: noise seed of the left arm; the right arm's is seed + 1", "range": (0, 2**62)},
+    )
+    gate_node: str = field(
+        default="safety_gate",
+        metadata={"help": "the node, in this namespace, whose joint commands and safety/status are accepted"},
+    )
+    require_gate: bool = field(
+        default=True,
+        metadata={
+            "help": "apply joint commands only from gate_node while its status is not DISARMED "
+            "(false: from any publisher, for tests and bench rigs only)"
+        },
+    )
 
     def __post_init__(self) -> None:
         check_ranges(self)

@@ -39,19 +39,27 @@ substeps; the rest is skipped as if the loop had been idle at its target."""
 class SimConfig:
     """Parameters of the simulated controller (defaults: an ideal-ish healthy X5)."""
 
-    initial_joints_rad: tuple[float, ...] = field(default=(0.0, 1.0, 1.0, -0.3, 0.0, 0.0), metadata={
-        "help": "where the simulated arm starts, rad (6 joints; all-zero is the folded home pose)"})
+    initial_joints_rad: tuple[float, ...] = field(
+        default=(0.0, 1.0, 1.0, -0.3, 0.0, 0.0),
+        metadata={"help": "where the simulated arm starts, rad (6 joints; all-zero is the folded home pose)"},
+    )
     """A non-singular work pose inside the limits."""
     initial_gripper_m: float = field(default=0.04, metadata={"help": "where the simulated gripper starts, m"})
     loop_dt_s: float = field(default=SDK_LOOP_DT_S, metadata={"help": "the SDK loop period, s (500 Hz)"})
-    command_latency_s: float = field(default=0.0, metadata={
-        "help": "delay between a command and the SDK loop seeing it, s (CAN + driver)"})
-    tracking_time_constant_s: float = field(default=0.004, metadata={
-        "help": "first-order lag of the measured joints behind the output command, s (PD tracking)"})
-    joint_noise_std_rad: float = field(default=2e-5, metadata={
-        "help": "Gaussian noise on the measured joints, rad (encoder quantization is ~1e-4 rad)"})
-    emergency_after_s: float = field(default=0.0, metadata={
-        "help": "rehearsal: latch the SDK emergency this long after start, s (0 = never)"})
+    command_latency_s: float = field(
+        default=0.0, metadata={"help": "delay between a command and the SDK loop seeing it, s (CAN + driver)"}
+    )
+    tracking_time_constant_s: float = field(
+        default=0.004,
+        metadata={"help": "first-order lag of the measured joints behind the output command, s (PD tracking)"},
+    )
+    joint_noise_std_rad: float = field(
+        default=2e-5,
+        metadata={"help": "Gaussian noise on the measured joints, rad (encoder quantization is ~1e-4 rad)"},
+    )
+    emergency_after_s: float = field(
+        default=0.0, metadata={"help": "rehearsal: latch the SDK emergency this long after start, s (0 = never)"}
+    )
     """So operators and tests can see what a real emergency does to the graph (joint_states
     stop, diagnostics ERROR)."""
     gripper_min_m: float = field(default=-0.012, metadata={"help": "the patched SDK's gripper command floor, m"})

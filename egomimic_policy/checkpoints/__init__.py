@@ -16,7 +16,18 @@ from egomimic_policy.checkpoints.layout import (
 from egomimic_policy.checkpoints.migrations import MigrationRecord, migrate_checkpoint, resolve_target
 
 __all__ = [
-    "FORMAT_VERSION", "CheckpointError", "MigrationRecord", "PreparedCheckpoint", "build_checkpoint", "canonical_json",
-    "default_cache_dir", "load_checkpoint", "migrate_checkpoint", "model_config_of", "prepare_cached", "resolve_target",
-    "save_checkpoint", "sha256_of",
+    "FORMAT_VERSION",
+    "CheckpointError",
+    "MigrationRecord",
+    "PreparedCheckpoint",
+    "build_checkpoint",
+    "canonical_json",
+    "default_cache_dir",
+    "load_checkpoint",
+    "migrate_checkpoint",
+    "model_config_of",
+    "prepare_cached",
+    "resolve_target",
+    "save_checkpoint",
+    "sha256_of",
 ]

@@ -26,9 +26,9 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
 
 from filelock import FileLock, Timeout
 
@@ -90,7 +90,9 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def check_entry(artifact: Path, marker_path: Path, fingerprint: str, compat_version: str, *, verify_sha256: bool) -> tuple[dict | None, str | None]:
+def check_entry(
+    artifact: Path, marker_path: Path, fingerprint: str, compat_version: str, *, verify_sha256: bool
+) -> tuple[dict | None, str | None]:
     """(marker, None) when the entry can be reused, else (None, reason). Reads only."""
     if not marker_path.exists() and not artifact.exists():
         return None, None
@@ -177,7 +179,9 @@ def prepare_cached(
             "to a writable directory"
         ) from exc
     try:
-        marker, reason_now = check_entry(artifact, marker_path, fingerprint, compat_version, verify_sha256=verify_sha256)
+        marker, reason_now = check_entry(
+            artifact, marker_path, fingerprint, compat_version, verify_sha256=verify_sha256
+        )
         if marker is not None:  # another process built it while we waited
             return PreparedCheckpoint(artifact, marker_path, fingerprint, True, None, marker)
         reason = reason_now or reason

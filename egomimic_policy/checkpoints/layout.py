@@ -23,8 +23,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
@@ -61,7 +62,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
             if "mmap" not in str(exc):
                 raise
             ckpt = torch.load(path, map_location="cpu", weights_only=True)  # legacy (non-zip) format
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure means the same to the caller
+    except Exception as exc:
         raise CheckpointError(f"cannot read checkpoint {str(path)!r}: {type(exc).__name__}: {exc}") from exc
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "hyper_parameters" not in ckpt:
         raise CheckpointError(
@@ -99,7 +100,7 @@ def model_state_dict(ckpt: Mapping) -> dict[str, torch.Tensor]:
     bad = [k for k in sd if not k.startswith(MODEL_PREFIX)]
     if bad:
         raise CheckpointError(f"state_dict keys outside '{MODEL_PREFIX}': {bad[:5]}{' ...' if len(bad) > 5 else ''}")
-    return {k[len(MODEL_PREFIX):]: v for k, v in sd.items()}
+    return {k[len(MODEL_PREFIX) :]: v for k, v in sd.items()}
 
 
 def build_checkpoint(
@@ -144,7 +145,9 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def save_checkpoint(path: str | os.PathLike, algorithm, norm_stats, *, epoch: int, global_step: int, optimizer=None) -> Path:
+def save_checkpoint(
+    path: str | os.PathLike, algorithm, norm_stats, *, epoch: int, global_step: int, optimizer=None
+) -> Path:
     """Write a trained algorithm (a families Algorithm: `state_dict()`, `model_config()`) and its
     NormStats as a current-format checkpoint; with `optimizer`, its state is kept too (as Lightning
     does; rollout preparation drops it). Atomic: a crash leaves no half-written file."""

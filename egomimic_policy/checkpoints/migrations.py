@@ -19,9 +19,9 @@ prepared artifact's marker, so an operator can see what was changed and why:
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 from egomimic_hw.embodiment import embodiment_by_id, migrate_legacy_id
 from egomimic_hw.errors import ConfigError
@@ -82,7 +82,9 @@ def is_legacy(ckpt: Mapping) -> bool:
     if version is None:
         return True
     if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise CheckpointError(f"checkpoint format_version {version!r} is newer than this code ({FORMAT_VERSION}); update it")
+        raise CheckpointError(
+            f"checkpoint format_version {version!r} is newer than this code ({FORMAT_VERSION}); update it"
+        )
     return False
 
 
@@ -93,7 +95,9 @@ def _strip_orig_mod(state_dict: Mapping) -> tuple[dict, int]:
         new = key.replace(ORIG_MOD, "")
         stripped += new != key
         if new in out:
-            raise CheckpointError(f"state_dict has both {key!r} and an un-prefixed twin {new!r}; cannot tell which is real")
+            raise CheckpointError(
+                f"state_dict has both {key!r} and an un-prefixed twin {new!r}; cannot tell which is real"
+            )
         out[new] = value
     return out, stripped
 
@@ -151,14 +155,18 @@ def migrate_checkpoint(ckpt: Mapping, *, pin_config_sha256: str | None = None) -
         config["_target_"] = target
     record.target = target
     if "norm_stats_state" not in hp:
-        raise CheckpointError("checkpoint has no hyper_parameters.norm_stats_state (a model is meaningless without its stats)")
+        raise CheckpointError(
+            "checkpoint has no hyper_parameters.norm_stats_state (a model is meaningless without its stats)"
+        )
     norm_state = _remap_norm_stats(hp["norm_stats_state"], legacy, record)
     if record.embodiment_remap:
         record.applied.append(
             "remap_embodiment_ids(" + ", ".join(f"{k}->{v}" for k, v in sorted(record.embodiment_remap.items())) + ")"
         )
     record.dropped_keys = sorted(str(k) for k in ckpt if k not in KEPT_TOP_LEVEL_KEYS)
-    record.dropped_keys += sorted(f"hyper_parameters.{k}" for k in hp if k not in ("model_config", "norm_stats_state", "format_version"))
+    record.dropped_keys += sorted(
+        f"hyper_parameters.{k}" for k in hp if k not in ("model_config", "norm_stats_state", "format_version")
+    )
     if any(not k.startswith("hyper_parameters.") for k in record.dropped_keys):
         record.applied.append("drop_training_state")
     for key in ("epoch", "global_step"):

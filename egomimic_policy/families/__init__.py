@@ -10,9 +10,9 @@ The family table is an explicit dict (no import-time registry): a grep finds eve
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
 
 import torch
 
@@ -65,9 +65,16 @@ def build_algorithm(family: str, *, seed: int = 0, overrides: Mapping | None = N
         return cls(config)
 
 
-def make_policy(spec: str, *, cache_dir: Path | None = None, seed: int = 0, device: str = "cpu",
-                num_threads: int = DEFAULT_NUM_THREADS, overrides: Mapping | None = None,
-                pin_config_sha256: str | None = None) -> ChunkPolicy:
+def make_policy(
+    spec: str,
+    *,
+    cache_dir: Path | None = None,
+    seed: int = 0,
+    device: str = "cpu",
+    num_threads: int = DEFAULT_NUM_THREADS,
+    overrides: Mapping | None = None,
+    pin_config_sha256: str | None = None,
+) -> ChunkPolicy:
     """A live ChunkPolicy.
 
     spec: a family name ("fold" | "pi" | "moe": default size, weights from `seed`, stats from
@@ -85,30 +92,58 @@ def make_policy(spec: str, *, cache_dir: Path | None = None, seed: int = 0, devi
         algo = build_algorithm(name, seed=seed, overrides=overrides)
         norm = neutral_norm_stats()
         fingerprint = sha256_of({"model_config": algo.model_config(), "seed": int(seed), "norm_stats": norm.to_state()})
-        return algo.create_rollout_policy(norm, fingerprint=fingerprint, seed=seed, num_threads=num_threads,
-                                          device=device, extra={"weights": "untrained (seeded)"})
+        return algo.create_rollout_policy(
+            norm,
+            fingerprint=fingerprint,
+            seed=seed,
+            num_threads=num_threads,
+            device=device,
+            extra={"weights": "untrained (seeded)"},
+        )
     path = Path(name).expanduser()
     if not path.is_file():
-        raise ConfigError(f"policy spec {name!r} is neither a family ({', '.join(sorted(FAMILIES))}) nor a checkpoint file")
+        raise ConfigError(
+            f"policy spec {name!r} is neither a family ({', '.join(sorted(FAMILIES))}) nor a checkpoint file"
+        )
     source = load_checkpoint(path)
     cls = algorithm_for_target(model_config_of(source)["_target_"])
-    prepared = cls.prepare_rollout_checkpoint(path, cache_dir=cache_dir, pin_config_sha256=pin_config_sha256,
-                                              source_checkpoint=source)
+    prepared = cls.prepare_rollout_checkpoint(
+        path, cache_dir=cache_dir, pin_config_sha256=pin_config_sha256, source_checkpoint=source
+    )
     del source
     algo, norm, info = cls.load_prepared(prepared)
     fingerprint = prepared.fingerprint
-    extra = {"checkpoint": str(path), "artifact": str(prepared.artifact_path), "epoch": str(info["epoch"]),
-             "global_step": str(info["global_step"]), "cache": "reused" if prepared.reused else "built"}
+    extra = {
+        "checkpoint": str(path),
+        "artifact": str(prepared.artifact_path),
+        "epoch": str(info["epoch"]),
+        "global_step": str(info["global_step"]),
+        "cache": "reused" if prepared.reused else "built",
+    }
     if overrides:
         algo.with_rollout_overrides(overrides)
         fingerprint = sha256_of({"artifact": prepared.fingerprint, "overrides": dict(overrides)})
-        extra["overrides"] = sha256_of(dict(overrides))[:12] + " " + ",".join(f"{k}={v}" for k, v in sorted(overrides.items()))
-    return algo.create_rollout_policy(norm, fingerprint=fingerprint, seed=seed, num_threads=num_threads,
-                                      device=device, extra=extra)
+        extra["overrides"] = (
+            sha256_of(dict(overrides))[:12] + " " + ",".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+        )
+    return algo.create_rollout_policy(
+        norm, fingerprint=fingerprint, seed=seed, num_threads=num_threads, device=device, extra=extra
+    )
 
 
 __all__ = [
-    "FAMILIES", "Algorithm", "FamilyConfig", "FoldAlgorithm", "FoldConfig", "MoEAlgorithm", "MoEConfig",
-    "PIAlgorithm", "PIConfig", "TrainBatch", "algorithm_for_target", "build_algorithm", "make_policy",
+    "FAMILIES",
+    "Algorithm",
+    "FamilyConfig",
+    "FoldAlgorithm",
+    "FoldConfig",
+    "MoEAlgorithm",
+    "MoEConfig",
+    "PIAlgorithm",
+    "PIConfig",
+    "TrainBatch",
+    "algorithm_for_target",
+    "build_algorithm",
+    "make_policy",
     "save_checkpoint",
 ]

@@ -17,9 +17,10 @@ length, 20 = features.STATE_DIM / ACTION_DIM.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import cv2
 import numpy as np
@@ -64,7 +65,7 @@ class FamilyConfig:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
-    def from_dict(cls, values: Mapping) -> "FamilyConfig":
+    def from_dict(cls, values: Mapping) -> FamilyConfig:
         names = {f.name: f for f in dataclasses.fields(cls)}
         kwargs: dict[str, Any] = {}
         for key, value in values.items():
@@ -161,11 +162,13 @@ class Algorithm(nn.Module):
         actions: the first n rows of the result equal it (inpainting, Observation.prefix)."""
         raise NotImplementedError
 
-    def loss(self, batch: TrainBatch, generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(
+        self, batch: TrainBatch, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         """Training loss of a batch and scalar logs."""
         raise NotImplementedError
 
-    def with_rollout_overrides(self, overrides: Mapping) -> "Algorithm":
+    def with_rollout_overrides(self, overrides: Mapping) -> Algorithm:
         """Apply `rollout_overridable` fields (same weights, e.g. a different sampler schedule)."""
         bad = sorted(set(overrides) - self.rollout_overridable)
         if bad:
@@ -181,13 +184,16 @@ class Algorithm(nn.Module):
         """Per-frame features (1, ...) of one observation's camera images (rollout path)."""
         missing = [c for c in self.cameras if c not in images]
         if missing:
-            raise ConfigError(f"observation lacks cameras {missing} (has {sorted(images)}); {self.family} needs {list(self.cameras)}")
+            raise ConfigError(
+                f"observation lacks cameras {missing} (has {sorted(images)}); {self.family} needs {list(self.cameras)}"
+            )
         stacked = np.stack([self.image_input(check_rgb(images[c], c)) for c in self.cameras])
         device = next(self.parameters()).device
         return self.encode_images(torch.from_numpy(stacked)[None].to(device))
 
-    def batch_from_raw(self, images: Mapping[str, np.ndarray], state_raw, actions_raw, norm_stats: NormStats,
-                       action_mask=None) -> TrainBatch:
+    def batch_from_raw(
+        self, images: Mapping[str, np.ndarray], state_raw, actions_raw, norm_stats: NormStats, action_mask=None
+    ) -> TrainBatch:
         """Training batch from raw data: images cam -> (B, T, H, W, 3) uint8 RGB, state (B, T, 20)
         and actions (B, H, 20) in raw units; the same preprocessing as rollout."""
         state = np.asarray(state_raw, dtype=np.float64)
@@ -237,9 +243,15 @@ class Algorithm(nn.Module):
             )
 
     @classmethod
-    def prepare_rollout_checkpoint(cls, path: str | Path, *, cache_dir: str | Path | None = None,
-                                   pin_config_sha256: str | None = None, source_checkpoint: dict | None = None,
-                                   verify_sha256: bool = True) -> PreparedCheckpoint:
+    def prepare_rollout_checkpoint(
+        cls,
+        path: str | Path,
+        *,
+        cache_dir: str | Path | None = None,
+        pin_config_sha256: str | None = None,
+        source_checkpoint: dict | None = None,
+        verify_sha256: bool = True,
+    ) -> PreparedCheckpoint:
         """Migrate `path` into the cache once (see checkpoints.cache); reuse it afterwards."""
 
         def prepare(ckpt: dict) -> tuple[dict, dict]:
@@ -249,12 +261,18 @@ class Algorithm(nn.Module):
             cls.check_structure(migrated)
             return migrated, record.to_json()
 
-        return prepare_cached(path, compat_version=cls.compat_version, prepare=prepare, cache_dir=cache_dir,
-                              pin_config_sha256=pin_config_sha256, source_checkpoint=source_checkpoint,
-                              verify_sha256=verify_sha256)
+        return prepare_cached(
+            path,
+            compat_version=cls.compat_version,
+            prepare=prepare,
+            cache_dir=cache_dir,
+            pin_config_sha256=pin_config_sha256,
+            source_checkpoint=source_checkpoint,
+            verify_sha256=verify_sha256,
+        )
 
     @classmethod
-    def load_prepared(cls, prepared: PreparedCheckpoint) -> tuple["Algorithm", NormStats, dict]:
+    def load_prepared(cls, prepared: PreparedCheckpoint) -> tuple[Algorithm, NormStats, dict]:
         """(algorithm in eval mode, its NormStats, info {epoch, global_step}) from a prepared artifact."""
         ckpt = load_checkpoint(prepared.artifact_path)
         algo = cls(cls.config_from_model_config(model_config_of(ckpt)))
@@ -265,14 +283,25 @@ class Algorithm(nn.Module):
         norm = NormStats.from_state(ckpt["hyper_parameters"]["norm_stats_state"])
         return algo.eval(), norm, {"epoch": ckpt["epoch"], "global_step": ckpt["global_step"]}
 
-    def create_rollout_policy(self, norm_stats: NormStats, *, fingerprint: str, seed: int = 0, num_threads: int = 1,
-                              device: str = "cpu", extra: Mapping[str, str] | None = None):
+    def create_rollout_policy(
+        self,
+        norm_stats: NormStats,
+        *,
+        fingerprint: str,
+        seed: int = 0,
+        num_threads: int = 1,
+        device: str = "cpu",
+        extra: Mapping[str, str] | None = None,
+    ):
         """The live ChunkPolicy of this algorithm (EVA bimanual, wrist-relative 20-D actions)."""
         from egomimic_policy.families.rollout import FamilyRolloutPolicy
 
         for key, dim in ((STATE_KEY, STATE_DIM), (ACTION_KEY, ACTION_DIM)):
             stats = norm_stats.key_stats(EMBODIMENT, key)  # refuses a checkpoint without EVA stats
             if stats.dim != dim:
-                raise ConfigError(f"norm stats {key!r} of {EMBODIMENT.key} are {stats.dim}-D; {self.family} needs {dim}-D")
-        return FamilyRolloutPolicy(self, norm_stats, fingerprint=fingerprint, seed=seed, num_threads=num_threads,
-                                   device=device, extra=extra)
+                raise ConfigError(
+                    f"norm stats {key!r} of {EMBODIMENT.key} are {stats.dim}-D; {self.family} needs {dim}-D"
+                )
+        return FamilyRolloutPolicy(
+            self, norm_stats, fingerprint=fingerprint, seed=seed, num_threads=num_threads, device=device, extra=extra
+        )

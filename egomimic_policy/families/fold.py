@@ -33,8 +33,9 @@ image encoder) via config.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Mapping
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -42,7 +43,13 @@ from torch import nn
 
 from egomimic_hw.errors import ConfigError
 from egomimic_policy.families.base import Algorithm, FamilyConfig, TrainBatch, resize_area
-from egomimic_policy.families.layers import AdaLNBlock, AdaLNOutput, FeedForward, SpatialSoftmaxEncoder, timestep_embedding
+from egomimic_policy.families.layers import (
+    AdaLNBlock,
+    AdaLNOutput,
+    FeedForward,
+    SpatialSoftmaxEncoder,
+    timestep_embedding,
+)
 from egomimic_policy.features import ACTION_DIM, STATE_DIM
 
 ALPHA_BAR_CLAMP = (1e-8, 1.0)
@@ -147,16 +154,19 @@ class FoldAlgorithm(Algorithm):
             h = block(h, c)
         return self.head(h, c)
 
-    def sample(self, context: torch.Tensor, generator: torch.Generator,
-               prefix: torch.Tensor | None = None) -> torch.Tensor:
+    def sample(
+        self, context: torch.Tensor, generator: torch.Generator, prefix: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """DDIM from seeded noise; `prefix` (B, n, 20) normalized, n <= chunk_length: inpaint
         (module docstring, "Inpainting"). Without a prefix the ops are exactly the plain sampler's."""
         b = context.shape[0]
         x = torch.randn((b, self.config.chunk_length, ACTION_DIM), generator=generator, device=context.device)
         levels = self.levels
         if prefix is not None:
-            n, noise = prefix.shape[1], x[:, :prefix.shape[1]].clone()
-            x[:, :n] = torch.sqrt(self.alpha_bar[levels[0]]) * prefix + torch.sqrt(1 - self.alpha_bar[levels[0]]) * noise
+            n, noise = prefix.shape[1], x[:, : prefix.shape[1]].clone()
+            x[:, :n] = (
+                torch.sqrt(self.alpha_bar[levels[0]]) * prefix + torch.sqrt(1 - self.alpha_bar[levels[0]]) * noise
+            )
         for i, level in enumerate(levels):
             ab = self.alpha_bar[level]
             ab_next = self.alpha_bar[levels[i + 1]] if i + 1 < len(levels) else torch.ones((), device=x.device)
@@ -186,6 +196,8 @@ class FoldAlgorithm(Algorithm):
             return (err * mask).sum() / mask.sum().clamp(min=1.0), cond
         return err.mean(), cond
 
-    def loss(self, batch: TrainBatch, generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(
+        self, batch: TrainBatch, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         mse, _ = self.diffusion_loss(batch, generator)
         return mse, {"loss/diffusion": float(mse.detach())}

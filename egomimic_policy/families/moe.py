@@ -10,8 +10,9 @@ Defaults are small (4 experts, top-2, expert width x2, d_model 64); upstream: n_
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Mapping
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -57,7 +58,9 @@ class MoEAlgorithm(FoldAlgorithm):
     def moe_layers(self) -> list[MoEFeedForward]:
         return [m for m in self.modules() if isinstance(m, MoEFeedForward)]
 
-    def loss(self, batch: TrainBatch, generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(
+        self, batch: TrainBatch, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         mse, _ = self.diffusion_loss(batch, generator)
         layers = self.moe_layers()
         balance = torch.stack([m.aux_loss for m in layers]).mean()

@@ -24,8 +24,9 @@ No torch.compile (its wrapper cost ~50 s on the first call upstream).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Mapping
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -52,7 +53,7 @@ def resize_with_pad(rgb: np.ndarray, size: int) -> np.ndarray:
     small = resize_area(rgb, nh, nw)
     out = np.zeros((size, size, 3), dtype=np.uint8)
     top, left = (size - nh) // 2, (size - nw) // 2
-    out[top:top + nh, left:left + nw] = small
+    out[top : top + nh, left : left + nw] = small
     return out
 
 
@@ -96,7 +97,8 @@ class PIAlgorithm(Algorithm):
         self.obs_step = nn.Parameter(torch.randn(c.n_obs_steps, 1, d) * 0.02)
         self.prefix = nn.TransformerEncoder(
             nn.TransformerEncoderLayer(d, c.n_heads, d * c.ffn_mult, dropout=0.0, batch_first=True, norm_first=True),
-            num_layers=c.prefix_layers, enable_nested_tensor=False,
+            num_layers=c.prefix_layers,
+            enable_nested_tensor=False,
         )
         self.time_mlp = nn.Sequential(nn.Linear(d, d), nn.SiLU(), nn.Linear(d, d))
         self.action_in = nn.Linear(c.action_pad_dim, d)
@@ -136,12 +138,15 @@ class PIAlgorithm(Algorithm):
             h = block(h, cond, memory)
         return self.head(h, cond)
 
-    def sample(self, context: torch.Tensor, generator: torch.Generator,
-               prefix: torch.Tensor | None = None) -> torch.Tensor:
+    def sample(
+        self, context: torch.Tensor, generator: torch.Generator, prefix: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Euler from seeded noise at t = 1 to t = 0; `prefix` (B, n, 20) normalized: inpaint
         (module docstring, "Inpainting"). Without a prefix the ops are exactly the plain sampler's."""
         b = context.shape[0]
-        x = torch.randn((b, self.config.chunk_length, self.config.action_pad_dim), generator=generator, device=context.device)
+        x = torch.randn(
+            (b, self.config.chunk_length, self.config.action_pad_dim), generator=generator, device=context.device
+        )
         if prefix is not None:
             n = prefix.shape[1]
             noise = x[:, :n, :ACTION_DIM].clone()
@@ -158,7 +163,9 @@ class PIAlgorithm(Algorithm):
 
     # --- training ---
 
-    def loss(self, batch: TrainBatch, generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(
+        self, batch: TrainBatch, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         memory = self.condition(self.window_features(batch.images), batch.state)
         actions = self._pad(batch.actions)
         b = actions.shape[0]

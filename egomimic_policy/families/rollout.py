@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -59,8 +59,17 @@ class FamilyRolloutPolicy:
     (encode, model, decode, total) from a monotonic clock. infer() and reset() are serialized by
     a lock: the executor queries from a worker thread and may reset from another."""
 
-    def __init__(self, algorithm, norm_stats: NormStats, *, fingerprint: str, seed: int = 0, num_threads: int = 1,
-                 device: str = "cpu", extra: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        algorithm,
+        norm_stats: NormStats,
+        *,
+        fingerprint: str,
+        seed: int = 0,
+        num_threads: int = 1,
+        device: str = "cpu",
+        extra: Mapping[str, str] | None = None,
+    ):
         if not isinstance(num_threads, int) or num_threads < 1:
             raise ConfigError(f"num_threads must be an int >= 1, got {num_threads!r}")
         torch.set_num_threads(num_threads)
@@ -84,8 +93,14 @@ class FamilyRolloutPolicy:
             chunk_length=cfg.chunk_length,
             rate_hz=CONTROL_RATE_HZ,
             obs_steps=self._n_obs,
-            extra={"target": algorithm.target(), "n_obs_steps": str(cfg.n_obs_steps), "seed": str(self._seed),
-                   "device": str(self._device), "num_threads": str(num_threads), **dict(extra or {})},
+            extra={
+                "target": algorithm.target(),
+                "n_obs_steps": str(cfg.n_obs_steps),
+                "seed": str(self._seed),
+                "device": str(self._device),
+                "num_threads": str(num_threads),
+                **dict(extra or {}),
+            },
         )
         self.reset()
 
@@ -113,18 +128,24 @@ class FamilyRolloutPolicy:
         t0 = time.monotonic()
         if not isinstance(observation.stamp_ns, (int, np.integer)):
             raise ConfigError(f"observation.stamp_ns must be an int (ns), got {observation.stamp_ns!r}")
-        current = {Arm.LEFT: np.asarray(observation.left_pose, dtype=np.float64),
-                   Arm.RIGHT: np.asarray(observation.right_pose, dtype=np.float64)}
+        current = {
+            Arm.LEFT: np.asarray(observation.left_pose, dtype=np.float64),
+            Arm.RIGHT: np.asarray(observation.right_pose, dtype=np.float64),
+        }
         for arm, pose in current.items():
             if pose.shape != (7,):
                 raise PoseError(f"{arm.value}_pose must be (7,), got {pose.shape}")
-        frames = list(observation.history[-(self._n_obs - 1):]) if self._n_obs > 1 else []
+        frames = list(observation.history[-(self._n_obs - 1) :]) if self._n_obs > 1 else []
         frames = [frames[0] if frames else observation] * (self._n_obs - 1 - len(frames)) + frames + [observation]
         window = []
         with torch.inference_mode():
             for frame in frames:  # oldest first; padded at episode start by repeating the oldest
-                state = state_ee_pose(np.asarray(frame.left_pose, dtype=np.float64), frame.left_gripper,
-                                      np.asarray(frame.right_pose, dtype=np.float64), frame.right_gripper)
+                state = state_ee_pose(
+                    np.asarray(frame.left_pose, dtype=np.float64),
+                    frame.left_gripper,
+                    np.asarray(frame.right_pose, dtype=np.float64),
+                    frame.right_gripper,
+                )
                 window.append((self._frame_features(frame), state))
             state_window = np.stack([s for _, s in window])  # (T, 20) raw
             state_n = self.norm_stats.normalize(EMBODIMENT, STATE_KEY, state_window)
@@ -145,8 +166,12 @@ class FamilyRolloutPolicy:
         actions = self.norm_stats.unnormalize(EMBODIMENT, ACTION_KEY, actions_n)
         decoded = decode_action_chunk(current, actions)
         t3 = time.monotonic()
-        self.last_timing_ms = {"encode": 1e3 * (t1 - t0), "model": 1e3 * (t2 - t1), "decode": 1e3 * (t3 - t2),
-                               "total": 1e3 * (t3 - t0)}
+        self.last_timing_ms = {
+            "encode": 1e3 * (t1 - t0),
+            "model": 1e3 * (t2 - t1),
+            "decode": 1e3 * (t3 - t2),
+            "total": 1e3 * (t3 - t0),
+        }
         return Chunk(
             observation_stamp_ns=int(observation.stamp_ns),
             period_s=1.0 / CONTROL_RATE_HZ,
@@ -163,17 +188,23 @@ class FamilyRolloutPolicy:
         if prefix is None or len(prefix) == 0:
             return None
         if int(prefix.observation_stamp_ns) != int(observation.stamp_ns):
-            raise ConfigError(f"prefix answers observation {prefix.observation_stamp_ns} ns, not this one ({observation.stamp_ns} ns)")
+            raise ConfigError(
+                f"prefix answers observation {prefix.observation_stamp_ns} ns, not this one ({observation.stamp_ns} ns)"
+            )
         if not np.isclose(prefix.period_s, 1.0 / CONTROL_RATE_HZ, rtol=1e-6):
             raise ConfigError(f"prefix period {prefix.period_s} s is not the control period {1.0 / CONTROL_RATE_HZ} s")
         n = min(len(prefix), int(self.algorithm.config.chunk_length))
         targets, grippers = {}, {}
-        for arm, pose, gripper in ((Arm.LEFT, prefix.left_pose, prefix.left_gripper),
-                                   (Arm.RIGHT, prefix.right_pose, prefix.right_gripper)):
+        for arm, pose, gripper in (
+            (Arm.LEFT, prefix.left_pose, prefix.left_gripper),
+            (Arm.RIGHT, prefix.right_pose, prefix.right_gripper),
+        ):
             pose = np.asarray(pose, dtype=np.float64)[:n]
             gripper = np.asarray(gripper, dtype=np.float64)[:n]
             if pose.shape != (n, 7) or gripper.shape != (n,):
-                raise PoseError(f"prefix {arm.value}: poses must be (n, 7) and grippers (n,), got {pose.shape}, {gripper.shape}")
+                raise PoseError(
+                    f"prefix {arm.value}: poses must be (n, 7) and grippers (n,), got {pose.shape}, {gripper.shape}"
+                )
             if not (np.all(np.isfinite(pose)) and np.all(np.isfinite(gripper))):
                 raise PoseError(f"prefix {arm.value}: non-finite value")
             targets[arm], grippers[arm] = pose, gripper

@@ -36,8 +36,15 @@ import zmq
 from egomimic_hw.errors import ConfigError
 from egomimic_policy.interface import Chunk, Observation, PolicySpec
 from egomimic_policy.remote import protocol as P
-from egomimic_policy.remote.wire import (PROTOCOL_VERSION, WireError, chunk_from_dict, observation_to_dict, pack,
-                                         spec_from_dict, unpack)
+from egomimic_policy.remote.wire import (
+    PROTOCOL_VERSION,
+    WireError,
+    chunk_from_dict,
+    observation_to_dict,
+    pack,
+    spec_from_dict,
+    unpack,
+)
 
 
 class RemoteUnavailable(RuntimeError):
@@ -59,13 +66,24 @@ class RemoteRefused(ConfigError):
 @dataclass(frozen=True)
 class RemoteConfig:
     address: str = field(default="tcp://127.0.0.1:5555", metadata={"help": "policy server address tcp://host:port"})
-    timeout_s: float = field(default=1.0, metadata={"help": "deadline (s) of one query, queueing at the server included", "range": (0.0, 60.0)})
+    timeout_s: float = field(
+        default=1.0,
+        metadata={"help": "deadline (s) of one query, queueing at the server included", "range": (0.0, 60.0)},
+    )
     heartbeat_s: float = field(default=0.2, metadata={"help": "ping period (s)", "range": (0.0, 60.0)})
-    heartbeat_timeout_s: float = field(default=1.0, metadata={"help": "silence (s) after which the server counts as lost", "range": (0.0, 60.0)})
-    connect_timeout_s: float = field(default=10.0, metadata={"help": "wait (s) for the first handshake at start-up", "range": (0.0, 600.0)})
+    heartbeat_timeout_s: float = field(
+        default=1.0, metadata={"help": "silence (s) after which the server counts as lost", "range": (0.0, 60.0)}
+    )
+    connect_timeout_s: float = field(
+        default=10.0, metadata={"help": "wait (s) for the first handshake at start-up", "range": (0.0, 600.0)}
+    )
     embodiment: str = field(default="eva_bimanual", metadata={"help": "embodiment the server's policy must be for"})
-    rate_hz: float = field(default=30.0, metadata={"help": "control rate (Hz) the server's policy must produce", "range": (0.0, 1000.0)})
-    fingerprint: str = field(default="", metadata={"help": "expected model fingerprint ('' = accept the first server's)"})
+    rate_hz: float = field(
+        default=30.0, metadata={"help": "control rate (Hz) the server's policy must produce", "range": (0.0, 1000.0)}
+    )
+    fingerprint: str = field(
+        default="", metadata={"help": "expected model fingerprint ('' = accept the first server's)"}
+    )
     action_layout: str = field(default="", metadata={"help": "expected action layout ('' = any)"})
     chunk_length: int = field(default=0, metadata={"help": "expected chunk length (0 = any)", "range": (0, 10_000)})
 
@@ -77,7 +95,9 @@ class RemoteConfig:
             if not (math.isfinite(value) and value > 0):
                 raise ConfigError(f"{name} must be > 0 s, got {value}")
         if self.heartbeat_timeout_s <= self.heartbeat_s:
-            raise ConfigError(f"heartbeat_timeout_s ({self.heartbeat_timeout_s}) must exceed heartbeat_s ({self.heartbeat_s})")
+            raise ConfigError(
+                f"heartbeat_timeout_s ({self.heartbeat_timeout_s}) must exceed heartbeat_s ({self.heartbeat_s})"
+            )
 
 
 class RemotePolicy:
@@ -114,14 +134,21 @@ class RemotePolicy:
             self.close()
             if state == "refused":
                 raise RemoteRefused(f"policy server {config.address} refused: {reason}")
-            raise RemoteUnavailable(f"no policy server answered at {config.address} within "
-                                    f"{config.connect_timeout_s} s ({reason}); start egomimic-policy-server first")
+            raise RemoteUnavailable(
+                f"no policy server answered at {config.address} within "
+                f"{config.connect_timeout_s} s ({reason}); start egomimic-policy-server first"
+            )
         self.spec: PolicySpec = self._first_spec
 
     # ------------------------------------------------------------ public API
     def infer(self, observation: Observation) -> Chunk:
-        reply = self._request({"type": P.INFER, "timeout_ms": self.config.timeout_s * 1e3,
-                               "observation": observation_to_dict(observation)})
+        reply = self._request(
+            {
+                "type": P.INFER,
+                "timeout_ms": self.config.timeout_s * 1e3,
+                "observation": observation_to_dict(observation),
+            }
+        )
         if reply["type"] != P.CHUNK:
             raise RemoteError(f"unexpected reply {reply['type']!r}")
         chunk = chunk_from_dict(reply["chunk"])
@@ -138,10 +165,15 @@ class RemotePolicy:
 
     def status(self) -> dict:
         rtt = list(self._rtt_ms)
-        return {"remote_state": self._state, "remote_reason": self._reason, "remote_address": self.config.address,
-                "server_pid": self._server_pid, **self.counters,
-                "rtt_p50_ms": round(float(np.median(rtt)), 2) if rtt else float("nan"),
-                "server_infer_ms": round(self._server_infer_ms, 2)}
+        return {
+            "remote_state": self._state,
+            "remote_reason": self._reason,
+            "remote_address": self.config.address,
+            "server_pid": self._server_pid,
+            **self.counters,
+            "rtt_p50_ms": round(float(np.median(rtt)), 2) if rtt else float("nan"),
+            "server_infer_ms": round(self._server_infer_ms, 2),
+        }
 
     @property
     def connected(self) -> bool:
@@ -288,11 +320,19 @@ class RemotePolicy:
             self._refuse(f"malformed handshake: {exc}")
             return
         cfg = self.config
-        problems = P.spec_mismatches(spec, embodiment=cfg.embodiment, rate_hz=cfg.rate_hz, fingerprint=cfg.fingerprint,
-                                     action_layout=cfg.action_layout, chunk_length=cfg.chunk_length)
+        problems = P.spec_mismatches(
+            spec,
+            embodiment=cfg.embodiment,
+            rate_hz=cfg.rate_hz,
+            fingerprint=cfg.fingerprint,
+            action_layout=cfg.action_layout,
+            chunk_length=cfg.chunk_length,
+        )
         if self._first_spec is not None and spec != self._first_spec:
-            problems.append(f"server now runs {spec.family} {spec.fingerprint}, not the {self._first_spec.family} "
-                            f"{self._first_spec.fingerprint} this session started with")
+            problems.append(
+                f"server now runs {spec.family} {spec.fingerprint}, not the {self._first_spec.family} "
+                f"{self._first_spec.fingerprint} this session started with"
+            )
         if problems:
             self._refuse("; ".join(problems))
             return

@@ -26,7 +26,16 @@ import math
 from egomimic_policy.interface import PolicySpec
 
 HELLO, META, PING, PONG, INFER, CHUNK, RESET, OK, ERROR = (
-    "hello", "meta", "ping", "pong", "infer", "chunk", "reset", "ok", "error")
+    "hello",
+    "meta",
+    "ping",
+    "pong",
+    "infer",
+    "chunk",
+    "reset",
+    "ok",
+    "error",
+)
 
 EXPIRED = "EXPIRED"
 """The request waited longer than its timeout_ms before the model was free."""
@@ -39,8 +48,15 @@ INFER_FAILED = "INFER_FAILED"
 ERROR_CODES = (EXPIRED, BUSY, BAD_REQUEST, INFER_FAILED)
 
 
-def spec_mismatches(remote: PolicySpec, *, embodiment: str, rate_hz: float, fingerprint: str = "",
-                    action_layout: str = "", chunk_length: int = 0) -> list[str]:
+def spec_mismatches(
+    remote: PolicySpec,
+    *,
+    embodiment: str,
+    rate_hz: float,
+    fingerprint: str = "",
+    action_layout: str = "",
+    chunk_length: int = 0,
+) -> list[str]:
     """What makes `remote` unusable for this client ([] = compatible). Empty expectations
     (fingerprint "", action_layout "", chunk_length 0) accept any value."""
     problems = []

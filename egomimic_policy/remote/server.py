@@ -28,8 +28,15 @@ import zmq
 from egomimic_hw.errors import ConfigError
 from egomimic_policy.interface import ChunkPolicy, Observation
 from egomimic_policy.remote import protocol as P
-from egomimic_policy.remote.wire import (PROTOCOL_VERSION, WireError, chunk_to_dict, observation_from_dict, pack,
-                                         spec_to_dict, unpack)
+from egomimic_policy.remote.wire import (
+    PROTOCOL_VERSION,
+    WireError,
+    chunk_to_dict,
+    observation_from_dict,
+    pack,
+    spec_to_dict,
+    unpack,
+)
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
@@ -53,8 +60,15 @@ class _Job:
 class PolicyServer:
     """A ROUTER socket in front of one policy. `serve(stop)` runs until `stop` is set."""
 
-    def __init__(self, policy: ChunkPolicy, bind: str, *, allow_remote: bool = False, max_pending: int = 2,
-                 context: zmq.Context | None = None):
+    def __init__(
+        self,
+        policy: ChunkPolicy,
+        bind: str,
+        *,
+        allow_remote: bool = False,
+        max_pending: int = 2,
+        context: zmq.Context | None = None,
+    ):
         if not bind.startswith("tcp://"):
             raise ConfigError(f"bind {bind!r}: expected tcp://host:port")
         if not allow_remote and not is_loopback(bind):
@@ -116,20 +130,42 @@ class PolicyServer:
             self._reply(identity, {"type": P.ERROR, "id": -1, "code": P.BAD_REQUEST, "detail": str(exc)})
             return
         if kind == P.PING:
-            self._reply(identity, {"type": P.PONG, "id": request_id, "busy": self._busy.is_set(),
-                                   "instance": self.instance})
+            self._reply(
+                identity, {"type": P.PONG, "id": request_id, "busy": self._busy.is_set(), "instance": self.instance}
+            )
         elif kind == P.HELLO:
             if msg.get("v") != PROTOCOL_VERSION:
-                self._reply(identity, {"type": P.ERROR, "id": request_id, "code": P.BAD_REQUEST,
-                                       "detail": f"protocol version {msg.get('v')} != server {PROTOCOL_VERSION}"})
+                self._reply(
+                    identity,
+                    {
+                        "type": P.ERROR,
+                        "id": request_id,
+                        "code": P.BAD_REQUEST,
+                        "detail": f"protocol version {msg.get('v')} != server {PROTOCOL_VERSION}",
+                    },
+                )
                 return
-            self._reply(identity, {"type": P.META, "id": request_id, "v": PROTOCOL_VERSION,
-                                   "spec": spec_to_dict(self.spec),
-                                   "server": {"pid": os.getpid(), "instance": self.instance}})
+            self._reply(
+                identity,
+                {
+                    "type": P.META,
+                    "id": request_id,
+                    "v": PROTOCOL_VERSION,
+                    "spec": spec_to_dict(self.spec),
+                    "server": {"pid": os.getpid(), "instance": self.instance},
+                },
+            )
         elif kind in (P.INFER, P.RESET):
             if self._jobs.qsize() >= self._max_pending:
-                self._reply(identity, {"type": P.ERROR, "id": request_id, "code": P.BUSY,
-                                       "detail": f"{self._jobs.qsize()} requests already queued"})
+                self._reply(
+                    identity,
+                    {
+                        "type": P.ERROR,
+                        "id": request_id,
+                        "code": P.BUSY,
+                        "detail": f"{self._jobs.qsize()} requests already queued",
+                    },
+                )
                 return
             job = _Job(identity, request_id, kind, time.monotonic())
             if kind == P.INFER:
@@ -137,12 +173,16 @@ class PolicyServer:
                     job.observation = observation_from_dict(msg["observation"])
                     job.timeout_s = float(msg["timeout_ms"]) / 1e3
                 except (WireError, KeyError, TypeError, ValueError) as exc:
-                    self._reply(identity, {"type": P.ERROR, "id": request_id, "code": P.BAD_REQUEST, "detail": str(exc)})
+                    self._reply(
+                        identity, {"type": P.ERROR, "id": request_id, "code": P.BAD_REQUEST, "detail": str(exc)}
+                    )
                     return
             self._jobs.put(job)
         else:
-            self._reply(identity, {"type": P.ERROR, "id": request_id, "code": P.BAD_REQUEST,
-                                   "detail": f"unknown message type {kind!r}"})
+            self._reply(
+                identity,
+                {"type": P.ERROR, "id": request_id, "code": P.BAD_REQUEST, "detail": f"unknown message type {kind!r}"},
+            )
 
     # ---------------------------------------------------------- model thread
     def _model_loop(self) -> None:
@@ -167,18 +207,32 @@ class PolicyServer:
         queued_s = time.monotonic() - job.received_s
         if queued_s > job.timeout_s:
             self.expired += 1
-            return {"type": P.ERROR, "id": job.request_id, "code": P.EXPIRED,
-                    "detail": f"waited {queued_s * 1e3:.0f} ms > timeout {job.timeout_s * 1e3:.0f} ms"}
+            return {
+                "type": P.ERROR,
+                "id": job.request_id,
+                "code": P.EXPIRED,
+                "detail": f"waited {queued_s * 1e3:.0f} ms > timeout {job.timeout_s * 1e3:.0f} ms",
+            }
         assert job.observation is not None  # an INFER job is queued only with its observation
         start = time.monotonic()
         try:
             chunk = self.policy.infer(job.observation)
         except Exception as exc:  # noqa: BLE001 - reported to the client, the server keeps serving
             self.failed += 1
-            return {"type": P.ERROR, "id": job.request_id, "code": P.INFER_FAILED, "detail": f"{type(exc).__name__}: {exc}"}
+            return {
+                "type": P.ERROR,
+                "id": job.request_id,
+                "code": P.INFER_FAILED,
+                "detail": f"{type(exc).__name__}: {exc}",
+            }
         self.served += 1
-        return {"type": P.CHUNK, "id": job.request_id, "chunk": chunk_to_dict(chunk),
-                "infer_ms": (time.monotonic() - start) * 1e3, "queue_ms": queued_s * 1e3}
+        return {
+            "type": P.CHUNK,
+            "id": job.request_id,
+            "chunk": chunk_to_dict(chunk),
+            "infer_ms": (time.monotonic() - start) * 1e3,
+            "queue_ms": queued_s * 1e3,
+        }
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -187,11 +241,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve a policy to EVA policy nodes (policy:=tcp://host:port) over pyzmq + msgpack.",
         epilog="Example: egomimic-policy-server --policy fold --bind tcp://127.0.0.1:5555",
     )
-    p.add_argument("--policy", required=True,
-                   help="scripted | fold | pi | moe | <checkpoint path> (as the policy launch argument)")
+    p.add_argument(
+        "--policy", required=True, help="scripted | fold | pi | moe | <checkpoint path> (as the policy launch argument)"
+    )
     p.add_argument("--bind", default="tcp://127.0.0.1:5555", help="address to listen on (default: %(default)s)")
     p.add_argument("--allow-remote", action="store_true", help="allow binding a non-loopback address")
-    p.add_argument("--inject-latency-ms", type=float, default=0.0, help="extra latency per query (rehearse a slow model)")
+    p.add_argument(
+        "--inject-latency-ms", type=float, default=0.0, help="extra latency per query (rehearse a slow model)"
+    )
     p.add_argument("--cache-dir", default=None, help="checkpoint cache directory (families)")
     p.add_argument("--seed", type=int, default=0, help="seed for untrained rehearsal weights (default: %(default)s)")
     p.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
@@ -206,8 +263,13 @@ def main(argv: list[str] | None = None) -> int:
         print("egomimic-policy-server: --policy must be a local policy, not another server", file=sys.stderr)
         return 2
     try:
-        policy = load_policy(args.policy, inject_latency_ms=args.inject_latency_ms, cache_dir=args.cache_dir,
-                             seed=args.seed, device=args.device)
+        policy = load_policy(
+            args.policy,
+            inject_latency_ms=args.inject_latency_ms,
+            cache_dir=args.cache_dir,
+            seed=args.seed,
+            device=args.device,
+        )
         server = PolicyServer(policy, args.bind, allow_remote=args.allow_remote)
     except (ConfigError, zmq.ZMQError) as exc:
         print(f"egomimic-policy-server: {exc}", file=sys.stderr)
@@ -216,11 +278,17 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     s = server.spec
-    print(f"egomimic-policy-server: serving {s.family} (fingerprint {s.fingerprint}, {s.embodiment}, "
-          f"{s.action_layout}, {s.chunk_length} rows at {s.rate_hz} Hz) on {server.address}", flush=True)
+    print(
+        f"egomimic-policy-server: serving {s.family} (fingerprint {s.fingerprint}, {s.embodiment}, "
+        f"{s.action_layout}, {s.chunk_length} rows at {s.rate_hz} Hz) on {server.address}",
+        flush=True,
+    )
     server.serve(stop)
-    print(f"egomimic-policy-server: stopped after {server.served} chunks ({server.expired} expired, "
-          f"{server.failed} failed)", flush=True)
+    print(
+        f"egomimic-policy-server: stopped after {server.served} chunks ({server.expired} expired, "
+        f"{server.failed} failed)",
+        flush=True,
+    )
     return 0
 
 

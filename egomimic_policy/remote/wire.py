@@ -36,8 +36,12 @@ def _encode(obj):
     if isinstance(obj, np.ndarray):
         if obj.dtype.kind not in ALLOWED_KINDS:
             raise WireError(f"refusing to encode an array of dtype {obj.dtype} (only bool/int/uint/float)")
-        return {"__ndarray__": True, "dtype": obj.dtype.str, "shape": list(obj.shape),
-                "data": np.ascontiguousarray(obj).tobytes()}
+        return {
+            "__ndarray__": True,
+            "dtype": obj.dtype.str,
+            "shape": list(obj.shape),
+            "data": np.ascontiguousarray(obj).tobytes(),
+        }
     if isinstance(obj, np.generic):
         return obj.item()
     if isinstance(obj, tuple):
@@ -59,8 +63,9 @@ def _decode(obj: dict):
     if any(n < 0 for n in shape) or not isinstance(data, bytes):
         raise WireError(f"malformed array map: shape {shape}, data {type(data).__name__}")
     if len(data) != dtype.itemsize * math.prod(shape):
-        raise WireError(f"array data is {len(data)} bytes, dtype {dtype} x shape {shape} needs "
-                        f"{dtype.itemsize * math.prod(shape)}")
+        raise WireError(
+            f"array data is {len(data)} bytes, dtype {dtype} x shape {shape} needs {dtype.itemsize * math.prod(shape)}"
+        )
     return np.frombuffer(data, dtype=dtype).reshape(shape)
 
 
@@ -76,8 +81,7 @@ def unpack(payload: bytes) -> dict:
     if len(payload) > MAX_MESSAGE_BYTES:
         raise WireError(f"message of {len(payload)} bytes exceeds {MAX_MESSAGE_BYTES}")
     try:
-        message = msgpack.unpackb(payload, raw=False, object_hook=_decode, ext_hook=_refuse_ext,
-                                  strict_map_key=True)
+        message = msgpack.unpackb(payload, raw=False, object_hook=_decode, ext_hook=_refuse_ext, strict_map_key=True)
     except WireError:
         raise
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
@@ -89,9 +93,14 @@ def unpack(payload: bytes) -> dict:
 
 # ------------------------------------------------------------- schema <-> dicts
 def observation_to_dict(obs: Observation) -> dict:
-    out = {"stamp_ns": int(obs.stamp_ns), "images": dict(obs.images),
-           "left_pose": np.asarray(obs.left_pose, float), "right_pose": np.asarray(obs.right_pose, float),
-           "left_gripper": float(obs.left_gripper), "right_gripper": float(obs.right_gripper)}
+    out = {
+        "stamp_ns": int(obs.stamp_ns),
+        "images": dict(obs.images),
+        "left_pose": np.asarray(obs.left_pose, float),
+        "right_pose": np.asarray(obs.right_pose, float),
+        "left_gripper": float(obs.left_gripper),
+        "right_gripper": float(obs.right_gripper),
+    }
     for arm in ARMS:
         joints = getattr(obs, f"{arm.value}_joints")
         if joints is not None:
@@ -106,14 +115,19 @@ def observation_to_dict(obs: Observation) -> dict:
 def observation_from_dict(d: dict) -> Observation:
     try:
         images = d["images"]
-        if not isinstance(images, dict) or not all(isinstance(v, np.ndarray) and v.dtype == np.uint8 and v.ndim == 3
-                                                   for v in images.values()):
+        if not isinstance(images, dict) or not all(
+            isinstance(v, np.ndarray) and v.dtype == np.uint8 and v.ndim == 3 for v in images.values()
+        ):
             raise WireError("observation images must map camera name -> uint8 (H, W, 3) array")
         return Observation(
-            stamp_ns=int(d["stamp_ns"]), images=images,
-            left_pose=_vector(d["left_pose"], 7, "left_pose"), right_pose=_vector(d["right_pose"], 7, "right_pose"),
-            left_gripper=float(d["left_gripper"]), right_gripper=float(d["right_gripper"]),
-            left_joints=d.get("left_joints"), right_joints=d.get("right_joints"),
+            stamp_ns=int(d["stamp_ns"]),
+            images=images,
+            left_pose=_vector(d["left_pose"], 7, "left_pose"),
+            right_pose=_vector(d["right_pose"], 7, "right_pose"),
+            left_gripper=float(d["left_gripper"]),
+            right_gripper=float(d["right_gripper"]),
+            left_joints=d.get("left_joints"),
+            right_joints=d.get("right_joints"),
             history=tuple(_history_entry(h) for h in d.get("history", ())),
             prefix=chunk_from_dict(d["prefix"]) if d.get("prefix") is not None else None,
         )
@@ -135,25 +149,43 @@ def _vector(value, n: int, what: str) -> np.ndarray:
 
 
 def chunk_to_dict(chunk: Chunk) -> dict:
-    return {"observation_stamp_ns": int(chunk.observation_stamp_ns), "period_s": float(chunk.period_s),
-            "left_pose": np.asarray(chunk.left_pose, float), "right_pose": np.asarray(chunk.right_pose, float),
-            "left_gripper": np.asarray(chunk.left_gripper, float), "right_gripper": np.asarray(chunk.right_gripper, float)}
+    return {
+        "observation_stamp_ns": int(chunk.observation_stamp_ns),
+        "period_s": float(chunk.period_s),
+        "left_pose": np.asarray(chunk.left_pose, float),
+        "right_pose": np.asarray(chunk.right_pose, float),
+        "left_gripper": np.asarray(chunk.left_gripper, float),
+        "right_gripper": np.asarray(chunk.right_gripper, float),
+    }
 
 
 def chunk_from_dict(d: dict) -> Chunk:
     try:
-        return Chunk(observation_stamp_ns=int(d["observation_stamp_ns"]), period_s=float(d["period_s"]),
-                     left_pose=np.asarray(d["left_pose"]), right_pose=np.asarray(d["right_pose"]),
-                     left_gripper=np.asarray(d["left_gripper"]), right_gripper=np.asarray(d["right_gripper"]))
+        return Chunk(
+            observation_stamp_ns=int(d["observation_stamp_ns"]),
+            period_s=float(d["period_s"]),
+            left_pose=np.asarray(d["left_pose"]),
+            right_pose=np.asarray(d["right_pose"]),
+            left_gripper=np.asarray(d["left_gripper"]),
+            right_gripper=np.asarray(d["right_gripper"]),
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise WireError(f"malformed chunk: {exc!r}") from None
 
 
 def spec_to_dict(spec: PolicySpec) -> dict:
-    return {"family": spec.family, "fingerprint": spec.fingerprint, "embodiment": spec.embodiment,
-            "action_layout": spec.action_layout, "chunk_length": int(spec.chunk_length),
-            "rate_hz": float(spec.rate_hz), "cameras": list(spec.cameras), "image_size": list(spec.image_size),
-            "obs_steps": int(spec.obs_steps), "extra": {str(k): str(v) for k, v in spec.extra.items()}}
+    return {
+        "family": spec.family,
+        "fingerprint": spec.fingerprint,
+        "embodiment": spec.embodiment,
+        "action_layout": spec.action_layout,
+        "chunk_length": int(spec.chunk_length),
+        "rate_hz": float(spec.rate_hz),
+        "cameras": list(spec.cameras),
+        "image_size": list(spec.image_size),
+        "obs_steps": int(spec.obs_steps),
+        "extra": {str(k): str(v) for k, v in spec.extra.items()},
+    }
 
 
 def _image_size(value) -> tuple[int, int]:
@@ -167,11 +199,17 @@ def _image_size(value) -> tuple[int, int]:
 
 def spec_from_dict(d: dict) -> PolicySpec:
     try:
-        return PolicySpec(family=str(d["family"]), fingerprint=str(d["fingerprint"]), embodiment=str(d["embodiment"]),
-                          action_layout=str(d["action_layout"]), chunk_length=int(d["chunk_length"]),
-                          rate_hz=float(d["rate_hz"]), cameras=tuple(str(c) for c in d["cameras"]),
-                          image_size=_image_size(d["image_size"]),
-                          obs_steps=int(d.get("obs_steps", 1)),
-                          extra={str(k): str(v) for k, v in dict(d.get("extra", {})).items()})
+        return PolicySpec(
+            family=str(d["family"]),
+            fingerprint=str(d["fingerprint"]),
+            embodiment=str(d["embodiment"]),
+            action_layout=str(d["action_layout"]),
+            chunk_length=int(d["chunk_length"]),
+            rate_hz=float(d["rate_hz"]),
+            cameras=tuple(str(c) for c in d["cameras"]),
+            image_size=_image_size(d["image_size"]),
+            obs_steps=int(d.get("obs_steps", 1)),
+            extra={str(k): str(v) for k, v in dict(d.get("extra", {})).items()},
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise WireError(f"malformed policy spec: {exc!r}") from None

@@ -12,6 +12,15 @@ from egomimic_policy.rollout.scheduler import Blend, Cadence, ChunkScheduler, Ex
 from egomimic_policy.rollout.trajectory import Target
 
 __all__ = [
-    "AsyncChunkExecutor", "Blend", "Cadence", "ChunkScheduler", "ExecutorConfig", "ObservationHistory",
-    "ObservationUnavailable", "RolloutConfig", "Target", "TickResult", "TickStatus",
+    "AsyncChunkExecutor",
+    "Blend",
+    "Cadence",
+    "ChunkScheduler",
+    "ExecutorConfig",
+    "ObservationHistory",
+    "ObservationUnavailable",
+    "RolloutConfig",
+    "Target",
+    "TickResult",
+    "TickStatus",
 ]

@@ -19,23 +19,37 @@ AGE_MAX_S = 10.0
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    policy: str = field(default="scripted", metadata={
-        "help": "scripted | fold | pi | moe | <checkpoint> | tcp://host:port"})
-    rate_hz: float = field(default=30.0, metadata={
-        "help": "control tick rate (Hz); the policy's rows must come at this rate", "range": (1.0, 1000.0)})
-    inject_latency_ms: float = field(default=0.0, metadata={
-        "help": "extra latency (ms) added to every policy query (rehearse a slow model)", "range": (0.0, 60_000.0)})
-    max_input_age_s: float = field(default=0.2, metadata={
-        "help": "arm state older than this (s) is stale: no query is made", "range": (0.0, AGE_MAX_S)})
-    max_image_age_s: float = field(default=0.15, metadata={
-        "help": "a camera frame older than this (s) is stale: no query is made", "range": (0.0, AGE_MAX_S)})
-    sync_tolerance_s: float = field(default=0.05, metadata={
-        "help": "inputs of one observation must agree within (s)", "range": (0.0, AGE_MAX_S)})
-    cache_dir: str = field(default="", metadata={
-        "help": "checkpoint cache directory ('' = the families' default)"})
-    seed: int = field(default=0, metadata={
-        "help": "seed of untrained rehearsal weights (fold/pi/moe)"})
-    device: str = field(default="cpu", metadata={
-        "help": "torch device of local model families (cpu | cuda | cuda:N)"})
-    allow_cpu_policy: bool = field(default=False, metadata={
-        "help": "with device:=cuda and no CUDA device, run the model on the CPU instead of refusing to start (slow)"})
+    policy: str = field(
+        default="scripted", metadata={"help": "scripted | fold | pi | moe | <checkpoint> | tcp://host:port"}
+    )
+    rate_hz: float = field(
+        default=30.0,
+        metadata={"help": "control tick rate (Hz); the policy's rows must come at this rate", "range": (1.0, 1000.0)},
+    )
+    inject_latency_ms: float = field(
+        default=0.0,
+        metadata={
+            "help": "extra latency (ms) added to every policy query (rehearse a slow model)",
+            "range": (0.0, 60_000.0),
+        },
+    )
+    max_input_age_s: float = field(
+        default=0.2,
+        metadata={"help": "arm state older than this (s) is stale: no query is made", "range": (0.0, AGE_MAX_S)},
+    )
+    max_image_age_s: float = field(
+        default=0.15,
+        metadata={"help": "a camera frame older than this (s) is stale: no query is made", "range": (0.0, AGE_MAX_S)},
+    )
+    sync_tolerance_s: float = field(
+        default=0.05, metadata={"help": "inputs of one observation must agree within (s)", "range": (0.0, AGE_MAX_S)}
+    )
+    cache_dir: str = field(default="", metadata={"help": "checkpoint cache directory ('' = the families' default)"})
+    seed: int = field(default=0, metadata={"help": "seed of untrained rehearsal weights (fold/pi/moe)"})
+    device: str = field(default="cpu", metadata={"help": "torch device of local model families (cpu | cuda | cuda:N)"})
+    allow_cpu_policy: bool = field(
+        default=False,
+        metadata={
+            "help": "with device:=cuda and no CUDA device, run the model on the CPU instead of refusing to start (slow)"
+        },
+    )

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from egomimic_policy.interface import ChunkPolicy, Observation
 from egomimic_policy.rollout.scheduler import ChunkScheduler, ExecutorConfig, TickResult

@@ -69,7 +69,7 @@ class ObservationHistory:
             if newer - h.stamp_ns > GAP_PERIODS * self.period_ns:
                 break
             history.insert(0, h)
-        return replace(current, history=tuple(history[-self.depth:]))
+        return replace(current, history=tuple(history[-self.depth :]))
 
     def clear(self) -> None:
         """Forget every recorded observation (policy/reset: a new episode starts)."""

@@ -93,19 +93,67 @@ class TickStatus(str, enum.Enum):
 
 @dataclass(frozen=True)
 class ExecutorConfig:
-    rate_hz: float = field(default=30.0, metadata={"help": "control tick rate (Hz); EVA runs at 30 Hz", "range": (0.0, 1000.0)})
+    rate_hz: float = field(
+        default=30.0, metadata={"help": "control tick rate (Hz); EVA runs at 30 Hz", "range": (0.0, 1000.0)}
+    )
     cadence: str = field(default="low_water", metadata={"help": "when to query: every_n | low_water | always"})
-    query_every_n_ticks: int = field(default=30, metadata={"help": "cadence every_n: ticks between queries (upstream 30)", "range": (1, ROWS_MAX)})
-    low_water_s: float = field(default=0.1, metadata={"help": "cadence low_water: margin (s) beyond the measured query latency", "range": (0.0, TIME_MAX_S)})
-    commit_rows: int = field(default=0, metadata={"help": "rows of each chunk to use (0 = all)", "range": (0, ROWS_MAX)})
-    blend: str = field(default="crossfade", metadata={"help": "chunk seams: none | ensemble | crossfade | inpaint (pass the committed prefix to the policy)"})
-    ensemble_weight: float = field(default=0.5, metadata={"help": "blend ensemble: weight of the previous chunk in [0, 1]", "range": (0.0, 1.0)})
-    crossfade_rows: int = field(default=8, metadata={"help": "blend crossfade / inpaint: periods over which the old chunk fades out (inpaint: after the prefix)", "range": (1, ROWS_MAX)})
-    max_dry_s: float = field(default=0.5, metadata={"help": "hold the last target at most this long (s) when the queue runs dry, then stop publishing", "range": (0.0, TIME_MAX_S)})
-    replan_after_s: float = field(default=1.0, metadata={"help": "query when the plan answers an observation older than this (s), whatever the cadence; upstream replans at 1 Hz", "range": (0.0, TIME_MAX_S)})
-    max_open_loop_s: float = field(default=2.0, metadata={"help": "stop publishing when the newest chunk answers an observation older than this (s): inputs went stale or the model is too slow", "range": (0.0, TIME_MAX_S)})
-    retry_backoff_s: float = field(default=0.1, metadata={"help": "wait (s) after a failed query before the next", "range": (0.0, TIME_MAX_S)})
-    latency_window: int = field(default=100, metadata={"help": "queries kept for latency statistics", "range": (1, ROWS_MAX)})
+    query_every_n_ticks: int = field(
+        default=30, metadata={"help": "cadence every_n: ticks between queries (upstream 30)", "range": (1, ROWS_MAX)}
+    )
+    low_water_s: float = field(
+        default=0.1,
+        metadata={
+            "help": "cadence low_water: margin (s) beyond the measured query latency",
+            "range": (0.0, TIME_MAX_S),
+        },
+    )
+    commit_rows: int = field(
+        default=0, metadata={"help": "rows of each chunk to use (0 = all)", "range": (0, ROWS_MAX)}
+    )
+    blend: str = field(
+        default="crossfade",
+        metadata={
+            "help": "chunk seams: none | ensemble | crossfade | inpaint (pass the committed prefix to the policy)"
+        },
+    )
+    ensemble_weight: float = field(
+        default=0.5, metadata={"help": "blend ensemble: weight of the previous chunk in [0, 1]", "range": (0.0, 1.0)}
+    )
+    crossfade_rows: int = field(
+        default=8,
+        metadata={
+            "help": "blend crossfade / inpaint: periods over which the old chunk fades out (inpaint: after the prefix)",
+            "range": (1, ROWS_MAX),
+        },
+    )
+    max_dry_s: float = field(
+        default=0.5,
+        metadata={
+            "help": "hold the last target at most this long (s) when the queue runs dry, then stop publishing",
+            "range": (0.0, TIME_MAX_S),
+        },
+    )
+    replan_after_s: float = field(
+        default=1.0,
+        metadata={
+            "help": "query when the plan answers an observation older than this (s), whatever the cadence; upstream replans at 1 Hz",
+            "range": (0.0, TIME_MAX_S),
+        },
+    )
+    max_open_loop_s: float = field(
+        default=2.0,
+        metadata={
+            "help": "stop publishing when the newest chunk answers an observation older than this (s): "
+            "inputs went stale or the model is too slow",
+            "range": (0.0, TIME_MAX_S),
+        },
+    )
+    retry_backoff_s: float = field(
+        default=0.1, metadata={"help": "wait (s) after a failed query before the next", "range": (0.0, TIME_MAX_S)}
+    )
+    latency_window: int = field(
+        default=100, metadata={"help": "queries kept for latency statistics", "range": (1, ROWS_MAX)}
+    )
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.rate_hz) and 0 < self.rate_hz <= 1000):
@@ -131,7 +179,9 @@ class ExecutorConfig:
         if not (math.isfinite(self.replan_after_s) and self.replan_after_s > 0):
             raise ConfigError(f"replan_after_s must be > 0 s, got {self.replan_after_s}")
         if not (math.isfinite(self.max_open_loop_s) and self.max_open_loop_s > self.replan_after_s):
-            raise ConfigError(f"max_open_loop_s must be > replan_after_s ({self.replan_after_s} s), got {self.max_open_loop_s}")
+            raise ConfigError(
+                f"max_open_loop_s must be > replan_after_s ({self.replan_after_s} s), got {self.max_open_loop_s}"
+            )
         if not (math.isfinite(self.retry_backoff_s) and self.retry_backoff_s >= 0):
             raise ConfigError(f"retry_backoff_s must be >= 0 s, got {self.retry_backoff_s}")
         if self.latency_window < 1:
@@ -253,7 +303,9 @@ class ChunkScheduler:
             c.stopped_ticks += 1
             c.open_loop_ticks += 1
             if not self.last_problem:  # keep the root cause (why no fresh query was made) if known
-                self.last_problem = f"open loop: the newest chunk answers an observation {open_loop_ns / 1e6:.0f} ms old"
+                self.last_problem = (
+                    f"open loop: the newest chunk answers an observation {open_loop_ns / 1e6:.0f} ms old"
+                )
         elif now_ns <= q.t_ns[-1]:
             if now_ns < q.t_ns[0] - self._period_ns:
                 status = TickStatus.WAITING  # the queue starts in the future: an observation from ahead of now
@@ -316,8 +368,14 @@ class ChunkScheduler:
         n = int((horizon_ns - observation_stamp_ns) // self._period_ns) + 1
         times = _row_times(int(observation_stamp_ns), period_s, n)  # where the answer's rows will lie
         left, right, lg, rg = tj.sample(q, times)
-        return Chunk(observation_stamp_ns=int(observation_stamp_ns), period_s=period_s,
-                     left_pose=left, right_pose=right, left_gripper=lg, right_gripper=rg)
+        return Chunk(
+            observation_stamp_ns=int(observation_stamp_ns),
+            period_s=period_s,
+            left_pose=left,
+            right_pose=right,
+            left_gripper=lg,
+            right_gripper=rg,
+        )
 
     def query_started(self, now_ns: int, prefix: Chunk | None = None) -> QueryToken:
         """A query starts at `now_ns`; `prefix`: the committed rows passed with it (inpaint)."""
@@ -378,7 +436,9 @@ class ChunkScheduler:
         self._new_chunks.append(AcceptedChunk(chunk_id, chunk, received_ns, late))
         if new.t_ns[-1] < now_ns:
             c.too_late_chunks += 1
-            self.last_problem = f"chunk {chunk_id} arrived after its last row ({(now_ns - new.t_ns[-1]) / 1e6:.0f} ms late)"
+            self.last_problem = (
+                f"chunk {chunk_id} arrived after its last row ({(now_ns - new.t_ns[-1]) / 1e6:.0f} ms late)"
+            )
             return
         new = new.take(slice(max(late - 1, 0), None))  # keep one past row to interpolate up to now
         self._newest_obs_ns = max(self._newest_obs_ns or 0, int(chunk.observation_stamp_ns))
@@ -390,7 +450,9 @@ class ChunkScheduler:
         else:
             self._queue = new
 
-    def _weights_old(self, new: Trajectory, old: Trajectory, now_ns: int, prefix_end_ns: int | None = None) -> np.ndarray:
+    def _weights_old(
+        self, new: Trajectory, old: Trajectory, now_ns: int, prefix_end_ns: int | None = None
+    ) -> np.ndarray:
         blend = self.config.blend
         if blend == Blend.NONE:
             return np.zeros(len(new))

@@ -42,19 +42,34 @@ class Trajectory:
     def __len__(self) -> int:
         return int(self.t_ns.shape[0])
 
-    def take(self, index) -> "Trajectory":
+    def take(self, index) -> Trajectory:
         """A sub-trajectory (a slice or index array) with every field taken alike."""
         return Trajectory(*(getattr(self, f)[index] for f in _FIELDS))
 
     @staticmethod
-    def empty() -> "Trajectory":
+    def empty() -> Trajectory:
         return Trajectory(
-            np.zeros(0, np.int64), np.zeros((0, 7)), np.zeros((0, 7)), np.zeros(0), np.zeros(0),
-            np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
+            np.zeros(0, np.int64),
+            np.zeros((0, 7)),
+            np.zeros((0, 7)),
+            np.zeros(0),
+            np.zeros(0),
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int64),
         )
 
 
-_FIELDS = ("t_ns", "left_pose", "right_pose", "left_gripper", "right_gripper", "chunk_id", "row", "observation_stamp_ns")
+_FIELDS = (
+    "t_ns",
+    "left_pose",
+    "right_pose",
+    "left_gripper",
+    "right_gripper",
+    "chunk_id",
+    "row",
+    "observation_stamp_ns",
+)
 
 
 @dataclass(frozen=True)
@@ -155,8 +170,15 @@ def target_at(traj: Trajectory, now_ns: int) -> Target:
     row, observation stamp) is that of the row at or before now (the first row if none)."""
     left, right, lg, rg = sample(traj, np.array([now_ns], dtype=np.int64))
     k = max(int(np.searchsorted(traj.t_ns, now_ns, side="right")) - 1, 0)
-    return Target(left[0], right[0], float(lg[0]), float(rg[0]),
-                  int(traj.chunk_id[k]), int(traj.row[k]), int(traj.observation_stamp_ns[k]))
+    return Target(
+        left[0],
+        right[0],
+        float(lg[0]),
+        float(rg[0]),
+        int(traj.chunk_id[k]),
+        int(traj.row[k]),
+        int(traj.observation_stamp_ns[k]),
+    )
 
 
 def blend_into(new: Trajectory, old: Trajectory, weight_old: np.ndarray) -> Trajectory:

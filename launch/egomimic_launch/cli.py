@@ -26,7 +26,7 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from egomimic_bringup import LAUNCH_DIR
@@ -72,15 +72,24 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
     )
     parser.add_argument("launch_file", help="a launch file name in egomimic_bringup/launch, or a path")
     parser.add_argument("launch_args", nargs="*", metavar="arg:=value")
-    parser.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: run until interrupted)")
-    parser.add_argument("--summary", action="store_true", help="watch the graph, print progress and a summary table at the end")
+    parser.add_argument(
+        "--duration", type=float, default=0.0, help="stop after this many seconds (0: run until interrupted)"
+    )
+    parser.add_argument(
+        "--summary", action="store_true", help="watch the graph, print progress and a summary table at the end"
+    )
     parser.add_argument("--summary-json", type=Path, help="also write the summary as JSON here")
     parser.add_argument("--run-dir", type=Path, help="where logs and generated params go (default: a new temp dir)")
     parser.add_argument("--quiet", action="store_true", help="do not echo node output (it still goes to the log files)")
     parser.add_argument("--kill-after", metavar="NODE:SECONDS", help="rehearsal: SIGKILL NODE SECONDS after start-up")
-    parser.add_argument("--heartbeat-timeout", type=float, default=HEARTBEAT_TIMEOUT_S, metavar="S",
-                        help="a gate status or driver joint_states stream silent this long is a dead node "
-                             f"(safe stop; default {HEARTBEAT_TIMEOUT_S})")
+    parser.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        default=HEARTBEAT_TIMEOUT_S,
+        metavar="S",
+        help="a gate status or driver joint_states stream silent this long is a dead node "
+        f"(safe stop; default {HEARTBEAT_TIMEOUT_S})",
+    )
     ns = parser.parse_args(argv)
     overrides = {}
     for item in ns.launch_args:
@@ -126,7 +135,11 @@ class Launcher:
             alive = lambda p=proc: p.poll() is None  # noqa: E731
             if not client.wait_for_node(spec.name, spec.namespace, NODE_START_TIMEOUT_S, alive):
                 code = proc.poll()
-                return f"{spec.name} did not appear in the ROS graph" + (f" (exited with {code}; log {proc.log_path})" if code is not None else f" within {NODE_START_TIMEOUT_S:.0f} s")
+                return f"{spec.name} did not appear in the ROS graph" + (
+                    f" (exited with {code}; log {proc.log_path})"
+                    if code is not None
+                    else f" within {NODE_START_TIMEOUT_S:.0f} s"
+                )
             if spec.lifecycle:
                 err = client.activate(f"/{spec.namespace}/{spec.name}")
                 if err:
@@ -159,8 +172,14 @@ def clean_shared_memory(env) -> None:
     venv_bin = Path(sys.executable).parent
     tool = venv_bin / "fastdds"
     if tool.exists():
-        subprocess.run([str(tool), "shm", "clean"], env=dict(env, PATH=f"{venv_bin}:{env.get('PATH', '')}"),
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30, check=False)
+        subprocess.run(
+            [str(tool), "shm", "clean"],
+            env=dict(env, PATH=f"{venv_bin}:{env.get('PATH', '')}"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=30,
+            check=False,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,12 +190,14 @@ def main(argv: list[str] | None = None) -> int:
         safe_print(f"egomimic-launch: {exc}", err=True)
         return EXIT_USAGE
     env = apply_to_this_process()
-    run_dir = ns.run_dir or Path(tempfile.mkdtemp(prefix=f"egomimic-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-"))
+    run_dir = ns.run_dir or Path(tempfile.mkdtemp(prefix=f"egomimic-{datetime.now(UTC):%Y%m%d-%H%M%S}-"))
     run_dir.mkdir(parents=True, exist_ok=True)
     env.setdefault("ROS_LOG_DIR", str(run_dir / "ros_logs"))
     os.environ["ROS_LOG_DIR"] = env["ROS_LOG_DIR"]
-    safe_print(f"[launch] {len(graph.nodes)} nodes, namespace /{graph.namespace}, ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']}, "
-          f"logs in {run_dir}")
+    safe_print(
+        f"[launch] {len(graph.nodes)} nodes, namespace /{graph.namespace}, ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']}, "
+        f"logs in {run_dir}"
+    )
 
     from egomimic_launch.heartbeat import Heartbeats
     from egomimic_launch.ros_client import LauncherClient  # rclpy after the environment is set
@@ -187,16 +208,27 @@ def main(argv: list[str] | None = None) -> int:
     client = LauncherClient()
     others = client.graph_nodes_running(graph, DISCOVERY_WAIT_S)
     if others:
-        safe_print(f"egomimic-launch: refusing to start: nodes of another graph are running on namespace "
-                   f"/{graph.namespace}, ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']}: {', '.join(others)}. Stop them first "
-                   f"(or use another namespace:= or ROS_DOMAIN_ID).", err=True)
+        safe_print(
+            f"egomimic-launch: refusing to start: nodes of another graph are running on namespace "
+            f"/{graph.namespace}, ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']}: {', '.join(others)}. Stop them first "
+            f"(or use another namespace:= or ROS_DOMAIN_ID).",
+            err=True,
+        )
         client.close()
         return EXIT_ALREADY_RUNNING
     launcher = Launcher(graph, run_dir, echo=not ns.quiet)
     heartbeats = Heartbeats(client.node, graph)
     policy = graph.args.get("policy")
-    monitor = (RunMonitor(client.node, graph.namespace, scripted=policy == "scripted",
-                          expect_armed=graph.auto_arm and policy != "none") if ns.summary else None)
+    monitor = (
+        RunMonitor(
+            client.node,
+            graph.namespace,
+            scripted=policy == "scripted",
+            expect_armed=graph.auto_arm and policy != "none",
+        )
+        if ns.summary
+        else None
+    )
     if graph.args.get("realtime") == "true":
         from egomimic_nodes.spin import raise_middleware_threads
 
@@ -214,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     exit_code = EXIT_OK
     t_up = None
+
     def auto_arm() -> None:
         if not graph.auto_arm:
             return
@@ -257,7 +290,11 @@ def main(argv: list[str] | None = None) -> int:
                     launcher.stop_reason = why
                     safe_print(f"[launch] SAFE STOP: {launcher.stop_reason}", err=True)
                     ok, msg = client.trigger(topics.SAFETY_ESTOP.resolve(graph.namespace), timeout_s=1.0)
-                    launcher.safe_stop_detail = f"safety/estop: {msg}" if ok else f"gate unreachable ({msg}); drivers hold on their own watchdog"
+                    launcher.safe_stop_detail = (
+                        f"safety/estop: {msg}"
+                        if ok
+                        else f"gate unreachable ({msg}); drivers hold on their own watchdog"
+                    )
                     time.sleep(0.5)  # let the hold reach the drivers before anything stops
                     exit_code = EXIT_SAFE_STOP
                     break

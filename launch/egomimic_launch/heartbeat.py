@@ -5,7 +5,8 @@ spinning in a loop. The launcher listens to the streams that prove the safety-re
 work (the gate's `safety/status`, published on every change and at 2 Hz, and each driver's
 `joint_states` at 100 Hz) and reports the first one silent for longer than the timeout. The
 samples are taken raw in a batch on each check (egomimic_nodes/taken.py), never deserialized
-and never one executor callback each: a beat is the DDS reception time of the newest sample. The gate itself holds within 100 ms of a silent driver; this is what
+and never one executor callback each: a beat is the DDS reception time of the newest sample.
+The gate itself holds within 100 ms of a silent driver; this is what
 makes the launcher stop the graph when the gate is the one that went silent.
 """
 
@@ -30,8 +31,10 @@ class Heartbeats:
         self._taken = TakenSubscriptions(node.context, f"{node.get_name()}_heartbeat")
         names = {spec.name for spec in graph.nodes}
         sources = [("safety_gate", topics.SAFETY_STATUS, topics.SAFETY_STATUS.resolve(graph.namespace))]
-        sources += [(f"driver_{arm.value}", topics.JOINT_STATES, topics.JOINT_STATES.resolve(graph.namespace, arm=arm))
-                    for arm in ARMS]
+        sources += [
+            (f"driver_{arm.value}", topics.JOINT_STATES, topics.JOINT_STATES.resolve(graph.namespace, arm=arm))
+            for arm in ARMS
+        ]
         for name, topic, fqn in sources:
             if name in names:
                 self._topics[name] = fqn

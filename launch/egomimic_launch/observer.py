@@ -36,8 +36,15 @@ def header_stamp_s(raw: bytes) -> float:
     return sec + nsec * 1e-9
 
 
-WATCHED = (topics.IMAGE_RAW, topics.CAMERA_INFO, topics.JOINT_STATES, topics.EE_POSE_DATASET, topics.POLICY_ACTION,
-           topics.COMMAND_PROPOSED, topics.JOINT_COMMAND)
+WATCHED = (
+    topics.IMAGE_RAW,
+    topics.CAMERA_INFO,
+    topics.JOINT_STATES,
+    topics.EE_POSE_DATASET,
+    topics.POLICY_ACTION,
+    topics.COMMAND_PROPOSED,
+    topics.JOINT_COMMAND,
+)
 """The streams whose rate, gaps and latency the run summary reports, in its order."""
 
 
@@ -72,10 +79,12 @@ class GraphObserver:
         self.driver_diag: dict[str, dict[str, str]] = {}
         self.node_diag: dict[str, dict[str, str]] = {}
         """The newest /diagnostics values of the gate and the policy (their own late wake-ups)."""
-        self.cmd_path = {arm.value: (deque(maxlen=int(TRACK_KEEP_S * 30)), deque(maxlen=int(TRACK_KEEP_S * 30)))
-                         for arm in ARMS}
-        self.meas_path = {arm.value: (deque(maxlen=int(TRACK_KEEP_S * 100)), deque(maxlen=int(TRACK_KEEP_S * 100)))
-                          for arm in ARMS}
+        self.cmd_path = {
+            arm.value: (deque(maxlen=int(TRACK_KEEP_S * 30)), deque(maxlen=int(TRACK_KEEP_S * 30))) for arm in ARMS
+        }
+        self.meas_path = {
+            arm.value: (deque(maxlen=int(TRACK_KEEP_S * 100)), deque(maxlen=int(TRACK_KEEP_S * 100))) for arm in ARMS
+        }
         # The streams are taken raw in a batch on each poll() (egomimic_nodes/taken.py), never one
         # executor callback per sample; arrival = the DDS reception time in the message info, so
         # a poll that comes late changes no rate and no latency. The few small messages whose
@@ -93,10 +102,16 @@ class GraphObserver:
             # A history deep enough for the time between two polls, with margin for a stalled
             # launcher: 2 s of the small streams, 10 frames (330 ms) of the images.
             depth = OBSERVER_IMAGE_DEPTH if topic.type is Image else OBSERVER_DEPTH
-            profile = QoSProfile(history=topic.qos.history, depth=depth, reliability=topic.qos.reliability,
-                                 durability=topic.qos.durability)
+            profile = QoSProfile(
+                history=topic.qos.history,
+                depth=depth,
+                reliability=topic.qos.reliability,
+                durability=topic.qos.durability,
+            )
             self._streams.append((name, self._taken.subscribe(topic.type, name, profile, raw=True), content.get(name)))
-        node.create_subscription(GateStatus, topics.SAFETY_STATUS.resolve(namespace), self._on_status, topics.SAFETY_STATUS.qos)
+        node.create_subscription(
+            GateStatus, topics.SAFETY_STATUS.resolve(namespace), self._on_status, topics.SAFETY_STATUS.qos
+        )
         node.create_subscription(DiagnosticArray, topics.DIAGNOSTICS.name(), self._on_diag, 50)
 
     def poll(self) -> None:
@@ -122,7 +137,9 @@ class GraphObserver:
         for st in msg.status:
             if st.name.startswith("driver/"):
                 with self.lock:
-                    self.driver_diag[st.name.split("/", 1)[1]] = {kv.key: kv.value for kv in st.values} | {"message": st.message}
+                    self.driver_diag[st.name.split("/", 1)[1]] = {kv.key: kv.value for kv in st.values} | {
+                        "message": st.message
+                    }
             elif st.name in ("safety_gate", "policy"):
                 with self.lock:
                     self.node_diag[st.name] = {kv.key: kv.value for kv in st.values} | {"message": st.message}
@@ -142,6 +159,7 @@ class GraphObserver:
             ts, xs = self.meas_path[arm]
             ts.append(t)
             xs.append((p.x, p.y, p.z))
+
         return cb
 
     def set_window(self, begin_s: float) -> None:

@@ -18,7 +18,6 @@ import threading
 import time
 from pathlib import Path
 
-
 from egomimic_bringup.graph import NodeSpec
 
 
@@ -119,10 +118,16 @@ class NodeProcess:
         r, w = nonblocking_pipe()
         try:
             self.proc = subprocess.Popen(
-                self.cmd, env=dict(env, EGOMIMIC_LAUNCHER_PID=str(os.getpid()), EGOMIMIC_PRIORITY=spec.priority,
-                         EGOMIMIC_CPUS=spec.cpus),
+                self.cmd,
+                env=dict(
+                    env,
+                    EGOMIMIC_LAUNCHER_PID=str(os.getpid()),
+                    EGOMIMIC_PRIORITY=spec.priority,
+                    EGOMIMIC_CPUS=spec.cpus,
+                ),
                 stdin=subprocess.DEVNULL,
-                stdout=w, stderr=w,
+                stdout=w,
+                stderr=w,
                 start_new_session=True,  # our SIGINT reaches it only when we forward it, in order
             )
         finally:

@@ -46,8 +46,11 @@ class LauncherClient:
         deadline = time.monotonic() + wait_s
         first_seen = None
         while True:
-            found = sorted(f"{n_ns.rstrip('/')}/{n}" for n, n_ns in self.node.get_node_names_and_namespaces()
-                           if n_ns == ns and (n in names or n.rsplit("_", 1)[0] in names))
+            found = sorted(
+                f"{n_ns.rstrip('/')}/{n}"
+                for n, n_ns in self.node.get_node_names_and_namespaces()
+                if n_ns == ns and (n in names or n.rsplit("_", 1)[0] in names)
+            )
             if found and first_seen is None:
                 first_seen = time.monotonic()  # listen a little longer to name them all
             if time.monotonic() >= deadline or (first_seen is not None and time.monotonic() - first_seen >= 0.5):

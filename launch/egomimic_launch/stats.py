@@ -90,8 +90,16 @@ class StreamAccumulator:
     def stats(self) -> StreamStats:
         span = self.last_s - self.first_s if self.count >= 2 else 0.0
         rate = (self.count - 1) / span if span > 0 else 0.0
-        return StreamStats(self.topic, self.nominal_hz, self.count, float(rate), self.latency_percentile_ms(50),
-                           self.latency_percentile_ms(99), float(self.max_gap_s), float(self.max_source_gap_s))
+        return StreamStats(
+            self.topic,
+            self.nominal_hz,
+            self.count,
+            float(rate),
+            self.latency_percentile_ms(50),
+            self.latency_percentile_ms(99),
+            float(self.max_gap_s),
+            float(self.max_source_gap_s),
+        )
 
 
 @dataclass
@@ -105,8 +113,9 @@ class TrackingStats:
     samples: int
 
 
-def tracking_stats(arm: str, cmd_t: list[float], cmd_xyz: list, meas_t: list[float], meas_xyz: list,
-                   max_lag_s: float = 0.6) -> TrackingStats:
+def tracking_stats(
+    arm: str, cmd_t: list[float], cmd_xyz: list, meas_t: list[float], meas_xyz: list, max_lag_s: float = 0.6
+) -> TrackingStats:
     """How closely the measured EE positions follow the commanded ones (same frame).
 
     The controller reaches each target `preview` later, so the measured path is compared with

@@ -11,9 +11,9 @@ import json
 import time
 from pathlib import Path
 
+from egomimic_hw.description import ARMS, CAMERAS
 from egomimic_launch.observer import TRACK_KEEP_S, GraphObserver
 from egomimic_launch.stats import tracking_stats
-from egomimic_hw.description import ARMS, CAMERAS
 from egomimic_nodes import topics
 
 GATE_STATES = {0: "DISARMED", 1: "ARMING", 2: "ARMED", 3: "HOLD", 4: "ESTOP"}
@@ -58,8 +58,11 @@ class RunMonitor:
         joints = " ".join(f"{o.recent_rate(topics.JOINT_STATES.resolve(self.ns, arm=a)):5.1f}" for a in ARMS)
         cmds = " ".join(f"{o.recent_rate(topics.JOINT_COMMAND.resolve(self.ns, arm=a)):4.1f}" for a in ARMS)
         gate = GATE_STATES.get(o.gate_status.state, "?") if o.gate_status else "no status"
-        print(f"[run] cameras {cams} Hz | joint_states {joints} Hz | policy/action "
-              f"{o.recent_rate(topics.POLICY_ACTION.resolve(self.ns)):4.1f} Hz | joint_command {cmds} Hz | gate {gate}", flush=True)
+        print(
+            f"[run] cameras {cams} Hz | joint_states {joints} Hz | policy/action "
+            f"{o.recent_rate(topics.POLICY_ACTION.resolve(self.ns)):4.1f} Hz | joint_command {cmds} Hz | gate {gate}",
+            flush=True,
+        )
 
     def report(self, launcher, run_dir: Path, json_path: Path | None) -> bool:
         o = self.obs
@@ -77,52 +80,84 @@ class RunMonitor:
         if self.expect_armed:
             seen = [state for _, state, _ in o.gate_history]
             held = [GATE_STATES.get(s, s) for s in seen if s in (3, 4)]
-            checks.append(("safety gate armed and never held" + (f" (saw {held[0]})" if held else ""),
-                           2 in seen and not held, False))
+            checks.append(
+                (
+                    "safety gate armed and never held" + (f" (saw {held[0]})" if held else ""),
+                    2 in seen and not held,
+                    False,
+                )
+            )
         for t in tracks if self.scripted else ():  # only the scripted policy has a known smooth path
-            ok = t.samples > 0 and t.commanded_span_m > 0.01 and t.rms_error_m <= TRACKING_MAX_FRACTION * t.commanded_span_m
+            ok = (
+                t.samples > 0
+                and t.commanded_span_m > 0.01
+                and t.rms_error_m <= TRACKING_MAX_FRACTION * t.commanded_span_m
+            )
             checks.append((f"{t.arm} EE follows the scripted motion", ok, False))
-        lines = ["", "=" * 96, "EVA run summary", "=" * 96,
-                 f"{'topic':<40}{'nominal':>8}{'rate Hz':>9}{'msgs':>7}{'lat p50':>8}{'lat p99':>8}{'gap':>8}{'pub gap':>8}",
-                 f"{'':<40}{'':>8}{'':>9}{'':>7}{'ms':>8}{'ms':>8}{'ms':>8}{'ms':>8}"]
+        lines = [
+            "",
+            "=" * 96,
+            "EVA run summary",
+            "=" * 96,
+            f"{'topic':<40}{'nominal':>8}{'rate Hz':>9}{'msgs':>7}{'lat p50':>8}{'lat p99':>8}{'gap':>8}{'pub gap':>8}",
+            f"{'':<40}{'':>8}{'':>9}{'':>7}{'ms':>8}{'ms':>8}{'ms':>8}{'ms':>8}",
+        ]
         for s in streams:
-            lines.append(f"{s.topic:<40}{s.nominal_hz:>8.1f}{s.rate_hz:>9.2f}{s.count:>7d}{s.latency_p50_ms:>8.1f}"
-                         f"{s.latency_p99_ms:>8.1f}{s.max_gap_s * 1e3:>8.0f}{s.max_source_gap_s * 1e3:>8.0f}")
-        lines.append("(gap: the longest time between two arrivals here; pub gap: between two publications, by the "
-                     "writer's DDS source timestamps)")
+            lines.append(
+                f"{s.topic:<40}{s.nominal_hz:>8.1f}{s.rate_hz:>9.2f}{s.count:>7d}{s.latency_p50_ms:>8.1f}"
+                f"{s.latency_p99_ms:>8.1f}{s.max_gap_s * 1e3:>8.0f}{s.max_source_gap_s * 1e3:>8.0f}"
+            )
+        lines.append(
+            "(gap: the longest time between two arrivals here; pub gap: between two publications, by the "
+            "writer's DDS source timestamps)"
+        )
         lines.append("-" * 96)
-        lines.append(f"{f'tracking (last {TRACK_KEEP_S:.0f} s)':<28}{'commanded span mm':>20}{'RMS error mm':>15}{'lag s':>8}{'samples':>9}")
+        lines.append(
+            f"{f'tracking (last {TRACK_KEEP_S:.0f} s)':<28}{'commanded span mm':>20}{'RMS error mm':>15}{'lag s':>8}{'samples':>9}"
+        )
         for t in tracks:
-            lines.append(f"{t.arm:<28}{t.commanded_span_m * 1e3:>20.1f}{t.rms_error_m * 1e3:>15.2f}{t.lag_s:>8.2f}{t.samples:>9d}")
+            lines.append(
+                f"{t.arm:<28}{t.commanded_span_m * 1e3:>20.1f}{t.rms_error_m * 1e3:>15.2f}{t.lag_s:>8.2f}{t.samples:>9d}"
+            )
         lines.append("-" * 96)
         if gs:
             codes = ", ".join(f"{c}={n}" for c, n in zip(gs.reason_codes, gs.reason_counts)) or "none"
             gate_dead = bool(launcher.dead_node and launcher.dead_node[0] == "safety_gate")
             label = "last status before the gate process died" if gate_dead else "final state"
-            lines.append(f"safety gate: {label} {GATE_STATES.get(gs.state, gs.state)}; forwarded {gs.forwarded}, "
-                         f"rejected {gs.rejected}, clamped {gs.clamped}; reasons: {codes}")
+            lines.append(
+                f"safety gate: {label} {GATE_STATES.get(gs.state, gs.state)}; forwarded {gs.forwarded}, "
+                f"rejected {gs.rejected}, clamped {gs.clamped}; reasons: {codes}"
+            )
             lines.append(f"             last detail: {gs.detail}")
         else:
             lines.append("safety gate: no status received")
         for arm in (a.value for a in ARMS):
             d = o.driver_diag.get(arm, {})
-            lines.append(f"driver_{arm}: applied {d.get('commands_applied', '?')}, refused {d.get('commands_refused', '?')}, "
-                         f"watchdog holds {d.get('watchdog_holds', '?')}; {d.get('message', 'no diagnostics')}")
+            lines.append(
+                f"driver_{arm}: applied {d.get('commands_applied', '?')}, refused {d.get('commands_refused', '?')}, "
+                f"watchdog holds {d.get('watchdog_holds', '?')}; {d.get('message', 'no diagnostics')}"
+            )
         gate_d, policy_d = o.node_diag.get("safety_gate", {}), o.node_diag.get("policy", {})
-        lines.append(f"late wake-ups (their logs say how late and the CPU used meanwhile): gate watchdog "
-                     f"{gate_d.get('watchdog_late', '?')} (worst {gate_d.get('watchdog_late_max_ms', '?')} ms), "
-                     f"policy ticks {policy_d.get('late_ticks', '?')}")
+        lines.append(
+            f"late wake-ups (their logs say how late and the CPU used meanwhile): gate watchdog "
+            f"{gate_d.get('watchdog_late', '?')} (worst {gate_d.get('watchdog_late_max_ms', '?')} ms), "
+            f"policy ticks {policy_d.get('late_ticks', '?')}"
+        )
         transitions = " -> ".join(GATE_STATES.get(s, str(s)) for _, s, _ in o.gate_history) or "none"
         lines.append(f"gate states seen: {transitions}")
-        for _, state, detail in o.gate_history[1:MAX_TRANSITIONS_SHOWN + 1]:  # why each change (the first is start-up)
+        for _, state, detail in o.gate_history[
+            1 : MAX_TRANSITIONS_SHOWN + 1
+        ]:  # why each change (the first is start-up)
             lines.append(f"    -> {GATE_STATES.get(state, str(state))}: {detail}")
         if launcher.dead_node:
             name, code = launcher.dead_node
             lines.append(f"SAFE STOP: required node {name} exited with code {code}; {launcher.safe_stop_detail}")
             holds = [t for t, state, _ in o.gate_history if state in (3, 4) and t >= (launcher.dead_at_wall or 0) - 1.0]
             if holds and launcher.dead_at_wall:
-                lines.append(f"           gate in HOLD/ESTOP {max(holds[0] - launcher.dead_at_wall, 0.0) * 1e3:.0f} ms after the "
-                             "launcher saw the exit (the gate may have held on its own before that)")
+                lines.append(
+                    f"           gate in HOLD/ESTOP {max(holds[0] - launcher.dead_at_wall, 0.0) * 1e3:.0f} ms after the "
+                    "launcher saw the exit (the gate may have held on its own before that)"
+                )
         lines.append(f"stopped because: {launcher.stop_reason}")
         lines.append(f"logs and params: {run_dir}")
         lines.append("-" * 96)
@@ -131,29 +166,44 @@ class RunMonitor:
         verdict = all(ok for _, ok, timing in checks if not timing)
         rates_nominal = all(ok for _, ok, timing in checks if timing)
         if not rates_nominal:
-            lines.append("  WARN: a stream ran below its nominal rate on this machine (a loaded or slow machine; "
-                         "the loop's function is judged by the other checks; CPU per node: bench/graph_cpu.py)")
+            lines.append(
+                "  WARN: a stream ran below its nominal rate on this machine (a loaded or slow machine; "
+                "the loop's function is judged by the other checks; CPU per node: bench/graph_cpu.py)"
+            )
         lines.append(f"loop verdict: {'RAN' if verdict else 'DID NOT RUN AS EXPECTED'}")
         lines.append("=" * 96)
         print("\n".join(lines), flush=True)
         if json_path:
             json_path.parent.mkdir(parents=True, exist_ok=True)
-            json_path.write_text(json.dumps({
-                "streams": [vars(s) for s in streams],
-                "tracking": [vars(t) for t in tracks],
-                "gate": None if gs is None else {"state": GATE_STATES.get(gs.state), "forwarded": gs.forwarded,
-                                                 "rejected": gs.rejected, "clamped": gs.clamped, "reason": gs.reason,
-                                                 "reasons": dict(zip(gs.reason_codes, map(int, gs.reason_counts)))},
-                "drivers": o.driver_diag,
-                "gate_states_seen": [GATE_STATES.get(s, s) for _, s, _ in o.gate_history],
-                "dead_node": launcher.dead_node,
-                "safe_stop": launcher.safe_stop_detail,
-                "dead_at_wall": launcher.dead_at_wall,
-                "gate_history": [(t, GATE_STATES.get(s, s)) for t, s, _ in o.gate_history],
-                "stop_reason": launcher.stop_reason,
-                "checks": [{"check": n, "ok": ok, "timing": timing} for n, ok, timing in checks],
-                "loop_ran": verdict,
-                "rates_nominal": rates_nominal,
-                "run_dir": str(run_dir),
-            }, indent=2, default=str))
+            json_path.write_text(
+                json.dumps(
+                    {
+                        "streams": [vars(s) for s in streams],
+                        "tracking": [vars(t) for t in tracks],
+                        "gate": None
+                        if gs is None
+                        else {
+                            "state": GATE_STATES.get(gs.state),
+                            "forwarded": gs.forwarded,
+                            "rejected": gs.rejected,
+                            "clamped": gs.clamped,
+                            "reason": gs.reason,
+                            "reasons": dict(zip(gs.reason_codes, map(int, gs.reason_counts))),
+                        },
+                        "drivers": o.driver_diag,
+                        "gate_states_seen": [GATE_STATES.get(s, s) for _, s, _ in o.gate_history],
+                        "dead_node": launcher.dead_node,
+                        "safe_stop": launcher.safe_stop_detail,
+                        "dead_at_wall": launcher.dead_at_wall,
+                        "gate_history": [(t, GATE_STATES.get(s, s)) for t, s, _ in o.gate_history],
+                        "stop_reason": launcher.stop_reason,
+                        "checks": [{"check": n, "ok": ok, "timing": timing} for n, ok, timing in checks],
+                        "loop_ran": verdict,
+                        "rates_nominal": rates_nominal,
+                        "run_dir": str(run_dir),
+                    },
+                    indent=2,
+                    default=str,
+                )
+            )
         return verdict

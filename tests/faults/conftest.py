@@ -35,12 +35,17 @@ class TrialResult:
     bound_s: float = float("nan")
     """The documented bound time_to_state_s was held to (NaN when none applies)."""
 
-    def with_note(self, note: str) -> "TrialResult":
+    def with_note(self, note: str) -> TrialResult:
         return replace(self, note=note)
 
-    def with_estop(self, latencies_s, gate_s=(), paths_ms=((), ())) -> "TrialResult":
-        return replace(self, estop_ms=tuple(x * 1e3 for x in latencies_s), estop_gate_ms=tuple(x * 1e3 for x in gate_s),
-                       estop_request_ms=tuple(paths_ms[0]), estop_reply_ms=tuple(paths_ms[1]))
+    def with_estop(self, latencies_s, gate_s=(), paths_ms=((), ())) -> TrialResult:
+        return replace(
+            self,
+            estop_ms=tuple(x * 1e3 for x in latencies_s),
+            estop_gate_ms=tuple(x * 1e3 for x in gate_s),
+            estop_request_ms=tuple(paths_ms[0]),
+            estop_reply_ms=tuple(paths_ms[1]),
+        )
 
 
 RESULTS: list[TrialResult] = []
@@ -85,9 +90,22 @@ def pytest_pyfunc_call(pyfuncitem):
 def summarize(results: list[TrialResult]) -> list[dict]:
     rows = {}
     for r in results:
-        row = rows.setdefault(r.fault, {"fault": r.fault, "trials": 0, "worst_ms": float("nan"), "worst_recv_ms": float("nan"),
-                                        "bound_ms": float("nan"), "commands": 0, "out_of_limits": 0, "end_states": set(), "reasons": set(), "notes": [],
-                                        **{key: [] for key in ESTOP_PARTS}})
+        row = rows.setdefault(
+            r.fault,
+            {
+                "fault": r.fault,
+                "trials": 0,
+                "worst_ms": float("nan"),
+                "worst_recv_ms": float("nan"),
+                "bound_ms": float("nan"),
+                "commands": 0,
+                "out_of_limits": 0,
+                "end_states": set(),
+                "reasons": set(),
+                "notes": [],
+                **{key: [] for key in ESTOP_PARTS},
+            },
+        )
         row["trials"] += 1
         for key, value in (("worst_ms", r.time_to_state_s), ("worst_recv_ms", r.time_to_state_recv_s)):
             if not math.isnan(value):
@@ -107,10 +125,17 @@ def summarize(results: list[TrialResult]) -> list[dict]:
     for v in rows.values():
         parts = {key: sorted(v.pop(key)) for key in ESTOP_PARTS}
         e = parts["estop_ms"]
-        out.append(dict(v, end_states=sorted(v["end_states"]), reasons=sorted(v["reasons"]), estop_calls=len(e),
-                        estop_p50_ms=e[len(e) // 2] if e else float("nan"),
-                        **{key.replace("_ms", "_p99_ms"): _p99_sorted(x) for key, x in parts.items()},
-                        **{key.replace("_ms", "_max_ms"): (x[-1] if x else float("nan")) for key, x in parts.items()}))
+        out.append(
+            dict(
+                v,
+                end_states=sorted(v["end_states"]),
+                reasons=sorted(v["reasons"]),
+                estop_calls=len(e),
+                estop_p50_ms=e[len(e) // 2] if e else float("nan"),
+                **{key.replace("_ms", "_p99_ms"): _p99_sorted(x) for key, x in parts.items()},
+                **{key.replace("_ms", "_max_ms"): (x[-1] if x else float("nan")) for key, x in parts.items()},
+            )
+        )
     return out
 
 
@@ -128,30 +153,45 @@ def pytest_terminal_summary(terminalreporter):
     rows = summarize(RESULTS)
     tr = terminalreporter
     tr.section("safety gate fault battery")
-    tr.write_line(f"{'fault':<20}{'trials':>7}{'worst ms':>10}{'bound':>7}{'recv ms':>9}{'cmds':>7}{'out of limits':>15}"
-                  f"{'estop p99 ms':>14}{'request':>9}{'gate':>6}{'reply':>7}  end state / reason")
+    tr.write_line(
+        f"{'fault':<20}{'trials':>7}{'worst ms':>10}{'bound':>7}{'recv ms':>9}{'cmds':>7}{'out of limits':>15}"
+        f"{'estop p99 ms':>14}{'request':>9}{'gate':>6}{'reply':>7}  end state / reason"
+    )
     for r in rows:
         worst = "-" if math.isnan(r["worst_ms"]) else f"{r['worst_ms']:.1f}"
         recv = "-" if math.isnan(r["worst_recv_ms"]) else f"{r['worst_recv_ms']:.1f}"
         bound = "-" if math.isnan(r["bound_ms"]) else f"{r['bound_ms']:.0f}"
         estop = "-" if math.isnan(r["estop_p99_ms"]) else f"{r['estop_p99_ms']:.1f} ({r['estop_calls']})"
-        request, gate, reply = ("-" if math.isnan(r[k]) else f"{r[k]:.1f}"
-                                for k in ("estop_request_p99_ms", "estop_gate_p99_ms", "estop_reply_p99_ms"))
-        tr.write_line(f"{r['fault']:<20}{r['trials']:>7}{worst:>10}{bound:>7}{recv:>9}{r['commands']:>7}{r['out_of_limits']:>15}{estop:>14}"
-                      f"{request:>9}{gate:>6}{reply:>7}  "
-                      f"{','.join(r['end_states'])} / {','.join(r['reasons'])}" + (f"  ({r['notes'][-1]})" if r["notes"] else ""))
+        request, gate, reply = (
+            "-" if math.isnan(r[k]) else f"{r[k]:.1f}"
+            for k in ("estop_request_p99_ms", "estop_gate_p99_ms", "estop_reply_p99_ms")
+        )
+        tr.write_line(
+            f"{r['fault']:<20}{r['trials']:>7}{worst:>10}{bound:>7}{recv:>9}{r['commands']:>7}{r['out_of_limits']:>15}{estop:>14}"
+            f"{request:>9}{gate:>6}{reply:>7}  "
+            f"{','.join(r['end_states'])} / {','.join(r['reasons'])}" + (f"  ({r['notes'][-1]})" if r["notes"] else "")
+        )
     out = REPO_ROOT / "out" / "faults" / "summary.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    tr.write_line("worst ms: the gate's status stamp after the fault instant, held to bound (ms, the tightest of the row); "
-                  "recv ms: the same, received by the test")
-    tr.write_line("estop p99: the probe's round trip (calls); request, gate, reply: its parts, each at its own p99 (ms)")
+    tr.write_line(
+        "worst ms: the gate's status stamp after the fault instant, held to bound (ms, the tightest of the row); "
+        "recv ms: the same, received by the test"
+    )
+    tr.write_line(
+        "estop p99: the probe's round trip (calls); request, gate, reply: its parts, each at its own p99 (ms)"
+    )
     slowest = [f"{r['fault']} {r['estop_max_ms']:.1f}/{r['estop_gate_max_ms']:.1f}" for r in rows if r["estop_calls"]]
     tr.write_line(f"slowest e-stop round trip / gate answer per row (ms): {', '.join(slowest) or '-'}")
     tr.write_line(f"test-rig hiccups (re-run, not gate failures): {len(HICCUPS)}")
-    tr.write_line(f"e-stop requests re-sent by the probe (no answer within 15 ms): {sum(ESTOP_RESENDS)} "
-                  f"of {sum(len(r.estop_ms) for r in RESULTS)} calls; probe scheduling: {', '.join(sorted(ESTOP_SCHEDULING)) or '-'}")
+    tr.write_line(
+        f"e-stop requests re-sent by the probe (no answer within 15 ms): {sum(ESTOP_RESENDS)} "
+        f"of {sum(len(r.estop_ms) for r in RESULTS)} calls; probe scheduling: {', '.join(sorted(ESTOP_SCHEDULING)) or '-'}"
+    )
     for h in HICCUPS:
         tr.write_line(f"  {h}")
-    out.write_text(json.dumps({"faults": rows, "trials": [asdict(r) for r in RESULTS], "rig_hiccups": HICCUPS},
-                              indent=1, default=str))
+    out.write_text(
+        json.dumps(
+            {"faults": rows, "trials": [asdict(r) for r in RESULTS], "rig_hiccups": HICCUPS}, indent=1, default=str
+        )
+    )
     tr.write_line(f"written to {out}")

@@ -125,8 +125,19 @@ def measure(clients, n: int, pause_s: float, scheduling: str) -> None:
             request_ms.append((float(found.group(2)) - t0_wall) * 1e3)
             reply_ms.append((answers[0][1] - float(found.group(3))) * 1e3)
         time.sleep(pause_s)
-    print(json.dumps({"latencies_ms": latencies, "gate_ms": gate_ms, "request_ms": request_ms, "reply_ms": reply_ms,
-                      "resends": resends, "scheduling": scheduling}), flush=True)
+    print(
+        json.dumps(
+            {
+                "latencies_ms": latencies,
+                "gate_ms": gate_ms,
+                "request_ms": request_ms,
+                "reply_ms": reply_ms,
+                "resends": resends,
+                "scheduling": scheduling,
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

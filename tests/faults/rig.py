@@ -110,16 +110,30 @@ class Rig:
         self.cameras = tuple(required_cameras)
         self.config = gate_config_of_graph(self.cameras)
         params = tmp / "gate_faults.yaml"
-        params.write_text(yaml.safe_dump({"/**/safety_gate": {"ros__parameters": {"required_cameras": list(self.cameras)}}}))
+        params.write_text(
+            yaml.safe_dump({"/**/safety_gate": {"ros__parameters": {"required_cameras": list(self.cameras)}}})
+        )
         self.run_dir = run_dir or tmp / "run"
-        cmd = [sys.executable, "-m", "egomimic_launch.cli", "eva_bimanual.launch.py", "policy:=none",
-               "auto_arm:=false", f"params_file:={params}", "--quiet", "--run-dir", str(self.run_dir),
-               # The battery freezes a driver on purpose (the gate's stale-state case); the
-               # launcher's own heartbeat (tests/integration) must not end the graph meanwhile.
-               "--heartbeat-timeout", "10"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "egomimic_launch.cli",
+            "eva_bimanual.launch.py",
+            "policy:=none",
+            "auto_arm:=false",
+            f"params_file:={params}",
+            "--quiet",
+            "--run-dir",
+            str(self.run_dir),
+            # The battery freezes a driver on purpose (the gate's stale-state case); the
+            # launcher's own heartbeat (tests/integration) must not end the graph meanwhile.
+            "--heartbeat-timeout",
+            "10",
+        ]
         self.log = open(tmp / "launch.log", "w")
-        self.launcher = subprocess.Popen(cmd, cwd=REPO_ROOT, env=dict(os.environ), stdout=self.log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+        self.launcher = subprocess.Popen(
+            cmd, cwd=REPO_ROOT, env=dict(os.environ), stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self.kin = {arm: ArmKinematics() for arm in ARMS}
         self.lock = threading.Lock()
         self.statuses: list[Status] = []
@@ -170,11 +184,11 @@ class Rig:
 
     def _setup_ros(self):
         from diagnostic_msgs.msg import DiagnosticArray
-        from egomimic_msgs.msg import BimanualCommand, CameraHealth, GateStatus
         from rcl_interfaces.srv import SetParameters
         from sensor_msgs.msg import JointState
         from std_srvs.srv import Trigger
 
+        from egomimic_msgs.msg import BimanualCommand, CameraHealth, GateStatus
         from egomimic_nodes import topics
         from egomimic_nodes.sources import SourceCheck
 
@@ -182,11 +196,18 @@ class Rig:
         # Every status, not only the latest (a rig that lags must still see HOLD -> DISARMED ->
         # ARMED, or it would audit a new armed run against the previous one's last command).
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-        every_status = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+        every_status = QoSProfile(
+            depth=200, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+        )
         n.create_subscription(GateStatus, topics.SAFETY_STATUS.resolve("eva"), self._on_status, every_status)
         n.create_subscription(DiagnosticArray, topics.DIAGNOSTICS.name(), self._on_diag, 50)
-        self.state_source = {arm: SourceCheck(n, topics.JOINT_STATES.resolve("eva", arm=arm), f"/eva/driver_{arm.value}") for arm in ARMS}
-        self.command_source = {arm: SourceCheck(n, topics.JOINT_COMMAND.resolve("eva", arm=arm), "/eva/safety_gate") for arm in ARMS}
+        self.state_source = {
+            arm: SourceCheck(n, topics.JOINT_STATES.resolve("eva", arm=arm), f"/eva/driver_{arm.value}") for arm in ARMS
+        }
+        self.command_source = {
+            arm: SourceCheck(n, topics.JOINT_COMMAND.resolve("eva", arm=arm), "/eva/safety_gate") for arm in ARMS
+        }
         # Deep queues: a rig that stalls (load) must still see every sample and command, since
         # holds are checked against the exact samples the driver published.
         deep = QoSProfile(depth=500, reliability=ReliabilityPolicy.RELIABLE)
@@ -198,11 +219,21 @@ class Rig:
         self._taken = TakenSubscriptions(self.ctx, f"fault_rig_{os.getpid()}_taken")
         self._polled = []
         for arm in ARMS:
-            self._polled.append((self._taken.subscribe(JointState, topics.JOINT_STATES.resolve("eva", arm=arm), deep), self._joint_cb(arm)))
+            self._polled.append(
+                (
+                    self._taken.subscribe(JointState, topics.JOINT_STATES.resolve("eva", arm=arm), deep),
+                    self._joint_cb(arm),
+                )
+            )
             n.create_subscription(JointState, topics.JOINT_COMMAND.resolve("eva", arm=arm), self._command_cb(arm), deep)
         for cam in CAMERAS:
             health_qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
-            self._polled.append((self._taken.subscribe(CameraHealth, topics.CAMERA_HEALTH.resolve("eva", cam=cam), health_qos), self._health_cb(cam)))
+            self._polled.append(
+                (
+                    self._taken.subscribe(CameraHealth, topics.CAMERA_HEALTH.resolve("eva", cam=cam), health_qos),
+                    self._health_cb(cam),
+                )
+            )
         self.poll_errors: list[str] = []
         """Exceptions of the poll thread's callbacks (it goes on); asserted empty at teardown."""
         self._stop_poll = threading.Event()
@@ -214,8 +245,13 @@ class Rig:
         # were lost (DDS drops a departed writer's untaken samples). keep=64: nothing is dropped.
         from egomimic_nodes.outbox import Outbox
 
-        self.pub = Outbox(n.create_publisher(BimanualCommand, topics.COMMAND_PROPOSED.resolve("eva"), topics.COMMAND_PROPOSED.qos), keep=64)
-        self.srv = {name: n.create_client(Trigger, f"/eva/safety/{name}") for name in ("arm", "disarm", "estop", "reset")}
+        self.pub = Outbox(
+            n.create_publisher(BimanualCommand, topics.COMMAND_PROPOSED.resolve("eva"), topics.COMMAND_PROPOSED.qos),
+            keep=64,
+        )
+        self.srv = {
+            name: n.create_client(Trigger, f"/eva/safety/{name}") for name in ("arm", "disarm", "estop", "reset")
+        }
         self.param_client = n.create_client(SetParameters, "/eva/cameras/set_parameters")
         self._Trigger, self._BimanualCommand = Trigger, BimanualCommand
 
@@ -229,7 +265,13 @@ class Rig:
                         self.poll_errors.append(f"{sub.topic_name}: {type(exc).__name__}: {exc}")
 
     def _on_status(self, msg):
-        s = Status(time.time(), msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, STATES[msg.state], msg.reason, msg.detail)
+        s = Status(
+            time.time(),
+            msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9,
+            STATES[msg.state],
+            msg.reason,
+            msg.detail,
+        )
         with self.lock:
             self.statuses.append(s)
             if s.state != "ARMED":  # the rate limits hold within one armed run
@@ -256,11 +298,16 @@ class Rig:
             with self.lock:
                 self.joints[arm] = positions[:6].copy()
                 self.joints_recv[arm] = now
-                self.joint_history[arm].append(JointSample(msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, now, positions))
+                self.joint_history[arm].append(
+                    JointSample(msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, now, positions)
+                )
                 del self.joint_history[arm][:-JOINT_HISTORY]
+
         return cb
 
-    def joint_samples(self, arm: Arm, since_stamp_s: float, until_stamp_s: float, wait_s: float = 1.0) -> list[JointSample]:
+    def joint_samples(
+        self, arm: Arm, since_stamp_s: float, until_stamp_s: float, wait_s: float = 1.0
+    ) -> list[JointSample]:
         """Measured samples of `arm` stamped within [since, until] (measurement time), once this
         rig has received the samples up to `until` (it may lag on a busy machine; it waits at
         most `wait_s`, e.g. for a driver that has exited)."""
@@ -289,7 +336,9 @@ class Rig:
         if reason == "STALE_STATE":
             hold = self.config.state_hold_after_s
             with self.lock:
-                records = {a.value: [(j.recv_s, j.stamp_s) for j in self.joint_history[a]] for a in ARMS if a.value in detail}
+                records = {
+                    a.value: [(j.recv_s, j.stamp_s) for j in self.joint_history[a]] for a in ARMS if a.value in detail
+                }
         elif reason == "STALE_CAMERA":
             hold = self.config.camera_hold_after_s
             with self.lock:
@@ -307,8 +356,11 @@ class Rig:
     def _health_cb(self, cam):
         def cb(msg, info):
             with self.lock:
-                self.health[cam].append((received_s(info), msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, msg.state))
+                self.health[cam].append(
+                    (received_s(info), msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, msg.state)
+                )
                 del self.health[cam][:-200]
+
         return cb
 
     def _command_cb(self, arm):
@@ -339,6 +391,7 @@ class Rig:
                 if not is_hold:
                     self._prev_cmd[arm] = (stamp, values)
                 self.commands.append(CommandRecord(now, arm, values, violations, stamp, without_rate))
+
         return cb
 
     # -- services ------------------------------------------------------------------------------
@@ -361,8 +414,13 @@ class Rig:
         import json
 
         probe = Path(__file__).with_name("estop_probe.py")
-        out = subprocess.run([sys.executable, str(probe), str(n), str(pause_s)], capture_output=True, text=True,
-                             timeout=60 + 3 * n, env=dict(os.environ))
+        out = subprocess.run(
+            [sys.executable, str(probe), str(n), str(pause_s)],
+            capture_output=True,
+            text=True,
+            timeout=60 + 3 * n,
+            env=dict(os.environ),
+        )
         data = json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {"error": out.stderr[-2000:]}
         assert "latencies_ms" in data, f"e-stop probe failed: {data}"
         from .conftest import ESTOP_RESENDS, ESTOP_SCHEDULING
@@ -381,7 +439,11 @@ class Rig:
         if not self.param_client.wait_for_service(timeout_sec=3.0):
             return False
         req = SetParameters.Request()
-        req.parameters = [Parameter(name="inject_fault", value=ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=value))]
+        req.parameters = [
+            Parameter(
+                name="inject_fault", value=ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=value)
+            )
+        ]
         done = threading.Event()
         future = self.param_client.call_async(req)
         future.add_done_callback(lambda _f: done.set())
@@ -419,8 +481,9 @@ class Rig:
         with self.lock:
             out = [c for c in self.commands if c.recv_s >= t]
             for c in out:  # a hold recognised late: its measured sample arrived after it
-                if c.without_rate is not None and any(np.array_equal(c.values[:6], j.positions[:6])
-                                                      for j in self.joint_history[c.arm]):
+                if c.without_rate is not None and any(
+                    np.array_equal(c.values[:6], j.positions[:6]) for j in self.joint_history[c.arm]
+                ):
                     c.violations, c.without_rate = c.without_rate, None
             return out
 
@@ -478,6 +541,7 @@ class Rig:
             box["t"] = time.time()
             done.set()
             return msg
+
         with self.lock:
             self._mutate = wrapped
         done.wait(1.0)

@@ -90,8 +90,10 @@ def newest_frame_before_hold(rig: Rig, cameras: list[str], t_inject: float) -> f
     status = rig.wait_state({"HOLD"}, t_inject - 0.001, 3.0)
     if status is None:
         return t_inject
-    newest = [max((s for (_, s, st) in list(rig.health[c]) if st == CameraHealth.OK and s <= status.stamp_s), default=None)
-              for c in cameras]
+    newest = [
+        max((s for (_, s, st) in list(rig.health[c]) if st == CameraHealth.OK and s <= status.stamp_s), default=None)
+        for c in cameras
+    ]
     newest = [n for n in newest if n is not None]
     return min(newest) if newest else t_inject
 
@@ -108,8 +110,10 @@ def rig(tmp_path_factory):
         while time.time() < deadline and not all(r.health[c] for c in CAMERAS):
             time.sleep(0.1)
         missing = [c for c in CAMERAS if not r.health[c]]
-        assert not missing, f"no CameraHealth from {missing} within 20 s: the camera faults cannot run; " + \
-            (tmp / "launch.log").read_text()[-3000:]
+        assert not missing, (
+            f"no CameraHealth from {missing} within 20 s: the camera faults cannot run; "
+            + (tmp / "launch.log").read_text()[-3000:]
+        )
         yield r
         assert not r.poll_errors, f"the rig's poll thread raised: {r.poll_errors[:3]}"
     finally:
@@ -150,31 +154,51 @@ def arm_and_stream(rig: Rig, rng) -> dict[Arm, np.ndarray]:
     return anchor
 
 
-def conclude(rig: Rig, fault: str, t_start: float, t_fault: float, states: set[str], reasons: set[str] | None,
-             keep_streaming=True, extra=None, deadline_s: float = DEADLINE_S) -> TrialResult:
+def conclude(
+    rig: Rig,
+    fault: str,
+    t_start: float,
+    t_fault: float,
+    states: set[str],
+    reasons: set[str] | None,
+    keep_streaming=True,
+    extra=None,
+    deadline_s: float = DEADLINE_S,
+) -> TrialResult:
     armed_at = getattr(rig, "armed_stamp_s", None)
-    early = [s for s in list(rig.statuses) if s.state in ("HOLD", "ESTOP") and armed_at is not None
-             and armed_at < s.stamp_s < t_fault - 0.001]
+    early = [
+        s
+        for s in list(rig.statuses)
+        if s.state in ("HOLD", "ESTOP") and armed_at is not None and armed_at < s.stamp_s < t_fault - 0.001
+    ]
     if early:
         raise RigHiccup(f"{fault}: gate left ARMED before the fault ({early[0].reason}: {early[0].detail})")
     status = rig.wait_state(states, t_fault - 0.001, 3.0)
     assert status is not None, f"{fault}: never reached {states}; last: {rig.statuses[-1]}"
     if reasons is not None:
-        silent = [] if status.reason in reasons else rig.silent_streams(status.reason, status.detail, status.stamp_s, DEADLINE_S)
+        silent = (
+            []
+            if status.reason in reasons
+            else rig.silent_streams(status.reason, status.detail, status.stamp_s, DEADLINE_S)
+        )
         if silent:  # the gate held for a real silence of a stream the fault did not touch
             bad = [c for c in rig.commands_since(t_start) if c.violations]
             assert not bad, f"{fault}: commands outside limits reached the drivers: {bad[0].violations}"
-            raise RigHiccup(f"{fault}: the gate held for {status.reason} ({status.detail}) and this rig saw {', '.join(silent)} "
-                            f"silent for that whole window too: the machine stalled, the injected fault was not what was measured")
+            raise RigHiccup(
+                f"{fault}: the gate held for {status.reason} ({status.detail}) and this rig saw {', '.join(silent)} "
+                f"silent for that whole window too: the machine stalled, the injected fault was not what was measured"
+            )
         assert status.reason in reasons, f"{fault}: reason {status.reason} ({status.detail}), expected {reasons}"
     if keep_streaming and rig._stream_thread is None:
         rig.start_stream({a: rig.measured_pose(a) for a in ARMS})
     time.sleep(NO_RESUME_S)  # valid commands keep coming: nothing may resume
     assert rig.state() == status.state, f"{fault}: left {status.state} by itself: {rig.statuses[-1]}"
+
     # Stamped after the status that announced the state: only hold re-sends (a forwarded command
     # carries its proposal's stamp, always before the decision; it may still be in flight).
     def after_status():
         return [c for c in rig.commands_since(t_start) if c.stamp_s > status.stamp_s]
+
     if status.state in ("HOLD", "ESTOP"):  # this rig may take them late on a loaded machine
         deadline = time.time() + 1.0
         while not all(any(c.arm == arm for c in after_status()) for arm in ARMS) and time.time() < deadline:
@@ -187,12 +211,23 @@ def conclude(rig: Rig, fault: str, t_start: float, t_fault: float, states: set[s
             check_hold(rig, fault, arm, values, t_fault, status)
     cmds = rig.commands_since(t_start)
     bad = [c for c in cmds if c.violations]
-    result = TrialResult(fault, status.state, status.reason, status.stamp_s - t_fault, status.recv_s - t_fault,
-                         len(cmds), len(bad), [v for c in bad for v in c.violations][:3], bound_s=deadline_s)
+    result = TrialResult(
+        fault,
+        status.state,
+        status.reason,
+        status.stamp_s - t_fault,
+        status.recv_s - t_fault,
+        len(cmds),
+        len(bad),
+        [v for c in bad for v in c.violations][:3],
+        bound_s=deadline_s,
+    )
     RESULTS.append(result if extra is None else extra(result))
     assert not bad, f"{fault}: commands outside limits reached the drivers: {result.examples}"
-    assert result.time_to_state_s <= deadline_s, (f"{fault}: {status.state} {result.time_to_state_s * 1e3:.0f} ms after the fault "
-                                                  f"(bound {deadline_s * 1e3:.0f} ms)")
+    assert result.time_to_state_s <= deadline_s, (
+        f"{fault}: {status.state} {result.time_to_state_s * 1e3:.0f} ms after the fault "
+        f"(bound {deadline_s * 1e3:.0f} ms)"
+    )
     return result
 
 
@@ -205,13 +240,20 @@ def check_hold(rig: Rig, fault: str, arm: Arm, values_after: list, t_fault: floa
     assert values_after, f"{fault}: {arm.value}: no hold command after {status.state} (the arms have no brakes)"
     hold = values_after[0]
     assert np.all(np.isfinite(hold)), f"{fault}: {arm.value}: non-finite hold {hold.tolist()}"
+
     def holds():  # sent (header stamp) within NO_RESUME_S of the decision; this rig may receive them late
-        return [c for c in rig.commands_since(t_fault)
-                if c.arm == arm and c.stamp_s <= status.stamp_s + NO_RESUME_S and np.array_equal(c.values, hold)]
+        return [
+            c
+            for c in rig.commands_since(t_fault)
+            if c.arm == arm and c.stamp_s <= status.stamp_s + NO_RESUME_S and np.array_equal(c.values, hold)
+        ]
+
     deadline = time.time() + 1.0
     while len(holds()) < MIN_HOLDS and time.time() < deadline:
         time.sleep(0.01)
-    assert len(holds()) >= MIN_HOLDS, f"{fault}: {arm.value}: {len(holds())} hold commands within {NO_RESUME_S * 1e3:.0f} ms"
+    assert len(holds()) >= MIN_HOLDS, (
+        f"{fault}: {arm.value}: {len(holds())} hold commands within {NO_RESUME_S * 1e3:.0f} ms"
+    )
     lo, hi = joint_bounds(rig.config)
     since = t_fault - rig.config.state_hold_after_s - DRIVER_PERIOD_S  # late state is still the gate's newest
     samples = rig.joint_samples(arm, since, status.stamp_s, wait_s=0.3)  # a frozen driver has none after the fault
@@ -220,7 +262,8 @@ def check_hold(rig: Rig, fault: str, arm: Arm, values_after: list, t_fault: floa
     assert any(np.array_equal(m, hold) for m in measured), (
         f"{fault}: {arm.value}: hold {np.round(hold, 5).tolist()} is none of the {len(samples)} samples the driver published "
         f"between {since - t_fault:+.3f} s and the decision (nearest "
-        f"{np.round(min(measured, key=lambda m: float(np.max(np.abs(m - hold)))), 5).tolist()})")
+        f"{np.round(min(measured, key=lambda m: float(np.max(np.abs(m - hold)))), 5).tolist()})"
+    )
 
 
 def mutated_trial(rig: Rig, rng, fault: str, mutate, reasons: set[str]) -> None:
@@ -270,6 +313,7 @@ def test_nonfinite(rig, value):
                 pose = pose_of(getattr(msg, arm.value))
                 pose[field] = bad
                 set_pose(getattr(msg, arm.value), pose)
+
         mutated_trial(rig, rng, value, mutate, {"NONFINITE"})
 
 
@@ -277,12 +321,15 @@ def test_nonfinite(rig, value):
 def test_bad_quaternion(rig, kind):
     for rng in trials(kind):
         arm = random_arm(rng)
-        scale = 0.0 if kind == "zero_quaternion" else float(rng.choice([rng.uniform(0.2, 0.99), rng.uniform(1.01, 3.0)]))
+        scale = (
+            0.0 if kind == "zero_quaternion" else float(rng.choice([rng.uniform(0.2, 0.99), rng.uniform(1.01, 3.0)]))
+        )
 
         def mutate(msg):
             pose = pose_of(getattr(msg, arm.value))
             pose[3:] *= scale
             set_pose(getattr(msg, arm.value), pose)
+
         mutated_trial(rig, rng, kind, mutate, {"BAD_QUATERNION"})
 
 
@@ -293,6 +340,7 @@ def test_wrong_frame_id(rig):
 
         def mutate(msg):
             getattr(msg, arm.value).header.frame_id = frame
+
         mutated_trial(rig, rng, "wrong_frame", mutate, {"FRAME"})
 
 
@@ -308,13 +356,18 @@ def test_quaternion_sign_flip_passes(rig):
         while len(rig.commands_since(t_flip + 0.05)) < 12 and rig.state() == "ARMED" and time.time() < deadline:
             time.sleep(0.02)
         assert rig.state() == "ARMED", f"q -> -q was refused: {rig.statuses[-1]}"
-        after = [c for c in rig.commands_since(t_flip + 0.05)]
-        assert len(after) >= 12, f"the flipped commands were not forwarded ({len(after)} in {time.time() - t_flip:.2f} s)"
+        after = list(rig.commands_since(t_flip + 0.05))
+        assert len(after) >= 12, (
+            f"the flipped commands were not forwarded ({len(after)} in {time.time() - t_flip:.2f} s)"
+        )
         for c in after:
             assert np.allclose(c.values[:6], before[c.arm][:6], atol=2e-3), "a flipped quaternion moved the arm"
         bad = [c for c in rig.commands_since(t_start) if c.violations]
-        RESULTS.append(TrialResult("q_to_minus_q", "ARMED", "", float("nan"), float("nan"),
-                                   len(rig.commands_since(t_start)), len(bad), []))
+        RESULTS.append(
+            TrialResult(
+                "q_to_minus_q", "ARMED", "", float("nan"), float("nan"), len(rig.commands_since(t_start)), len(bad), []
+            )
+        )
         assert not bad
 
 
@@ -327,6 +380,7 @@ def test_half_turn_is_refused(rig):
             r = Rotation.from_quat(np.roll(pose[3:], -1)) * Rotation.from_rotvec(np.pi * axis)
             pose[3:] = np.roll(r.as_quat(), 1)
             set_pose(getattr(msg, arm.value), pose)
+
         mutated_trial(rig, rng, "half_turn", mutate, {"ROTATION_JUMP"})
 
 
@@ -338,6 +392,7 @@ def test_translation_jump(rig):
             pose = pose_of(getattr(msg, arm.value))
             pose[:3] += step
             set_pose(getattr(msg, arm.value), pose)
+
         mutated_trial(rig, rng, "translation_jump", mutate, {"TRANSLATION_RATE", "TRANSLATION_JUMP", "WORKSPACE"})
 
 
@@ -349,7 +404,10 @@ def test_unreachable_pose(rig):
             pose = pose_of(getattr(msg, arm.value))
             pose[:3] += step
             set_pose(getattr(msg, arm.value), pose)
-        mutated_trial(rig, rng, "unreachable", mutate, {"WORKSPACE", "TRANSLATION_JUMP", "TRANSLATION_RATE", "IK_FAILED"})
+
+        mutated_trial(
+            rig, rng, "unreachable", mutate, {"WORKSPACE", "TRANSLATION_JUMP", "TRANSLATION_RATE", "IK_FAILED"}
+        )
 
 
 def test_joint_limit_target(rig):
@@ -375,6 +433,7 @@ def test_joint_limit_target(rig):
 
         def mutate(msg):
             set_pose(getattr(msg, arm.value), target)
+
         t_fault = rig.inject_once(mutate)
         conclude(rig, "joint_limit", t_start, t_fault, {"HOLD"}, {"JOINT_LIMIT"})
 
@@ -385,8 +444,9 @@ def test_stale_command_policy_stopped(rig):
         arm_and_stream(rig, rng)
         time.sleep(rng.uniform(0.0, PERIOD_S))  # random phase within the period
         t_fault = rig.stop_stream()
-        conclude(rig, "stale_command", t_start, t_fault, {"HOLD"}, {"STALE_COMMAND"},
-                 deadline_s=stale_command_bound(rig))
+        conclude(
+            rig, "stale_command", t_start, t_fault, {"HOLD"}, {"STALE_COMMAND"}, deadline_s=stale_command_bound(rig)
+        )
 
 
 def test_stale_state_driver_frozen(rig):
@@ -429,9 +489,16 @@ def _camera_trial(rig: Rig, rng, fault: str, how: str) -> None:
                 time.sleep(0.01)
         else:  # the gate's bound counts from the newest frame it had, which may precede the injection
             t_fault = newest_frame_before_hold(rig, [cam] if how == "stall" else list(CAMERAS), t_inject)
-        conclude(rig, fault, t_start, t_fault, {"HOLD"}, {"STALE_CAMERA"},
-                 extra=lambda r: r.with_note(f"{(r.time_to_state_s + t_fault - t_inject) * 1e3:.0f} ms after injection"),
-                 deadline_s=DEADLINE_S if how == "freeze" else stale_camera_bound(rig))
+        conclude(
+            rig,
+            fault,
+            t_start,
+            t_fault,
+            {"HOLD"},
+            {"STALE_CAMERA"},
+            extra=lambda r: r.with_note(f"{(r.time_to_state_s + t_fault - t_inject) * 1e3:.0f} ms after injection"),
+            deadline_s=DEADLINE_S if how == "freeze" else stale_camera_bound(rig),
+        )
     finally:
         if pid is not None:
             rig.thaw(pid)
@@ -458,6 +525,7 @@ def test_clock_jump(rig):
         def mutate(msg):
             ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec + int(jump * 1e9)
             msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(ns, 1_000_000_000)
+
         mutated_trial(rig, rng, "clock_jump", mutate, {"STALE_COMMAND"})
 
 
@@ -478,13 +546,23 @@ def test_command_flood_1khz(rig):
         # The fault exists from the first command that makes the stamps a flood (more than the
         # gate's limit within its window): on a loaded machine this rig reaches 1 kHz late.
         streamed = list(rig.stream_stamps)
-        t_fault = first_flooding_stamp(streamed + stamps, rig.config.max_commands_per_window, rig.config.command_rate_window_s,
-                                       first=len(streamed))
+        t_fault = first_flooding_stamp(
+            streamed + stamps, rig.config.max_commands_per_window, rig.config.command_rate_window_s, first=len(streamed)
+        )
         if t_fault is None:
-            raise RigHiccup(f"flood_1khz: the rig never sent more than {rig.config.max_commands_per_window} commands "
-                            f"within {rig.config.command_rate_window_s * 1e3:.0f} ms ({len(stamps)} in all)")
-        conclude(rig, "flood_1khz", t_start, t_fault, {"HOLD"}, {"COMMAND_RATE"},
-                 extra=lambda r: r.with_note(f"flood condition {(t_fault - t_stop) * 1e3:.0f} ms after the flood began"))
+            raise RigHiccup(
+                f"flood_1khz: the rig never sent more than {rig.config.max_commands_per_window} commands "
+                f"within {rig.config.command_rate_window_s * 1e3:.0f} ms ({len(stamps)} in all)"
+            )
+        conclude(
+            rig,
+            "flood_1khz",
+            t_start,
+            t_fault,
+            {"HOLD"},
+            {"COMMAND_RATE"},
+            extra=lambda r: r.with_note(f"flood condition {(t_fault - t_stop) * 1e3:.0f} ms after the flood began"),
+        )
 
 
 def first_flooding_stamp(stamps: list[float], per_window: int, window_s: float, first: int = 0) -> float | None:
@@ -492,7 +570,7 @@ def first_flooding_stamp(stamps: list[float], per_window: int, window_s: float, 
     ending at it (the gate's COMMAND_RATE rule), or None."""
     for i in range(first, len(stamps)):
         t = stamps[i]
-        if sum(1 for u in stamps[:i + 1] if t - window_s < u <= t) > per_window:
+        if sum(1 for u in stamps[: i + 1] if t - window_s < u <= t) > per_window:
             return t
     return None
 
@@ -517,8 +595,15 @@ def test_fast_producer(rig):
             if k == 1:
                 t_fault = time.time()  # before publishing: the gate may decide within 1 ms
             rig.send(msg)
-        conclude(rig, "fast_producer", t_start, t_fault, {"HOLD"}, {"TRANSLATION_RATE"},
-                 extra=lambda r: r.with_note(f"{step_m * rate_hz:.2f} m/s"))
+        conclude(
+            rig,
+            "fast_producer",
+            t_start,
+            t_fault,
+            {"HOLD"},
+            {"TRANSLATION_RATE"},
+            extra=lambda r: r.with_note(f"{step_m * rate_hz:.2f} m/s"),
+        )
 
 
 def test_estop_during_motion(rig):
@@ -577,7 +662,9 @@ def wait_matched(pub, subscribers: int, timeout_s: float = 5.0) -> None:
     deadline = time.time() + timeout_s
     while pub.get_subscription_count() < subscribers and time.time() < deadline:
         time.sleep(0.005)
-    assert pub.get_subscription_count() >= subscribers, f"{pub.topic_name}: only {pub.get_subscription_count()} reader(s)"
+    assert pub.get_subscription_count() >= subscribers, (
+        f"{pub.topic_name}: only {pub.get_subscription_count()} reader(s)"
+    )
 
 
 def motion_bound(rig: Rig, arm: Arm, before_s: float, t0: float) -> float:
@@ -606,14 +693,18 @@ def assert_no_motion(rig: Rig, fault: str, t_fault: float, until_s: float, may_f
         if not ref or not (after or may_fall_silent):
             recent = rig.joint_samples(arm, t_fault - 2.0, until_s, wait_s=0.0)
             src = rig.state_source[arm]
-            pytest.fail(f"{fault}: {arm.value}: no measured joints around the fault: {len(recent)} samples from 2 s before "
-                        f"it, stamps of the newest {[round(j.stamp_s - t_fault, 3) for j in recent[-5:]]} s from it "
-                        f"(received {[round(j.recv_s - t_fault, 3) for j in recent[-5:]]}); samples from writers the rig "
-                        f"did not know: {src.unknown}, foreign: {src.refused}")
+            pytest.fail(
+                f"{fault}: {arm.value}: no measured joints around the fault: {len(recent)} samples from 2 s before "
+                f"it, stamps of the newest {[round(j.stamp_s - t_fault, 3) for j in recent[-5:]]} s from it "
+                f"(received {[round(j.recv_s - t_fault, 3) for j in recent[-5:]]}); samples from writers the rig "
+                f"did not know: {src.unknown}, foreign: {src.refused}"
+            )
         if not after:
             continue
         drift = max(float(np.max(np.abs(s.positions[:6] - ref[-1].positions[:6]))) for s in after)
-        assert drift <= bound, f"{fault}: {arm.value}: the arm moved {drift:.5f} rad (one control period: {bound:.5f} rad)"
+        assert drift <= bound, (
+            f"{fault}: {arm.value}: the arm moved {drift:.5f} rad (one control period: {bound:.5f} rad)"
+        )
 
 
 def p99(values) -> float:
@@ -625,7 +716,9 @@ def assert_estop_fast(fault: str, latencies, gate_s) -> None:
     answer within ESTOP_ANSWERED_S. The p99 bounds are per row (assert_estop_round_trip), as the
     acceptance states them: a p99 over one trial's 34-68 calls is in effect its maximum."""
     assert len(gate_s) == len(latencies), f"{fault}: the gate's answers carry no handling time"
-    assert max(latencies) <= ESTOP_ANSWERED_S, f"{fault}: a safety/estop call waited {max(latencies) * 1e3:.0f} ms for its answer"
+    assert max(latencies) <= ESTOP_ANSWERED_S, (
+        f"{fault}: a safety/estop call waited {max(latencies) * 1e3:.0f} ms for its answer"
+    )
 
 
 def assert_estop_round_trip(fault: str) -> None:
@@ -637,10 +730,14 @@ def assert_estop_round_trip(fault: str) -> None:
     ms = [x for r in RESULTS if r.fault == fault for x in r.estop_ms]
     assert len(ms) >= 100, f"{fault}: {len(ms)} e-stop calls measured, too few for a p99"
     gate_ms = [x for r in RESULTS if r.fault == fault for x in r.estop_gate_ms]
-    assert p99(gate_ms) <= ESTOP_P99_S * 1e3, (f"{fault}: safety/estop answered in {p99(gate_ms):.1f} ms at p99 by the gate "
-                                               f"over {len(gate_ms)} calls (limit {ESTOP_P99_S * 1e3:.0f} ms)")
-    assert p99(ms) <= ESTOP_P99_S * 1e3, (f"{fault}: safety/estop round trip {p99(ms):.1f} ms at p99 over {len(ms)} calls "
-                                          f"(limit {ESTOP_P99_S * 1e3:.0f} ms)")
+    assert p99(gate_ms) <= ESTOP_P99_S * 1e3, (
+        f"{fault}: safety/estop answered in {p99(gate_ms):.1f} ms at p99 by the gate "
+        f"over {len(gate_ms)} calls (limit {ESTOP_P99_S * 1e3:.0f} ms)"
+    )
+    assert p99(ms) <= ESTOP_P99_S * 1e3, (
+        f"{fault}: safety/estop round trip {p99(ms):.1f} ms at p99 over {len(ms)} calls "
+        f"(limit {ESTOP_P99_S * 1e3:.0f} ms)"
+    )
 
 
 def test_spoofed_state_at_the_limits(rig):
@@ -655,7 +752,9 @@ def test_spoofed_state_at_the_limits(rig):
         t_start = time.time()
         arm_and_stream(rig, rng)
         arm = random_arm(rng)
-        pub = rig.node.create_publisher(JointState, topics.JOINT_STATES.resolve("eva", arm=arm), topics.JOINT_STATES.qos)
+        pub = rig.node.create_publisher(
+            JointState, topics.JOINT_STATES.resolve("eva", arm=arm), topics.JOINT_STATES.qos
+        )
         try:
             wait_matched(pub, 2)  # the gate and this rig
             msg = JointState()
@@ -672,7 +771,9 @@ def test_spoofed_state_at_the_limits(rig):
             rig.node.destroy_publisher(pub)
         assert_no_motion(rig, "spoofed_state", t_fault, time.time())
         estop = rig.estop_latencies(ESTOP_CALLS)
-        RESULTS[-1] = result.with_estop(estop, rig.last_estop_gate_s, rig.last_estop_paths).with_note(f"{rig.foreign_states} spoofed samples kept out of the measured trajectory")
+        RESULTS[-1] = result.with_estop(estop, rig.last_estop_gate_s, rig.last_estop_paths).with_note(
+            f"{rig.foreign_states} spoofed samples kept out of the measured trajectory"
+        )
         assert_estop_fast("spoofed_state", estop, rig.last_estop_gate_s)
     assert_estop_round_trip("spoofed_state")
 
@@ -693,7 +794,9 @@ def test_direct_joint_command_from_another_publisher(rig):
         else:
             to_disarmed(rig)
         arm = random_arm(rng)
-        pub = rig.node.create_publisher(JointState, topics.JOINT_COMMAND.resolve("eva", arm=arm), topics.JOINT_COMMAND.qos)
+        pub = rig.node.create_publisher(
+            JointState, topics.JOINT_COMMAND.resolve("eva", arm=arm), topics.JOINT_COMMAND.qos
+        )
         try:
             wait_matched(pub, 2)  # the driver and this rig
             before = rig.driver_refusals(arm, "foreign_publisher") + rig.driver_refusals(arm, "unknown_publisher")
@@ -726,9 +829,19 @@ def test_direct_joint_command_from_another_publisher(rig):
         cmds = rig.commands_since(t_start)
         bad = [c for c in cmds if c.violations]
         estop = rig.estop_latencies(ESTOP_CALLS)
-        RESULTS.append(TrialResult("direct_command", "ARMED" if armed else "DISARMED", "", float("nan"), float("nan"),
-                                   len(cmds), len(bad), [v for c in bad for v in c.violations][:3],
-                                   note=f"{sent} foreign commands refused by the driver").with_estop(estop, rig.last_estop_gate_s, rig.last_estop_paths))
+        RESULTS.append(
+            TrialResult(
+                "direct_command",
+                "ARMED" if armed else "DISARMED",
+                "",
+                float("nan"),
+                float("nan"),
+                len(cmds),
+                len(bad),
+                [v for c in bad for v in c.violations][:3],
+                note=f"{sent} foreign commands refused by the driver",
+            ).with_estop(estop, rig.last_estop_gate_s, rig.last_estop_paths)
+        )
         assert not bad, f"direct_command: commands outside limits: {RESULTS[-1].examples}"
         assert_estop_fast("direct_command", estop, rig.last_estop_gate_s)
     assert_estop_round_trip("direct_command")
@@ -746,8 +859,12 @@ def test_estop_answers_within_50ms_under_a_2khz_flood(rig):
         anchor = arm_and_stream(rig, rng)
         rig.stop_stream()
         poses = json.dumps({a.value: [float(v) for v in p] for a, p in anchor.items()})
-        flood = subprocess.Popen([sys.executable, str(Path(__file__).with_name("flood.py")), "2000", "4.0", poses],
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        flood = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("flood.py")), "2000", "4.0", poses],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         try:
             # Fast DDS may log to stdout first (e.g. a shared-memory port it could not lock)
             first = []
@@ -770,8 +887,19 @@ def test_estop_answers_within_50ms_under_a_2khz_flood(rig):
         assert rig.wait_state({"ESTOP"}, t_fault, 2.0), f"no ESTOP: {rig.statuses[-1]}"
         cmds = rig.commands_since(t_start)
         bad = [c for c in cmds if c.violations]
-        RESULTS.append(TrialResult("estop_flood_2khz", "ESTOP", "ESTOP", float("nan"), float("nan"), len(cmds), len(bad),
-                                   [v for c in bad for v in c.violations][:3], note=f"flood at {rate:.0f} Hz").with_estop(estop, rig.last_estop_gate_s, rig.last_estop_paths))
+        RESULTS.append(
+            TrialResult(
+                "estop_flood_2khz",
+                "ESTOP",
+                "ESTOP",
+                float("nan"),
+                float("nan"),
+                len(cmds),
+                len(bad),
+                [v for c in bad for v in c.violations][:3],
+                note=f"flood at {rate:.0f} Hz",
+            ).with_estop(estop, rig.last_estop_gate_s, rig.last_estop_paths)
+        )
         assert rate >= 1500, f"the flood ran at {rate:.0f} Hz only (2 kHz asked; this machine could not produce it)"
         assert not bad
         assert_estop_fast("estop_flood_2khz", estop, rig.last_estop_gate_s)
@@ -785,15 +913,40 @@ def test_second_launch_refuses_while_the_graph_runs(rig, tmp_path):
     import sys
 
     state = rig.state()
-    proc = subprocess.run([sys.executable, "-m", "egomimic_launch.cli", "eva_bimanual.launch.py", "policy:=none",
-                           "--run-dir", str(tmp_path / "run"), "--quiet", "--duration", "5"], capture_output=True, text=True, timeout=90,
-                          cwd=Path(__file__).resolve().parents[2])
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "egomimic_launch.cli",
+            "eva_bimanual.launch.py",
+            "policy:=none",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--quiet",
+            "--duration",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert proc.returncode == 6, proc.stdout + proc.stderr
     import re
 
     named = re.search(r"ROS_DOMAIN_ID=\d+: (.*?)\. Stop", proc.stderr).group(1).split(", ")
-    graph = {"/eva/driver_left", "/eva/driver_right", "/eva/frames", "/eva/cameras", "/eva/safety_gate", "/eva/safety_gate_estop",
-             "/eva/safety_gate_state", "/eva/driver_left_in", "/eva/driver_right_in", "/eva/cameras_poses"}  # with companions
+    graph = {
+        "/eva/driver_left",
+        "/eva/driver_right",
+        "/eva/frames",
+        "/eva/cameras",
+        "/eva/safety_gate",
+        "/eva/safety_gate_estop",
+        "/eva/safety_gate_state",
+        "/eva/driver_left_in",
+        "/eva/driver_right_in",
+        "/eva/cameras_poses",
+    }  # with companions
     # It names what its discovery has seen by then (at least one node, 0.5 s more once one is
     # seen): on a busy machine not necessarily every node, never a node of another graph.
     assert len(named) >= 1 and set(named) <= graph, proc.stderr

@@ -30,7 +30,9 @@ class Recorder:
         self.sent: list[tuple[float, np.ndarray]] = []
 
     def publish(self, msg) -> None:
-        self.sent.append((msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, np.asarray(msg.position, dtype=float)))
+        self.sent.append(
+            (msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, np.asarray(msg.position, dtype=float))
+        )
 
 
 @pytest.fixture
@@ -42,12 +44,18 @@ def gate_node():
 
     ctx = rclpy.Context()
     rclpy.init(context=ctx, args=["--ros-args", "--disable-external-lib-logs"])
-    node = GateNode(start_decisions=False, context=ctx, parameter_overrides=[
-        Parameter("use_sim_time", Parameter.Type.BOOL, True),  # and no /clock: the ROS clock stays at 0
-        Parameter("required_cameras", Parameter.Type.STRING_ARRAY, ["front_1"]),
-        Parameter("shadow_commands", Parameter.Type.INTEGER, 1),
-        Parameter("check_state_publishers", Parameter.Type.BOOL, False),  # callbacks called directly: no publisher id
-    ])
+    node = GateNode(
+        start_decisions=False,
+        context=ctx,
+        parameter_overrides=[
+            Parameter("use_sim_time", Parameter.Type.BOOL, True),  # and no /clock: the ROS clock stays at 0
+            Parameter("required_cameras", Parameter.Type.STRING_ARRAY, ["front_1"]),
+            Parameter("shadow_commands", Parameter.Type.INTEGER, 1),
+            Parameter(
+                "check_state_publishers", Parameter.Type.BOOL, False
+            ),  # callbacks called directly: no publisher id
+        ],
+    )
     for box in node._pub_cmd.values():
         box.close()  # its outbox thread ends; the recorders below take its place
     node._pub_cmd = {arm: Recorder() for arm in ARMS}
@@ -78,9 +86,9 @@ def _feed_taken(node, topic_suffix: str, msg) -> None:
 
 def _feed_state(node) -> None:
     """Fresh joint states of both arms and an OK health report of the one required camera."""
-    from egomimic_msgs.msg import CameraHealth
     from sensor_msgs.msg import JointState
 
+    from egomimic_msgs.msg import CameraHealth
     from egomimic_nodes import topics
 
     for arm in ARMS:
@@ -95,7 +103,6 @@ def _feed_state(node) -> None:
 
 def _propose(node, kin, stamp_ns: int, gripper: float = 0.5) -> None:
     from egomimic_msgs.msg import BimanualCommand
-
     from egomimic_nodes.msg_convert import array_to_pose
 
     msg = BimanualCommand()
@@ -158,12 +165,13 @@ def test_exception_in_a_service_handler_sends_the_hold_at_once(gate_node):
 
     def broken(*_args):
         raise RuntimeError("injected")
+
     node.gate.request_arm = broken
     response = _trigger(node, "arm")  # no executor runs: only the handler itself can send
     assert not response.success and "internal error" in response.message
     assert node.gate.state == GateState.HOLD and node.gate.reason.value == "INTERNAL_ERROR"
     for arm in ARMS:
-        sent = node._pub_cmd[arm].sent[before[arm]:]
+        sent = node._pub_cmd[arm].sent[before[arm] :]
         assert len(sent) >= 1, "the hold target was not sent by the failing handler"
         assert all(np.array_equal(v, np.append(Q, 0.5)) for _, v in sent)
 
@@ -181,7 +189,7 @@ def test_a_forward_carries_its_proposal_stamp_and_a_hold_the_time_it_is_sent(gat
     _propose(node, kin, 3_000_000, gripper=float("nan"))
     assert node.gate.state == GateState.HOLD and node.gate.reason.value == "NONFINITE", node.gate.detail
     for arm in ARMS:
-        [(stamp, values)] = node._pub_cmd[arm].sent[before[arm]:]
+        [(stamp, values)] = node._pub_cmd[arm].sent[before[arm] :]
         assert stamp == 0.0 and np.array_equal(values, np.append(Q, 0.5))
 
 
@@ -205,8 +213,10 @@ def test_parameters_carry_the_config_texts_and_ranges(gate_node):
     assert node.describe_parameter("required_cameras").type == Parameter.Type.STRING_ARRAY.value
 
 
-@pytest.mark.parametrize("name, value", [("watchdog_rate_hz", 5.0), ("max_ee_speed_m_s", 1.0), ("shadow_commands", -1),
-                                         ("command_timeout_s", 60)])
+@pytest.mark.parametrize(
+    "name, value",
+    [("watchdog_rate_hz", 5.0), ("max_ee_speed_m_s", 1.0), ("shadow_commands", -1), ("command_timeout_s", 60)],
+)
 def test_a_value_outside_its_range_is_refused_at_start(name, value):
     import rclpy
     from rclpy.parameter import Parameter
@@ -238,7 +248,11 @@ def test_every_gate_parameter_is_read_only(gate_node):
     before = node.gate.config.workspace_left_max_m
     result = node.set_parameters([Parameter("workspace_left_max_m", Parameter.Type.DOUBLE_ARRAY, [0.0, 0.0, 0.0])])[0]
     assert not result.successful
-    assert tuple(node.get_parameter("workspace_left_max_m").value) == tuple(before) == node.gate.config.workspace_left_max_m
+    assert (
+        tuple(node.get_parameter("workspace_left_max_m").value)
+        == tuple(before)
+        == node.gate.config.workspace_left_max_m
+    )
 
 
 def test_an_integer_is_taken_where_a_float_is_declared():
@@ -250,10 +264,14 @@ def test_an_integer_is_taken_where_a_float_is_declared():
     ctx = rclpy.Context()
     rclpy.init(context=ctx, args=["--ros-args", "--disable-external-lib-logs"])
     try:
-        node = GateNode(start_decisions=False, context=ctx, parameter_overrides=[
-            Parameter("watchdog_rate_hz", Parameter.Type.INTEGER, 50),
-            Parameter("command_timeout_s", Parameter.Type.INTEGER, 1),  # as `command_timeout_s: 1` in YAML
-        ])
+        node = GateNode(
+            start_decisions=False,
+            context=ctx,
+            parameter_overrides=[
+                Parameter("watchdog_rate_hz", Parameter.Type.INTEGER, 50),
+                Parameter("command_timeout_s", Parameter.Type.INTEGER, 1),  # as `command_timeout_s: 1` in YAML
+            ],
+        )
         try:
             assert node.gate.config.command_timeout_s == 1.0 and isinstance(node.gate.config.command_timeout_s, float)
             assert node._watchdog_period_s == pytest.approx(0.02)

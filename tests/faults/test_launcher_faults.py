@@ -16,15 +16,26 @@ from egomimic_hw.description import CAMERAS
 
 from .conftest import RESULTS
 from .rig import Rig
-from .test_gate_faults import (ESTOP_CALLS, arm_and_stream, assert_estop_fast, assert_estop_round_trip, conclude, pose_of,
-                               random_arm, set_pose, trials)
+from .test_gate_faults import (
+    ESTOP_CALLS,
+    arm_and_stream,
+    assert_estop_fast,
+    assert_estop_round_trip,
+    conclude,
+    pose_of,
+    random_arm,
+    set_pose,
+    trials,
+)
 
 pytestmark = pytest.mark.integration
 
 
 def _mount_tmpfs(path, size="1m"):
     path.mkdir(parents=True, exist_ok=True)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True
+    )
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip()}): the full-disk case needs root")
 
@@ -82,10 +93,13 @@ def test_full_disk_under_the_run_directory(rig):
             pose = pose_of(getattr(msg, arm.value))
             pose[field] = float("nan")
             set_pose(getattr(msg, arm.value), pose)
+
         t_fault = rig.inject_once(mutate)
         result = conclude(rig, "full_disk", t_start, t_fault, {"HOLD"}, {"NONFINITE"})
         estop = rig.estop_latencies(ESTOP_CALLS)
-        RESULTS[-1] = result.with_estop(estop, rig.last_estop_gate_s, rig.last_estop_paths).with_note(f"disk full after {rig.filled_bytes} filler bytes")
+        RESULTS[-1] = result.with_estop(estop, rig.last_estop_gate_s, rig.last_estop_paths).with_note(
+            f"disk full after {rig.filled_bytes} filler bytes"
+        )
         assert_estop_fast("full_disk", estop, rig.last_estop_gate_s)
         assert rig.launcher.poll() is None, "the launcher died on the full disk"
         before = len(rig.statuses)
@@ -94,5 +108,3 @@ def test_full_disk_under_the_run_directory(rig):
             time.sleep(0.05)
         assert len(rig.statuses) >= before + 2, "the gate stopped publishing its status"
     assert_estop_round_trip("full_disk")
-
-

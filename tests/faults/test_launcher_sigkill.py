@@ -17,8 +17,15 @@ from egomimic_safety.checks import joint_bounds
 
 from .conftest import RESULTS, TrialResult
 from .rig import Rig
-from .test_gate_faults import (ESTOP_CALLS, arm_and_stream, assert_estop_fast, assert_estop_round_trip, assert_no_motion,
-                               motion_bound, trials)
+from .test_gate_faults import (
+    ESTOP_CALLS,
+    arm_and_stream,
+    assert_estop_fast,
+    assert_estop_round_trip,
+    assert_no_motion,
+    motion_bound,
+    trials,
+)
 from .test_launcher_faults import wait_cameras
 
 pytestmark = pytest.mark.integration
@@ -39,8 +46,10 @@ def assert_held(rig, arm, t_fault: float, t_gone: float, lo, hi) -> None:
     published in its last milliseconds: DDS drops a reader's untaken samples of a writer that
     has left. The gate may hold one of those, so a hold within one control period of motion
     (motion_bound) of the newest sample this rig has before the kill is accepted as well."""
-    measured = [np.append(np.clip(j.positions[:6], lo, hi), np.clip(j.positions[6], 0.0, 1.0))
-                for j in rig.joint_samples(arm, t_fault - 0.2, t_gone)]
+    measured = [
+        np.append(np.clip(j.positions[:6], lo, hi), np.clip(j.positions[6], 0.0, 1.0))
+        for j in rig.joint_samples(arm, t_fault - 0.2, t_gone)
+    ]
     after = [c for c in rig.commands_since(t_fault) if c.arm == arm]
     if any(np.array_equal(c.values, m) for c in after for m in measured):
         return
@@ -54,7 +63,8 @@ def assert_held(rig, arm, t_fault: float, t_gone: float, lo, hi) -> None:
         f"the kill (stamps {[round(c.stamp_s - t_fault, 3) for c in after][:8]} s from it, {np.round(gaps, 5).tolist()[:8]} rad "
         f"from the newest sample, one control period {bound:.5f} rad), {len(measured)} measured samples in the window, "
         f"newest at {newest.stamp_s - t_fault:+.3f} s (received {newest.recv_s - t_fault:+.3f} s); samples refused as "
-        f"from unknown writers: {rig.state_source[arm].unknown}, foreign: {rig.state_source[arm].refused}")
+        f"from unknown writers: {rig.state_source[arm].unknown}, foreign: {rig.state_source[arm].refused}"
+    )
 
 
 def exited(proc: psutil.Process) -> bool:
@@ -100,7 +110,7 @@ def test_launcher_sigkill_stops_the_whole_graph_safely(tmp_path):
             gate_before, paths_before = rig.last_estop_gate_s, rig.last_estop_paths
             rig.call("reset")
             arm_and_stream(rig, rng)
-            nodes = [p for p in psutil.Process(rig.launcher.pid).children(recursive=True)]
+            nodes = list(psutil.Process(rig.launcher.pid).children(recursive=True))
             assert len(nodes) >= 5, [p.cmdline() for p in nodes]
             t_fault = time.time()
             os.kill(rig.launcher.pid, signal.SIGKILL)
@@ -120,10 +130,20 @@ def test_launcher_sigkill_stops_the_whole_graph_safely(tmp_path):
             assert_no_motion(rig, "launcher_sigkill", t_fault, t_gone, may_fall_silent=True)
             cmds = rig.commands_since(t_start)
             bad = [c for c in cmds if c.violations]
-            RESULTS.append(TrialResult("launcher_sigkill", "ESTOP", estop.reason, estop.stamp_s - t_fault,
-                                       estop.recv_s - t_fault, len(cmds), len(bad), [v for c in bad for v in c.violations][:3],
-                                       note=f"all {len(nodes)} nodes gone {t_gone - t_fault:.2f} s after the kill, last "
-                                            f"{max(gone_at, key=gone_at.get)}").with_estop(estop_before, gate_before, paths_before))
+            RESULTS.append(
+                TrialResult(
+                    "launcher_sigkill",
+                    "ESTOP",
+                    estop.reason,
+                    estop.stamp_s - t_fault,
+                    estop.recv_s - t_fault,
+                    len(cmds),
+                    len(bad),
+                    [v for c in bad for v in c.violations][:3],
+                    note=f"all {len(nodes)} nodes gone {t_gone - t_fault:.2f} s after the kill, last "
+                    f"{max(gone_at, key=gone_at.get)}",
+                ).with_estop(estop_before, gate_before, paths_before)
+            )
             assert not bad, f"launcher_sigkill: commands outside limits: {RESULTS[-1].examples}"
             assert_estop_fast("launcher_sigkill", estop_before, gate_before)
         finally:

@@ -16,8 +16,16 @@ LAUNCH = [sys.executable, "-m", "egomimic_launch.cli"]
 def run_launch(tmp_path: Path, *args: str, timeout_s: float = 120.0):
     """Run egomimic-launch to completion; returns (exit code, summary dict or None, output)."""
     summary = tmp_path / "summary.json"
-    cmd = LAUNCH + ["eva_bimanual.launch.py", *args, "--summary", "--summary-json", str(summary),
-                    "--run-dir", str(tmp_path / "run"), "--quiet"]
+    cmd = LAUNCH + [
+        "eva_bimanual.launch.py",
+        *args,
+        "--summary",
+        "--summary-json",
+        str(summary),
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--quiet",
+    ]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=timeout_s)
     data = json.loads(summary.read_text()) if summary.exists() else None
     return proc.returncode, data, proc.stdout + proc.stderr
@@ -30,8 +38,13 @@ def node_process(tmp_path):
 
     def start(module: str, *ros_args: str):
         log = open(tmp_path / f"{module.rsplit('.', 1)[-1]}.log", "w")
-        p = subprocess.Popen([sys.executable, "-m", module, "--ros-args", *ros_args], cwd=REPO_ROOT,
-                             env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT)
+        p = subprocess.Popen(
+            [sys.executable, "-m", module, "--ros-args", *ros_args],
+            cwd=REPO_ROOT,
+            env=dict(os.environ),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         procs.append((p, log))
         return p
 

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from egomimic_hw.description import CAMERAS
+
 from .conftest import REPO_ROOT, wait_for
 
 pytestmark = pytest.mark.integration
@@ -32,20 +33,21 @@ class Probe:
     """Collects image, info and health messages of every camera (receive time attached)."""
 
     def __init__(self, node):
-        from egomimic_msgs.msg import CameraHealth
         from sensor_msgs.msg import CameraInfo, Image
 
+        from egomimic_msgs.msg import CameraHealth
         from egomimic_nodes import qos
 
         self.node = node
         self.lock = threading.Lock()
         self.images = {c: [] for c in CAMS}
-        self.infos = {c: None for c in CAMS}
+        self.infos = dict.fromkeys(CAMS)
         self.health = {c: [] for c in CAMS}
         for cam in CAMS:
             node.create_subscription(Image, f"{NS}/cameras/{cam}/image_raw", self._cb(self.images, cam), qos.SENSOR)
-            node.create_subscription(CameraInfo, f"{NS}/cameras/{cam}/camera_info",
-                                     lambda m, c=cam: self.infos.__setitem__(c, m), qos.SENSOR)
+            node.create_subscription(
+                CameraInfo, f"{NS}/cameras/{cam}/camera_info", lambda m, c=cam: self.infos.__setitem__(c, m), qos.SENSOR
+            )
             node.create_subscription(CameraHealth, f"{NS}/cameras/{cam}/health", self._cb(self.health, cam), qos.SENSOR)
 
     def _cb(self, store, cam):
@@ -54,6 +56,7 @@ class Probe:
                 store[cam].append((time.time_ns(), msg))
                 if len(store[cam]) > 2000:
                     del store[cam][:1000]
+
         return cb
 
     def latest_health(self, cam):
@@ -70,20 +73,35 @@ class Probe:
 
         client = self.node.create_client(SetParameters, f"{NS}/{node_name}/set_parameters")
         assert client.wait_for_service(timeout_sec=10.0)
-        req = SetParameters.Request(parameters=[Parameter(
-            name="inject_fault", value=ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=spec))])
+        req = SetParameters.Request(
+            parameters=[
+                Parameter(
+                    name="inject_fault", value=ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=spec)
+                )
+            ]
+        )
         future = client.call_async(req)
         assert wait_for(future.done, 10.0)
         return future.result().results[0]
 
 
 def start_cameras(node_process, *extra):
-    return node_process("egomimic_nodes.camera_node", "-r", "__node:=cameras", "-r", f"__ns:={NS}",
-                        "-p", "cameras:=[front_1,left_wrist,right_wrist]", *extra)
+    return node_process(
+        "egomimic_nodes.camera_node",
+        "-r",
+        "__node:=cameras",
+        "-r",
+        f"__ns:={NS}",
+        "-p",
+        "cameras:=[front_1,left_wrist,right_wrist]",
+        *extra,
+    )
 
 
 def all_ok(probe):
-    return all((h := probe.latest_health(c)) is not None and h.state == h.OK and probe.infos[c] is not None for c in CAMS)
+    return all(
+        (h := probe.latest_health(c)) is not None and h.state == h.OK and probe.infos[c] is not None for c in CAMS
+    )
 
 
 def test_synthetic_freeze_and_stall_are_flagged_within_100_ms(node_process, ros_node):
@@ -100,6 +118,7 @@ def test_synthetic_freeze_and_stall_are_flagged_within_100_ms(node_process, ros_
 
     def nominal(h) -> bool:  # after a full health window (1 s)
         return h is not None and 27.0 < h.rate_hz < 33.0 and h.frames > 30 and h.state == h.OK
+
     assert wait_for(lambda: nominal(probe.latest_health("left_wrist")), 10.0), probe.latest_health("left_wrist")
 
     # FREEZE: same content, fresh stamps -> FROZEN once unchanged for more than freeze_after_s (0.3)
@@ -129,8 +148,10 @@ def test_synthetic_freeze_and_stall_are_flagged_within_100_ms(node_process, ros_
 
     bad = probe.set_fault("melt:front_1")
     assert not bad.successful and "expected ''" in bad.reason
-    print(f"\nfreeze flagged {freeze_latency_ms:.1f} ms after the 300 ms threshold; "
-          f"stall flagged {stall_latency_ms:.1f} ms after the missing frame was due")
+    print(
+        f"\nfreeze flagged {freeze_latency_ms:.1f} ms after the 300 ms threshold; "
+        f"stall flagged {stall_latency_ms:.1f} ms after the missing frame was due"
+    )
     assert freeze_latency_ms < 100.0
     assert stall_latency_ms < 100.0
 
@@ -159,7 +180,9 @@ def test_replay_of_a_recorded_episode(node_process, ros_node, tmp_path):
     # Its decode cost is bench/camera_ingestion.py's measurement, not this test's.
     recorded_ns = float(np.median(np.diff(reader.timestamps_ns)))
     assert np.median(np.diff(stamps)) >= 0.95 * recorded_ns, (np.median(np.diff(stamps)), recorded_ns)
-    print(f"\nreplay released frames at {1e9 / np.median(np.diff(stamps)):.1f} Hz (recorded {1e9 / recorded_ns:.1f} Hz)")
+    print(
+        f"\nreplay released frames at {1e9 / np.median(np.diff(stamps)):.1f} Hz (recorded {1e9 / recorded_ns:.1f} Hz)"
+    )
     # every published frame is one of the recorded frames (decoded JPEG, unchanged)
     recorded = [reader.image("left_wrist", t) for t in range(len(reader))]
     for m in msgs[-5:]:
@@ -169,30 +192,57 @@ def test_replay_of_a_recorded_episode(node_process, ros_node, tmp_path):
     assert wait_for(lambda: probe.latest_health("front_1").state == 0, 5.0), probe.latest_health("front_1")
 
 
-@pytest.mark.parametrize("backend, extra, message", [
-    ("realsense", ["-p", "left_wrist.serial:=130322272000"], "pyrealsense2 is not installed"),
-    ("v4l2", ["-p", "left_wrist.device:=/dev/video57"], "cannot open '/dev/video57'"),
-    ("replay", ["-p", "replay_path:=/nonexistent/episode.zarr"], "does not exist"),
-])
+@pytest.mark.parametrize(
+    "backend, extra, message",
+    [
+        ("realsense", ["-p", "left_wrist.serial:=130322272000"], "pyrealsense2 is not installed"),
+        ("v4l2", ["-p", "left_wrist.device:=/dev/video57"], "cannot open '/dev/video57'"),
+        ("replay", ["-p", "replay_path:=/nonexistent/episode.zarr"], "does not exist"),
+    ],
+)
 def test_unavailable_backend_exits_with_its_fix(backend, extra, message):
-    proc = subprocess.run([sys.executable, "-m", "egomimic_nodes.camera_node", "--ros-args", "-r", "__ns:=/h4fail",
-                           "-p", "cameras:=[left_wrist]", "-p", f"backend:={backend}", *extra],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "egomimic_nodes.camera_node",
+            "--ros-args",
+            "-r",
+            "__ns:=/h4fail",
+            "-p",
+            "cameras:=[left_wrist]",
+            "-p",
+            f"backend:={backend}",
+            *extra,
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "[FATAL] BackendUnavailable" in proc.stderr and message in proc.stderr, proc.stderr
 
 
 def run_camera_node(*ros_args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "egomimic_nodes.camera_node", "--ros-args", "-r", "__ns:=/h4fail",
-                           *ros_args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "egomimic_nodes.camera_node", "--ros-args", "-r", "__ns:=/h4fail", *ros_args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["-p", "jpeg_quality:=0"], "[FATAL] ConfigError: parameter jpeg_quality"),
-    (["-p", "width:=8"], "[FATAL] ConfigError: parameter width"),
-    (["-p", "cameras:=[front_1,head]"], "need unique names from"),
-    (["-p", "inject_fault:=melt:front_1"], "inject_fault 'melt:front_1'"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["-p", "jpeg_quality:=0"], "[FATAL] ConfigError: parameter jpeg_quality"),
+        (["-p", "width:=8"], "[FATAL] ConfigError: parameter width"),
+        (["-p", "cameras:=[front_1,head]"], "need unique names from"),
+        (["-p", "inject_fault:=melt:front_1"], "inject_fault 'melt:front_1'"),
+    ],
+)
 def test_bad_parameters_are_refused_at_start_naming_them(extra, message):
     proc = run_camera_node("-p", "backend:=synthetic", *extra)
     assert proc.returncode == 1 and message in proc.stderr, proc.stderr
@@ -203,6 +253,7 @@ def test_the_arx5_yaml_names_the_head_cameras_device():
     """The nested `front_1: device:` of the bring-up YAML reaches the v4l2 backend."""
     config = REPO_ROOT / "ros2_ws/src/egomimic_bringup/config/eva_arx5.yaml"
     device = yaml.safe_load(config.read_text())["/**/camera_front_1"]["ros__parameters"]["front_1"]["device"]
-    proc = run_camera_node("-r", "__node:=camera_front_1", "-p", "cameras:=[front_1]", "-p", "backend:=v4l2",
-                           "--params-file", str(config))
+    proc = run_camera_node(
+        "-r", "__node:=camera_front_1", "-p", "cameras:=[front_1]", "-p", "backend:=v4l2", "--params-file", str(config)
+    )
     assert proc.returncode == 1 and f"cannot open '{device}'" in proc.stderr, proc.stderr

@@ -30,18 +30,34 @@ class DriverProbe:
     def __init__(self, node_process, ros_node, *params: str, gate_state: int | None = None):
         from egomimic_msgs.msg import GateStatus
 
-        node_process("egomimic_nodes.driver_node", "-r", "__ns:=/eva", "-r", "__node:=driver_left",
-                     "-p", "arm:=left", "-p", "backend:=sim", *(x for p in params for x in ("-p", p)))
+        node_process(
+            "egomimic_nodes.driver_node",
+            "-r",
+            "__ns:=/eva",
+            "-r",
+            "__node:=driver_left",
+            "-p",
+            "arm:=left",
+            "-p",
+            "backend:=sim",
+            *(x for p in params for x in ("-p", p)),
+        )
         self.node = ros_node
         self.states: list[tuple[float, np.ndarray, np.ndarray]] = []
         self.diag: list[tuple[float, str, dict]] = []
-        ros_node.create_subscription(JointState, topics.JOINT_STATES.resolve("eva", arm=Arm.LEFT), self._on_state, topics.JOINT_STATES.qos)
+        ros_node.create_subscription(
+            JointState, topics.JOINT_STATES.resolve("eva", arm=Arm.LEFT), self._on_state, topics.JOINT_STATES.qos
+        )
         ros_node.create_subscription(DiagnosticArray, topics.DIAGNOSTICS.name(), self._on_diag, 50)
         import rclpy
 
         self.gate = rclpy.create_node("safety_gate", namespace="/eva", context=ros_node.context)
-        self.pub = self.gate.create_publisher(JointState, topics.JOINT_COMMAND.resolve("eva", arm=Arm.LEFT), topics.JOINT_COMMAND.qos)
-        self.status = self.gate.create_publisher(GateStatus, topics.SAFETY_STATUS.resolve("eva"), topics.SAFETY_STATUS.qos)
+        self.pub = self.gate.create_publisher(
+            JointState, topics.JOINT_COMMAND.resolve("eva", arm=Arm.LEFT), topics.JOINT_COMMAND.qos
+        )
+        self.status = self.gate.create_publisher(
+            GateStatus, topics.SAFETY_STATUS.resolve("eva"), topics.SAFETY_STATUS.qos
+        )
         self.status.publish(GateStatus(state=GateStatus.ARMED if gate_state is None else gate_state))
         client = ros_node.create_client(ChangeState, "/eva/driver_left/change_state")
         assert client.wait_for_service(timeout_sec=30), "driver lifecycle service did not appear"
@@ -57,6 +73,7 @@ class DriverProbe:
         def taken() -> bool:
             self.status.publish(GateStatus(state=int(expected)))
             return any(v.get("gate_state") == expected for _, _, v in self.diag)
+
         assert wait_for(taken, 20), f"the driver never took the gate status {expected}: {self.diag[-1:]}"
 
     def _on_state(self, msg):
@@ -163,7 +180,9 @@ def test_watchdog_holds_within_timeout_plus_one_period_and_says_why(node_process
     delay_ms = float([v for _, m, v in d.diag if "holding measured position" in m][-1]["last_watchdog_delay_ms"])
     print(f"watchdog: driver hold {delay_ms:.1f} ms, motion stopped {first_still * 1e3:.1f} ms after the last command")
     assert delay_ms <= (TIMEOUT_S + PERIOD_S) * 1e3, f"driver held {delay_ms} ms after the last command"
-    assert first_still <= TIMEOUT_S + PERIOD_S + 0.03, f"motion stopped {first_still * 1e3:.0f} ms after the last command"
+    assert first_still <= TIMEOUT_S + PERIOD_S + 0.03, (
+        f"motion stopped {first_still * 1e3:.0f} ms after the last command"
+    )
     # It holds: no drift beyond noise over the next second.
     time.sleep(1.0)
     held = np.array([s[1] for s in d.since(still[0][0])])
@@ -185,8 +204,9 @@ def test_sdk_emergency_latches_silences_joint_states_and_refuses_home(node_proce
     future = home.call_async(Trigger.Request())
     assert wait_for(future.done, 10)
     assert not future.result().success and "fault" in future.result().message
-    assert wait_for(lambda: any(m.startswith("FAULT") and int(v["commands_refused"]) > 0
-                                for t, m, v in d.diag if t >= t_fault), 3.0), "diagnostics must count the refusals"
+    assert wait_for(
+        lambda: any(m.startswith("FAULT") and int(v["commands_refused"]) > 0 for t, m, v in d.diag if t >= t_fault), 3.0
+    ), "diagnostics must count the refusals"
 
 
 def test_commands_from_anyone_but_the_armed_gate_are_refused_and_the_arm_stays(node_process, ros_node):
@@ -200,7 +220,9 @@ def test_commands_from_anyone_but_the_armed_gate_are_refused_and_the_arm_stays(n
     far[0] += 1.7
     t0 = d.now_s()
     d.stream(far, 0.5)  # from the gate's node, but the gate is DISARMED
-    stranger = ros_node.create_publisher(JointState, topics.JOINT_COMMAND.resolve("eva", arm=Arm.LEFT), topics.JOINT_COMMAND.qos)
+    stranger = ros_node.create_publisher(
+        JointState, topics.JOINT_COMMAND.resolve("eva", arm=Arm.LEFT), topics.JOINT_COMMAND.qos
+    )
     assert wait_for(lambda: stranger.get_subscription_count() > 0, 10)
     msg = JointState()
     msg.name = [f"left_joint{i}" for i in range(1, 7)] + ["left_gripper"]
@@ -217,9 +239,16 @@ def test_commands_from_anyone_but_the_armed_gate_are_refused_and_the_arm_stays(n
     def counts():
         latest = [v for _, _, v in d.diag]
         return latest[-1] if latest else {}
-    assert wait_for(lambda: int(counts().get("refused.gate_not_armed", 0)) > 5
-                    and int(counts().get("refused.foreign_publisher", 0)) + int(counts().get("refused.unknown_publisher", 0)) > 5
-                    and int(counts().get("refused.outside_limits", 0)) > 3, 5.0), counts()
+
+    assert wait_for(
+        lambda: (
+            int(counts().get("refused.gate_not_armed", 0)) > 5
+            and int(counts().get("refused.foreign_publisher", 0)) + int(counts().get("refused.unknown_publisher", 0))
+            > 5
+            and int(counts().get("refused.outside_limits", 0)) > 3
+        ),
+        5.0,
+    ), counts()
     q = np.array([s[1] for s in d.since(t0)])
     assert np.max(np.abs(q - q0)) <= 10 * NOISE_RAD, f"the arm moved {np.max(np.abs(q - q0)):.4f} rad"
 
@@ -237,8 +266,9 @@ def test_cleanup_undoes_configure_and_configure_again_publishes(ros_node):
     ns = "/h5cycle"
     node = DriverNode(context=ros_node.context, namespace=ns)
     states = []
-    ros_node.create_subscription(JointState, f"{ns}/{topics.JOINT_STATES.name(Arm.LEFT)}", states.append,
-                                 topics.JOINT_STATES.qos)
+    ros_node.create_subscription(
+        JointState, f"{ns}/{topics.JOINT_STATES.name(Arm.LEFT)}", states.append, topics.JOINT_STATES.qos
+    )
 
     def census() -> dict:
         return {
@@ -273,11 +303,17 @@ def test_cleanup_undoes_configure_and_configure_again_publishes(ros_node):
         node.destroy_node()
 
 
-@pytest.mark.parametrize("override, reason", [
-    (("rate_hz", 1000.0), "configure failed: parameter rate_hz"),
-    (("gripper_close_m", -0.01), "configure failed: gripper calibration override for left: close_m=-0.01 given without open_m"),
-    (("arm", "middle"), "configure failed: unknown arm 'middle'"),
-])
+@pytest.mark.parametrize(
+    "override, reason",
+    [
+        (("rate_hz", 1000.0), "configure failed: parameter rate_hz"),
+        (
+            ("gripper_close_m", -0.01),
+            "configure failed: gripper calibration override for left: close_m=-0.01 given without open_m",
+        ),
+        (("arm", "middle"), "configure failed: unknown arm 'middle'"),
+    ],
+)
 def test_a_bad_parameter_fails_every_configure_with_its_reason(ros_node, capfd, override, reason):
     """Parameters are read once, at start; a lifecycle node then refuses configure (it does not
     exit), and refuses it again for the same reason: the values are read-only."""

@@ -30,8 +30,12 @@ def action(frame_suffix: str) -> BimanualCommand:
 def test_frames_node_converts_and_refuses_wrong_frame(node_process, ros_node):
     node_process("egomimic_nodes.frames_node", "-r", "__ns:=/eva")
     received, poses_ds = [], []
-    ros_node.create_subscription(BimanualCommand, topics.COMMAND_PROPOSED.resolve("eva"), received.append, topics.COMMAND_PROPOSED.qos)
-    ros_node.create_subscription(PoseStamped, topics.EE_POSE_DATASET.resolve("eva", arm=Arm.LEFT), poses_ds.append, topics.EE_POSE_DATASET.qos)
+    ros_node.create_subscription(
+        BimanualCommand, topics.COMMAND_PROPOSED.resolve("eva"), received.append, topics.COMMAND_PROPOSED.qos
+    )
+    ros_node.create_subscription(
+        PoseStamped, topics.EE_POSE_DATASET.resolve("eva", arm=Arm.LEFT), poses_ds.append, topics.EE_POSE_DATASET.qos
+    )
     pub = ros_node.create_publisher(BimanualCommand, topics.POLICY_ACTION.resolve("eva"), topics.POLICY_ACTION.qos)
     pub_pose = ros_node.create_publisher(PoseStamped, topics.EE_POSE.resolve("eva", arm=Arm.LEFT), topics.EE_POSE.qos)
     assert wait_for(lambda: pub.get_subscription_count() > 0 and pub_pose.get_subscription_count() > 0, 20)

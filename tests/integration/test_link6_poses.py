@@ -52,6 +52,7 @@ def test_pose_topics_are_link6_of_the_measured_joints(node_process, ros_node):
         def cb(msg):
             with lock:
                 poses[kind][_stamp(msg)] = _pose(msg)
+
         return cb
 
     joints: dict[int, np.ndarray] = {}
@@ -60,9 +61,15 @@ def test_pose_topics_are_link6_of_the_measured_joints(node_process, ros_node):
         with lock:
             joints[_stamp(msg)] = np.array(msg.position[:6])
 
-    ros_node.create_subscription(PoseStamped, topics.EE_POSE.resolve("eva", arm=Arm.LEFT), keep("hw"), topics.EE_POSE.qos)
-    ros_node.create_subscription(PoseStamped, topics.EE_POSE_DATASET.resolve("eva", arm=Arm.LEFT), keep("ds"), topics.EE_POSE_DATASET.qos)
-    ros_node.create_subscription(JointState, topics.JOINT_STATES.resolve("eva", arm=Arm.LEFT), on_state, topics.JOINT_STATES.qos)
+    ros_node.create_subscription(
+        PoseStamped, topics.EE_POSE.resolve("eva", arm=Arm.LEFT), keep("hw"), topics.EE_POSE.qos
+    )
+    ros_node.create_subscription(
+        PoseStamped, topics.EE_POSE_DATASET.resolve("eva", arm=Arm.LEFT), keep("ds"), topics.EE_POSE_DATASET.qos
+    )
+    ros_node.create_subscription(
+        JointState, topics.JOINT_STATES.resolve("eva", arm=Arm.LEFT), on_state, topics.JOINT_STATES.qos
+    )
     d = DriverProbe(node_process, ros_node)
     d.stream(START + 0.3, 1.5)
     assert wait_for(lambda: len(poses["ds"]) >= 50, 10), f"ee_pose_dataset samples: {len(poses['ds'])}"
@@ -73,10 +80,16 @@ def test_pose_topics_are_link6_of_the_measured_joints(node_process, ros_node):
     moved = max(float(np.max(np.abs(q - START))) for _, q in pairs)
     assert moved > 0.2, f"the arm did not move through the step ({moved:.3f} rad)"
     err_hw = np.max([_worst(hw[s], pin.forward(q)) for s, q in pairs], axis=0)
-    assert err_hw[0] <= TOL_M and err_hw[1] <= TOL_RAD, f"ee_pose vs Pinocchio link6: {err_hw[0]:.2e} m, {err_hw[1]:.2e} rad"
+    assert err_hw[0] <= TOL_M and err_hw[1] <= TOL_RAD, (
+        f"ee_pose vs Pinocchio link6: {err_hw[0]:.2e} m, {err_hw[1]:.2e} rad"
+    )
     pairs_ds = [(s, q) for s, q in pairs if s in ds]
     assert len(pairs_ds) >= 40, f"only {len(pairs_ds)} ee_pose_dataset samples matched"
     err_ds = np.max([_worst(ds[s], pose_ds_from_hw(pin.forward(q))) for s, q in pairs_ds], axis=0)
-    assert err_ds[0] <= TOL_M and err_ds[1] <= TOL_RAD, f"ee_pose_dataset vs Pinocchio: {err_ds[0]:.2e} m, {err_ds[1]:.2e} rad"
-    print(f"link6 agreement over {len(pairs)} ee_pose / {len(pairs_ds)} ee_pose_dataset samples: "
-          f"{err_hw[0]:.1e} m {err_hw[1]:.1e} rad / {err_ds[0]:.1e} m {err_ds[1]:.1e} rad")
+    assert err_ds[0] <= TOL_M and err_ds[1] <= TOL_RAD, (
+        f"ee_pose_dataset vs Pinocchio: {err_ds[0]:.2e} m, {err_ds[1]:.2e} rad"
+    )
+    print(
+        f"link6 agreement over {len(pairs)} ee_pose / {len(pairs_ds)} ee_pose_dataset samples: "
+        f"{err_hw[0]:.1e} m {err_hw[1]:.1e} rad / {err_ds[0]:.1e} m {err_ds[1]:.1e} rad"
+    )

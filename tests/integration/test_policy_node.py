@@ -25,8 +25,10 @@ from .conftest import REPO_ROOT, wait_for
 
 pytestmark = pytest.mark.integration
 
-POSES = {"left": np.array([0.30, 0.05, 0.25, 1.0, 0.0, 0.0, 0.0]),
-         "right": np.array([0.30, -0.05, 0.25, 0.0, 1.0, 0.0, 0.0])}
+POSES = {
+    "left": np.array([0.30, 0.05, 0.25, 1.0, 0.0, 0.0, 0.0]),
+    "right": np.array([0.30, -0.05, 0.25, 0.0, 1.0, 0.0, 0.0]),
+}
 PERIOD_NS = 1e9 / 30
 
 
@@ -37,9 +39,19 @@ class ArmStatePublisher:
     def __init__(self, node):
         self.node = node
         self.on = True
-        self.pubs = {arm: (node.create_publisher(PoseStamped, topics.EE_POSE_DATASET.resolve("eva", arm=arm), topics.EE_POSE_DATASET.qos),
-                           node.create_publisher(JointState, topics.JOINT_STATES.resolve("eva", arm=arm), topics.JOINT_STATES.qos)) for arm in POSES}
-        self.pubs_hw = {arm: node.create_publisher(PoseStamped, topics.EE_POSE.resolve("eva", arm=arm), topics.EE_POSE.qos) for arm in POSES}
+        self.pubs = {
+            arm: (
+                node.create_publisher(
+                    PoseStamped, topics.EE_POSE_DATASET.resolve("eva", arm=arm), topics.EE_POSE_DATASET.qos
+                ),
+                node.create_publisher(JointState, topics.JOINT_STATES.resolve("eva", arm=arm), topics.JOINT_STATES.qos),
+            )
+            for arm in POSES
+        }
+        self.pubs_hw = {
+            arm: node.create_publisher(PoseStamped, topics.EE_POSE.resolve("eva", arm=arm), topics.EE_POSE.qos)
+            for arm in POSES
+        }
         node.create_timer(0.01, self._publish)
 
     def _publish(self):
@@ -67,8 +79,12 @@ class Recorder:
         self.actions: list[BimanualCommand] = []
         self.chunks: list[ActionChunk] = []
         self.diags: list[dict] = []
-        node.create_subscription(BimanualCommand, topics.POLICY_ACTION.resolve("eva"), self.actions.append, topics.POLICY_ACTION.qos)
-        node.create_subscription(ActionChunk, topics.POLICY_CHUNK.resolve("eva"), self.chunks.append, topics.POLICY_CHUNK.qos)
+        node.create_subscription(
+            BimanualCommand, topics.POLICY_ACTION.resolve("eva"), self.actions.append, topics.POLICY_ACTION.qos
+        )
+        node.create_subscription(
+            ActionChunk, topics.POLICY_CHUNK.resolve("eva"), self.chunks.append, topics.POLICY_CHUNK.qos
+        )
         node.create_subscription(DiagnosticArray, topics.DIAGNOSTICS.name(), self._on_diag, 10)
 
     def _on_diag(self, msg):
@@ -88,8 +104,17 @@ def free_port() -> int:
 
 
 def test_slow_model_keeps_the_tick_and_inputs_lost_stop_publishing(node_process, ros_node):
-    node_process("egomimic_nodes.policy_node", "-r", "__ns:=/eva", "-p", "policy:=scripted",
-                 "-p", "inject_latency_ms:=150.0", "-p", "executor.max_dry_s:=0.5")
+    node_process(
+        "egomimic_nodes.policy_node",
+        "-r",
+        "__ns:=/eva",
+        "-p",
+        "policy:=scripted",
+        "-p",
+        "inject_latency_ms:=150.0",
+        "-p",
+        "executor.max_dry_s:=0.5",
+    )
     inputs = ArmStatePublisher(ros_node)
     rec = Recorder(ros_node)
     assert wait_for(lambda: len(rec.actions) > 10, 60), "no policy/action from the policy node"
@@ -124,8 +149,12 @@ def test_slow_model_keeps_the_tick_and_inputs_lost_stop_publishing(node_process,
         t = stamp_to_ns(a.header.stamp)
         recent = {b.chunk_id for b in rec.actions if t - fade_ns <= stamp_to_ns(b.header.stamp) <= t} | {a.chunk_id}
         paths = [by_id[i] for i in recent if i in by_id]
-        near = [r.left.pose.position.z for p in paths for r in p.rows
-                if -2 * PERIOD_NS <= stamp_to_ns(r.header.stamp) - t <= PERIOD_NS]
+        near = [
+            r.left.pose.position.z
+            for p in paths
+            for r in p.rows
+            if -2 * PERIOD_NS <= stamp_to_ns(r.header.stamp) - t <= PERIOD_NS
+        ]
         assert near, (a.row, "no row of its chunk around the tick")
         near += [p.rows[-1].left.pose.position.z for p in paths if stamp_to_ns(p.rows[-1].header.stamp) < t]
         assert min(near) - 2e-4 <= a.left.pose.position.z <= max(near) + 2e-4, (a.row, near, a.left.pose.position.z)
@@ -152,19 +181,43 @@ def test_slow_model_keeps_the_tick_and_inputs_lost_stop_publishing(node_process,
 
 def test_killed_remote_server_drains_stops_and_reconnects(node_process, ros_node, tmp_path):
     address = f"tcp://127.0.0.1:{free_port()}"
-    cmd = [sys.executable, "-m", "egomimic_policy.remote.server", "--policy", "scripted", "--bind", address,
-           "--inject-latency-ms", "50"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "egomimic_policy.remote.server",
+        "--policy",
+        "scripted",
+        "--bind",
+        address,
+        "--inject-latency-ms",
+        "50",
+    ]
 
     def start_server():
-        return subprocess.Popen(cmd, cwd=REPO_ROOT, env=dict(os.environ), stdout=open(tmp_path / "server.log", "a"),
-                                stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            cmd,
+            cwd=REPO_ROOT,
+            env=dict(os.environ),
+            stdout=open(tmp_path / "server.log", "a"),
+            stderr=subprocess.STDOUT,
+        )
 
     server = start_server()
     try:
         time.sleep(1.0)
-        node_process("egomimic_nodes.policy_node", "-r", "__ns:=/eva", "-p", f"policy:={address}",
-                     "-p", "executor.max_dry_s:=0.5", "-p", "remote.heartbeat_timeout_s:=0.5",
-                     "-p", "remote.connect_timeout_s:=30.0")
+        node_process(
+            "egomimic_nodes.policy_node",
+            "-r",
+            "__ns:=/eva",
+            "-p",
+            f"policy:={address}",
+            "-p",
+            "executor.max_dry_s:=0.5",
+            "-p",
+            "remote.heartbeat_timeout_s:=0.5",
+            "-p",
+            "remote.connect_timeout_s:=30.0",
+        )
         ArmStatePublisher(ros_node)
         rec = Recorder(ros_node)
         assert wait_for(lambda: len(rec.actions) > 30, 60), "no policy/action through the remote server"
@@ -186,17 +239,29 @@ def test_killed_remote_server_drains_stops_and_reconnects(node_process, ros_node
         n_before = len(rec.actions)
         server = start_server()
         assert wait_for(lambda: len(rec.actions) > n_before + 30, 60), "no policy/action after the server restarted"
-        assert wait_for(lambda: rec.diags[-1].get("remote_state") == "connected"
-                        and rec.diags[-1]["server_pid"] != first_pid, 10)
+        assert wait_for(
+            lambda: rec.diags[-1].get("remote_state") == "connected" and rec.diags[-1]["server_pid"] != first_pid, 10
+        )
     finally:
         server.kill()
         server.wait(5)
 
 
 def test_a_model_family_takes_camera_frames_and_a_dead_camera_stops_it(node_process, ros_node):
-    cameras = node_process("egomimic_nodes.camera_node", "-r", "__ns:=/eva", "-r", "__node:=cameras",
-                           "-p", "cameras:=[front_1,left_wrist,right_wrist]", "-p", "backend:=synthetic")
-    node_process("egomimic_nodes.policy_node", "-r", "__ns:=/eva", "-p", "policy:=fold", "-p", "executor.max_dry_s:=0.5")
+    cameras = node_process(
+        "egomimic_nodes.camera_node",
+        "-r",
+        "__ns:=/eva",
+        "-r",
+        "__node:=cameras",
+        "-p",
+        "cameras:=[front_1,left_wrist,right_wrist]",
+        "-p",
+        "backend:=synthetic",
+    )
+    node_process(
+        "egomimic_nodes.policy_node", "-r", "__ns:=/eva", "-p", "policy:=fold", "-p", "executor.max_dry_s:=0.5"
+    )
     ArmStatePublisher(ros_node)
     rec = Recorder(ros_node)
     assert wait_for(lambda: len(rec.actions) > 30, 90), "no policy/action from policy:=fold"
@@ -238,22 +303,34 @@ def test_parameters_come_from_the_config_dataclasses(node_process, ros_node):
 
     node_process("egomimic_nodes.policy_node", "-r", "__ns:=/eva", "-p", "policy:=scripted", "-p", "rate_hz:=30")
     fields = {f.name: f for f in dataclasses.fields(RolloutConfig)}
-    for prefix, cls, fixed in (("executor.", ExecutorConfig, {"rate_hz"}), ("scripted.", ScriptedChunkConfig, set()),
-                               ("scripted.", ScriptedMotionConfig, set()), ("remote.", RemoteConfig, {"address", "rate_hz"})):
+    for prefix, cls, fixed in (
+        ("executor.", ExecutorConfig, {"rate_hz"}),
+        ("scripted.", ScriptedChunkConfig, set()),
+        ("scripted.", ScriptedMotionConfig, set()),
+        ("remote.", RemoteConfig, {"address", "rate_hz"}),
+    ):
         fields.update({prefix + f.name: f for f in dataclasses.fields(cls) if f.name not in fixed})
     listed = _call(ros_node, ListParameters, "/eva/policy/list_parameters", ListParameters.Request(), 30.0)
     assert set(fields) <= set(listed.result.names), sorted(set(fields) - set(listed.result.names))
     names = sorted(fields)
-    described = _call(ros_node, DescribeParameters, "/eva/policy/describe_parameters", DescribeParameters.Request(names=names))
+    described = _call(
+        ros_node, DescribeParameters, "/eva/policy/describe_parameters", DescribeParameters.Request(names=names)
+    )
     for name, desc in zip(names, described.descriptors):
         assert desc.read_only and desc.description == fields[name].metadata["help"], name
         if "range" in fields[name].metadata:
             [r] = desc.floating_point_range or desc.integer_range
             assert (r.from_value, r.to_value) == pytest.approx(fields[name].metadata["range"]), name
-    [rate] = _call(ros_node, GetParameters, "/eva/policy/get_parameters", GetParameters.Request(names=["rate_hz"])).values
+    [rate] = _call(
+        ros_node, GetParameters, "/eva/policy/get_parameters", GetParameters.Request(names=["rate_hz"])
+    ).values
     assert (rate.double_value if rate.type == ParameterType.PARAMETER_DOUBLE else rate.integer_value) == 30  # it runs
-    change = Parameter(name="executor.max_dry_s", value=ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=2.0))
-    [result] = _call(ros_node, SetParameters, "/eva/policy/set_parameters", SetParameters.Request(parameters=[change])).results
+    change = Parameter(
+        name="executor.max_dry_s", value=ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=2.0)
+    )
+    [result] = _call(
+        ros_node, SetParameters, "/eva/policy/set_parameters", SetParameters.Request(parameters=[change])
+    ).results
     assert not result.successful and "read-only" in result.reason
 
 

@@ -50,10 +50,22 @@ def test_a_node_that_stops_answering_is_a_dead_node(tmp_path):
 
     from .conftest import LAUNCH, REPO_ROOT
 
-    cmd = LAUNCH + ["eva_bimanual.launch.py", "--duration", "60", "--summary", "--summary-json", str(tmp_path / "s.json"),
-                    "--run-dir", str(tmp_path / "run"), "--quiet", "--heartbeat-timeout", "1.0"]
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    cmd = LAUNCH + [
+        "eva_bimanual.launch.py",
+        "--duration",
+        "60",
+        "--summary",
+        "--summary-json",
+        str(tmp_path / "s.json"),
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--quiet",
+        "--heartbeat-timeout",
+        "1.0",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO_ROOT, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
     reader.start()
@@ -69,7 +81,9 @@ def test_a_node_that_stops_answering_is_a_dead_node(tmp_path):
     gate = None
     try:
         assert wait_line("all 6 nodes up", 90), "".join(lines)[-3000:]
-        gate = next(p for p in psutil.Process(proc.pid).children(recursive=True) if "__node:=safety_gate" in p.cmdline())
+        gate = next(
+            p for p in psutil.Process(proc.pid).children(recursive=True) if "__node:=safety_gate" in p.cmdline()
+        )
         t_stop = time.monotonic()
         gate.suspend()
         assert wait_line("SAFE STOP", 10), "".join(lines)[-3000:]

@@ -44,7 +44,6 @@ FORBIDDEN_PACKAGES = {
 DATA_MAY_IMPORT_FROM_HW = frozenset({"egomimic_hw.description"})
 
 
-
 @dataclass(frozen=True)
 class Import:
     target: str
@@ -89,10 +88,16 @@ def _imported_names(node: ast.AST, package: str) -> list[str]:
             base = node.module or ""
         # `from pkg import name`: a submodule when pkg.name is one, else an attribute of pkg.
         return [f"{base}.{alias.name}" for alias in node.names] + [base]
-    if (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
-            and ((isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
-                 or (isinstance(node.func, ast.Name) and node.func.id == "import_module"))):
+    if (
+        isinstance(node, ast.Call)
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+        and (
+            (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+            or (isinstance(node.func, ast.Name) and node.func.id == "import_module")
+        )
+    ):
         return [node.args[0].value]
     return []
 
@@ -188,8 +193,9 @@ def _cycle_within(component: list[str], edges: dict[str, set[str]]) -> list[str]
 
 def _is_ros(top_level: str) -> bool:
     """rclpy, rosidl and every ROS interface package (`*_msgs`, `*_srvs`, `*_interfaces`)."""
-    return (top_level == "rclpy" or top_level.startswith("rosidl")
-            or top_level.endswith(("_msgs", "_srvs", "_interfaces")))
+    return (
+        top_level == "rclpy" or top_level.startswith("rosidl") or top_level.endswith(("_msgs", "_srvs", "_interfaces"))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -199,8 +205,7 @@ def graph():
 
 def edges_of(graph_and_modules) -> dict[str, set[str]]:
     graph, modules = graph_and_modules
-    return {m: {i.target for i in imports if i.target in modules}
-            for m, imports in graph.items()}
+    return {m: {i.target for i in imports if i.target in modules} for m, imports in graph.items()}
 
 
 def describe(cycle: list[str], graph) -> str:
@@ -228,26 +233,38 @@ def test_no_import_cycle(graph):
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_library_imports_no_layer_above_it(graph, library):
     imports, _ = graph
-    bad = [f"{m} imports {i.target} at {i.where()}"
-           for m, found in imports.items() if m.split(".")[0] == library
-           for i in found if i.target.split(".")[0] in FORBIDDEN_PACKAGES[library]]
+    bad = [
+        f"{m} imports {i.target} at {i.where()}"
+        for m, found in imports.items()
+        if m.split(".")[0] == library
+        for i in found
+        if i.target.split(".")[0] in FORBIDDEN_PACKAGES[library]
+    ]
     assert not bad, "\n".join(bad)
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_library_is_ros_free(graph, library):
     imports, _ = graph
-    bad = [f"{m} imports {i.target} at {i.where()}"
-           for m, found in imports.items() if m.split(".")[0] == library
-           for i in found if _is_ros(i.target.split(".")[0])]
+    bad = [
+        f"{m} imports {i.target} at {i.where()}"
+        for m, found in imports.items()
+        if m.split(".")[0] == library
+        for i in found
+        if _is_ros(i.target.split(".")[0])
+    ]
     assert not bad, "\n".join(bad)
 
 
 def test_data_takes_only_the_description_from_hw(graph):
     imports, _ = graph
-    bad = [f"{m} imports {i.target} at {i.where()}"
-           for m, found in imports.items() if m.split(".")[0] == "egomimic_data"
-           for i in found if i.target.split(".")[0] == "egomimic_hw" and i.target not in DATA_MAY_IMPORT_FROM_HW]
+    bad = [
+        f"{m} imports {i.target} at {i.where()}"
+        for m, found in imports.items()
+        if m.split(".")[0] == "egomimic_data"
+        for i in found
+        if i.target.split(".")[0] == "egomimic_hw" and i.target not in DATA_MAY_IMPORT_FROM_HW
+    ]
     assert not bad, "\n".join(bad)
 
 
@@ -266,13 +283,21 @@ def test_reader_sees_lazy_relative_and_dynamic_imports(tmp_path):
         "    from .sub.leaf import VALUE\n"
         "    import rclpy.node\n"
         "    import importlib\n"
-        "    return importlib.import_module('pkg.other')\n")
+        "    return importlib.import_module('pkg.other')\n"
+    )
     (pkg / "other.py").write_text("from pkg.sub import leaf\nfrom pkg.top import later\n")
     imports, modules = import_graph({"pkg": pkg})
     assert modules == {"pkg", "pkg.sub", "pkg.sub.leaf", "pkg.top", "pkg.other"}
     seen = {(i.target, i.lazy) for i in imports["pkg.top"]}
-    assert seen == {("numpy", False), ("pkg.sub", False), ("pkg.sub.leaf", False), ("pkg.sub.leaf", True),
-                    ("rclpy", True), ("importlib", True), ("pkg.other", True)}
+    assert seen == {
+        ("numpy", False),
+        ("pkg.sub", False),
+        ("pkg.sub.leaf", False),
+        ("pkg.sub.leaf", True),
+        ("rclpy", True),
+        ("importlib", True),
+        ("pkg.other", True),
+    }
     assert {i.line for i in imports["pkg.top"] if i.target == "pkg.sub"} == {2, 3}  # line 3: a submodule and a name
     assert {i.target for i in imports["pkg.sub"]} == {"pkg.sub.leaf"}
     assert cycles(edges_of((imports, modules))) == [["pkg.other", "pkg.top", "pkg.other"]]

@@ -10,8 +10,8 @@ from egomimic_data.episode_format import (
     EpisodeError,
     EpisodeMeta,
     EpisodeReader,
-    EpisodeWriter,
     EpisodeWriteError,
+    EpisodeWriter,
     episode_name,
     numeric_keys,
 )
@@ -39,12 +39,18 @@ def values(t):
 
 
 def write(path, n, **kw):
-    meta = EpisodeMeta(task_name="unit", calibration={"front_1": {"width": 640, "height": 480, "fx": 266.5,
-                                                                  "fy": 266.5, "cx": 320, "cy": 240}})
+    meta = EpisodeMeta(
+        task_name="unit",
+        calibration={"front_1": {"width": 640, "height": 480, "fx": 266.5, "fy": 266.5, "cx": 320, "cy": 240}},
+    )
     with EpisodeWriter(path, meta, **kw) as w:
         for t in range(n):
-            w.add(1_000 + t * 33_333_333, {c: image(t, c) for c in CAMS}, values(t),
-                  image_stamps_ns={c: 900 + t * 33_333_333 + i for i, c in enumerate(CAMS)})
+            w.add(
+                1_000 + t * 33_333_333,
+                {c: image(t, c) for c in CAMS},
+                values(t),
+                image_stamps_ns={c: 900 + t * 33_333_333 + i for i, c in enumerate(CAMS)},
+            )
     return meta
 
 

@@ -41,8 +41,14 @@ class StandInJointController:
 
     KP_RAISE_LIMIT_RAD = 0.2  # the SDK throws when kp rises from 0 with the command this far away
 
-    def __init__(self, robot_config, controller_config, interface, start_joints=(0.3, 0.8, 0.9, -0.4, 0.2, 0.1),
-                 gripper_floor_m=0.0):
+    def __init__(
+        self,
+        robot_config,
+        controller_config,
+        interface,
+        start_joints=(0.3, 0.8, 0.9, -0.4, 0.2, 0.1),
+        gripper_floor_m=0.0,
+    ):
         self.robot_config = robot_config  # the SDK keeps its own copy; so does the stand-in (below)
         self.controller_config = controller_config
         self.interface = interface
@@ -83,7 +89,9 @@ class StandInJointController:
 
     def set_gain(self, gain):
         raising = (np.asarray(self.gain.kp()) == 0) & (np.asarray(gain.kp()) > 0)
-        if np.any(raising & (np.abs(np.asarray(self.cmd.pos()) - np.asarray(self.state.pos())) > self.KP_RAISE_LIMIT_RAD)):
+        if np.any(
+            raising & (np.abs(np.asarray(self.cmd.pos()) - np.asarray(self.state.pos())) > self.KP_RAISE_LIMIT_RAD)
+        ):
             raise RuntimeError("kp raised from zero while the command is far from the measured position")
         self.gain = gain
 
@@ -199,8 +207,16 @@ def test_a_robot_config_that_does_not_read_back_is_refused():
         Arx5Controller("can1", controller_factory=KeepsDefaults)
 
 
-@pytest.mark.parametrize("kwargs", [dict(gripper_open_m=0.0), dict(gripper_open_m=94.5), dict(gripper_open_m=np.nan),
-                                    dict(gripper_torque_max_nm=0.0), dict(gripper_torque_max_nm=40.0)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(gripper_open_m=0.0),
+        dict(gripper_open_m=94.5),
+        dict(gripper_open_m=np.nan),
+        dict(gripper_torque_max_nm=0.0),
+        dict(gripper_torque_max_nm=40.0),
+    ],
+)
 def test_implausible_gripper_settings_are_refused_before_the_sdk_is_touched(kwargs):
     calls = []
     with pytest.raises(ConfigError):
@@ -225,17 +241,21 @@ def test_the_arx5_yaml_leaves_the_drivers_on_the_code_defaults_which_are_evas():
 
 # -- gripper range: what the SDK build in use would clip ------------------------------------------
 
+
 def test_the_installed_pypi_wheel_is_detected_as_unpatched():
     build = detect_sdk_build(arx5)
     assert build.patched is False and build.gripper_floor_m == 0.0
     assert "unpatched" in build.describe() and "emergency below -0.005 m" in build.describe()
 
 
-@pytest.mark.parametrize("content,patched", [
-    (b"...Gripper position error: got {:.3f} but should be in {:.3f}~{:.3f} (m). Please...", True),
-    (b"...Gripper position error: got {:.3f} but should be in 0~{:.3f} (m). Please...", False),
-    (b"no such message", None),
-])
+@pytest.mark.parametrize(
+    "content,patched",
+    [
+        (b"...Gripper position error: got {:.3f} but should be in {:.3f}~{:.3f} (m). Please...", True),
+        (b"...Gripper position error: got {:.3f} but should be in 0~{:.3f} (m). Please...", False),
+        (b"no such message", None),
+    ],
+)
 def test_build_detection_reads_the_gripper_check_message(tmp_path, content, patched):
     (tmp_path / "python").mkdir()
     (tmp_path / "python" / "arx5_interface.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\x7fELF" + content)
@@ -246,13 +266,16 @@ def test_build_detection_reads_the_gripper_check_message(tmp_path, content, patc
     assert build.gripper_floor_m == (-0.012 if patched else 0.0)
 
 
-@pytest.mark.parametrize("patched,asked_m,sent_m", [
-    (False, -0.012, 0.0),  # the calibrated close, below the PyPI wheel's floor
-    (True, -0.012, -0.012),  # the patched build takes it
-    (True, -0.02, -0.012),
-    (False, 0.0945, 0.0945),  # the calibrated open, inside the widened range
-    (False, 0.2, None),  # above the width: the width
-])
+@pytest.mark.parametrize(
+    "patched,asked_m,sent_m",
+    [
+        (False, -0.012, 0.0),  # the calibrated close, below the PyPI wheel's floor
+        (True, -0.012, -0.012),  # the patched build takes it
+        (True, -0.02, -0.012),
+        (False, 0.0945, 0.0945),  # the calibrated open, inside the widened range
+        (False, 0.2, None),  # above the width: the width
+    ],
+)
 def test_gripper_commands_are_clamped_to_what_the_sdk_passes_on_and_counted(monkeypatch, patched, asked_m, sent_m):
     monkeypatch.setattr("egomimic_hw.driver.arx5.detect_sdk_build", lambda module: SdkBuild(patched, "test"))
     ctrl, sdk = make()
@@ -266,8 +289,13 @@ def test_gripper_commands_are_clamped_to_what_the_sdk_passes_on_and_counted(monk
 
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(kp=(80, 70, 70, 30, 30)), dict(kd=(2, 2, 2, 1, 1, np.nan)), dict(kp=(800, 70, 70, 30, 30, 20)),
-     dict(gripper_kp=-1.0), dict(gripper_kd=X5_DEFAULT_GRIPPER_KD * MAX_GAIN_FACTOR * 1.01)],
+    [
+        dict(kp=(80, 70, 70, 30, 30)),
+        dict(kd=(2, 2, 2, 1, 1, np.nan)),
+        dict(kp=(800, 70, 70, 30, 30, 20)),
+        dict(gripper_kp=-1.0),
+        dict(gripper_kd=X5_DEFAULT_GRIPPER_KD * MAX_GAIN_FACTOR * 1.01),
+    ],
 )
 def test_bad_gains_are_refused(kwargs):
     with pytest.raises(ConfigError):

@@ -37,6 +37,7 @@ def textured(h, w, seed=0):
 
 # ---- shaping ---------------------------------------------------------------------------------
 
+
 def test_shaper_area_resizes_960x720_and_scales_intrinsics():
     src = textured(720, 960)
     shaper = FrameShaper(640, 480)
@@ -59,10 +60,12 @@ def test_shaper_converts_bgr_once_and_passes_rgb_through():
 
 def test_calibration_yaml_is_read(tmp_path):
     f = tmp_path / "cal.yaml"
-    f.write_text("image_width: 1280\nimage_height: 720\ncamera_name: left_wrist\n"
-                 "camera_matrix: {rows: 3, cols: 3, data: [640.5, 0, 641.2, 0, 640.1, 362.3, 0, 0, 1]}\n"
-                 "distortion_model: plumb_bob\n"
-                 "distortion_coefficients: {rows: 1, cols: 5, data: [-0.05, 0.06, 0.0, 0.001, -0.02]}\n")
+    f.write_text(
+        "image_width: 1280\nimage_height: 720\ncamera_name: left_wrist\n"
+        "camera_matrix: {rows: 3, cols: 3, data: [640.5, 0, 641.2, 0, 640.1, 362.3, 0, 0, 1]}\n"
+        "distortion_model: plumb_bob\n"
+        "distortion_coefficients: {rows: 1, cols: 5, data: [-0.05, 0.06, 0.0, 0.001, -0.02]}\n"
+    )
     k = load_calibration(f)
     assert (k.width, k.height, k.fx, k.fy, k.cx, k.cy) == (1280, 720, 640.5, 640.1, 641.2, 362.3)
     assert k.distortion == (-0.05, 0.06, 0.0, 0.001, -0.02)
@@ -79,6 +82,7 @@ def test_unknown_backend_lists_choices():
 
 
 # ---- synthetic --------------------------------------------------------------------------------
+
 
 def test_wrist_scene_is_centred_on_the_sim_start_pose_at_link6():
     start_m = ArmKinematics().forward(np.asarray(SimConfig().initial_joints_rad))[:3]
@@ -107,6 +111,7 @@ def test_synthetic_paces_at_rate_and_follows_the_arm():
 
 
 # ---- replay -----------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def episode(tmp_path_factory):
@@ -172,13 +177,17 @@ def test_replay_refuses_missing_path_and_camera(tmp_path, episode):
         ReplayCamera("front_1", tmp_path)
     meta = EpisodeMeta(task_name="one_cam", cameras=("front_1",))
     with EpisodeWriter(tmp_path / "one.zarr", meta) as w:
-        w.add(0, {"front_1": textured(480, 640)}, {k: np.zeros(7 if "pose" in k else 6 if "joints" in k else 1)
-                                                   for k in numeric_keys()})
+        w.add(
+            0,
+            {"front_1": textured(480, 640)},
+            {k: np.zeros(7 if "pose" in k else 6 if "joints" in k else 1) for k in numeric_keys()},
+        )
     with pytest.raises(ConfigError, match="no camera 'left_wrist'"):
         ReplayCamera("left_wrist", tmp_path / "one.zarr")
 
 
 # ---- v4l2 -------------------------------------------------------------------------------------
+
 
 @pytest.mark.skipif(bool(glob.glob("/dev/video*")), reason="a video device is present")
 def test_v4l2_without_device_fails_cleanly_and_fast():
@@ -221,9 +230,11 @@ def test_v4l2_frame_handling_on_a_recorded_mjpg_file(tmp_path):
 
 # ---- realsense --------------------------------------------------------------------------------
 
+
 def test_realsense_without_library_fails_cleanly():
     try:
         import pyrealsense2  # noqa: F401
+
         pytest.skip("pyrealsense2 is installed here")
     except ImportError:
         pass

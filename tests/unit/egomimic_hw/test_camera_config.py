@@ -65,7 +65,11 @@ def test_health_thresholds_are_checked_against_the_rate():
         CameraNodeConfig(freeze_after_s=0.0)
     health = CameraNodeConfig(rate_hz=60.0, stall_after_s=0.05, freeze_after_s=0.5, freeze_max_abs_diff=3).health
     assert (health.expected_rate_hz, health.stall_after_s, health.freeze_after_s, health.freeze_max_abs_diff) == (
-        60.0, 0.05, 0.5, 3)
+        60.0,
+        0.05,
+        0.5,
+        3,
+    )
 
 
 def test_the_fault_at_start_must_name_a_camera_served_here():
@@ -80,8 +84,15 @@ def test_jpeg_quality_applies_only_when_compressed_images_are_published():
 
 
 def test_source_takes_the_published_size_unless_a_source_size_is_asked():
-    config = CameraNodeConfig(cameras=("front_1", "left_wrist"), width=320, height=240, rate_hz=15.0,
-                              replay_path="/data/ep.zarr", replay_loop=False, replay_fps=10.0)
+    config = CameraNodeConfig(
+        cameras=("front_1", "left_wrist"),
+        width=320,
+        height=240,
+        rate_hz=15.0,
+        replay_path="/data/ep.zarr",
+        replay_loop=False,
+        replay_fps=10.0,
+    )
     src = config.source("front_1", CameraDeviceConfig(device="/dev/video2", calibration_file="/cal.yaml"))
     assert (src.camera, src.width, src.height, src.rate_hz) == ("front_1", 320, 240, 15.0)
     assert (src.device, src.calibration_file) == ("/dev/video2", "/cal.yaml")
@@ -94,14 +105,19 @@ def test_source_takes_the_published_size_unless_a_source_size_is_asked():
 
 def camera_parameters(path: Path) -> dict[str, dict]:
     """The camera nodes' parameters in a bring-up YAML, nested keys joined with dots."""
+
     def flat(d, prefix=""):
         out = {}
         for k, v in d.items():
             out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
         return out
+
     data = yaml.safe_load(path.read_text()) or {}
-    return {key: flat(value["ros__parameters"]) for key, value in data.items()
-            if key.split("/")[-1] == "cameras" or key.split("/")[-1].startswith("camera_")}
+    return {
+        key: flat(value["ros__parameters"])
+        for key, value in data.items()
+        if key.split("/")[-1] == "cameras" or key.split("/")[-1].startswith("camera_")
+    }
 
 
 @pytest.mark.parametrize("yaml_file", sorted(p.name for p in CONFIG_DIR.glob("*.yaml")))

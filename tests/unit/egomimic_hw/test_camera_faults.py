@@ -83,7 +83,9 @@ def test_stall_delivers_nothing_and_a_fault_of_another_camera_changes_nothing():
         assert not np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("spec, expected", [("freeze:front_1", HealthState.FROZEN), ("stall:front_1", HealthState.STALLED)])
+@pytest.mark.parametrize(
+    "spec, expected", [("freeze:front_1", HealthState.FROZEN), ("stall:front_1", HealthState.STALLED)]
+)
 def test_the_health_monitor_reports_the_injected_fault(spec, expected):
     """What the camera node does per frame: read, then judge what it would publish."""
     config = HealthConfig(expected_rate_hz=30.0)

@@ -105,10 +105,16 @@ def test_still_synthetic_scene_is_not_frozen():
         assert report.state == HealthState.OK and report.duplicated == 0, cam
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"expected_rate_hz": 0.0}, {"freeze_after_s": -1.0}, {"stall_after_s": 0.01},
-    {"freeze_max_abs_diff": 300}, {"window_s": float("nan")},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"expected_rate_hz": 0.0},
+        {"freeze_after_s": -1.0},
+        {"stall_after_s": 0.01},
+        {"freeze_max_abs_diff": 300},
+        {"window_s": float("nan")},
+    ],
+)
 def test_bad_config_raises(kwargs):
     with pytest.raises(ConfigError):
         HealthConfig(**kwargs)

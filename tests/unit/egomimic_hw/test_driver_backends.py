@@ -58,7 +58,8 @@ def test_neither_the_contract_nor_the_table_imports_the_hardware_backend():
         "open_controller('sim').read(0.01)\n"
         "loaded = {'egomimic_hw.driver.arx5', 'arx5_interface'} & set(sys.modules)\n"
         "assert not loaded, f'sim loaded {loaded}'\n"
-        "print('ok')\n")
+        "print('ok')\n"
+    )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
@@ -72,6 +73,9 @@ def test_a_missing_sdk_is_reported_with_its_fix():
         "try:\n"
         "    open_controller('arx5', arx5=Arx5Config('can1'))\n"
         "except BackendUnavailable as exc:\n"
-        "    print(exc)\n")
+        "    print(exc)\n"
+    )
     assert out.returncode == 0, out.stderr
-    assert "arx5_interface" in out.stdout and "is not importable" in out.stdout and "make setup" in out.stdout, out.stdout
+    assert "arx5_interface" in out.stdout and "is not importable" in out.stdout and "make setup" in out.stdout, (
+        out.stdout
+    )

@@ -48,15 +48,18 @@ def test_values_are_put_in_the_arm_order_by_name():
     assert np.array_equal(in_arm_order(values, NAMES, NAMES)[0], values)
     shuffled = [NAMES[i] for i in (6, 2, 0, 5, 1, 4, 3)]
     ordered, why = in_arm_order(values, shuffled, NAMES)
-    assert why == "" and {n: v for n, v in zip(shuffled, values)} == dict(zip(NAMES, ordered))
+    assert why == "" and dict(zip(shuffled, values, strict=True)) == dict(zip(NAMES, ordered, strict=True))
 
 
-@pytest.mark.parametrize("names", [
-    NAMES[:6],  # the gripper missing
-    [n.replace("left", "right") for n in NAMES],  # the other arm's
-    NAMES[:6] + [NAMES[0]],  # a joint twice: which value would it be?
-    NAMES + ["left_joint7"],
-])
+@pytest.mark.parametrize(
+    "names",
+    [
+        NAMES[:6],  # the gripper missing
+        [n.replace("left", "right") for n in NAMES],  # the other arm's
+        NAMES[:6] + [NAMES[0]],  # a joint twice: which value would it be?
+        NAMES + ["left_joint7"],
+    ],
+)
 def test_names_that_are_not_the_arms_are_refused(names):
     values, why = in_arm_order(np.zeros(len(names)), names, NAMES)
     assert why.startswith("joint names") and str(NAMES) in why

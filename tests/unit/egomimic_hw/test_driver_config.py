@@ -50,13 +50,18 @@ def test_unset_gripper_overrides_mean_the_backends_calibration():
         DriverNodeConfig(gripper_open_m=0.0, gripper_close_m=0.01)
 
 
-@pytest.mark.parametrize("rate_hz, pose_rate_hz, every", [(100.0, 30.0, 3), (100.0, 0.0, 1), (100.0, 500.0, 1), (200.0, 50.0, 4)])
+@pytest.mark.parametrize(
+    "rate_hz, pose_rate_hz, every", [(100.0, 30.0, 3), (100.0, 0.0, 1), (100.0, 500.0, 1), (200.0, 50.0, 4)]
+)
 def test_ee_pose_goes_out_every_nth_tick(rate_hz, pose_rate_hz, every):
     assert DriverNodeConfig(rate_hz=rate_hz, pose_rate_hz=pose_rate_hz).pose_every_ticks == every
 
 
 def test_the_two_simulated_arms_draw_different_noise():
-    assert (DriverNodeConfig(arm="left", seed=5).controller_seed, DriverNodeConfig(arm="right", seed=5).controller_seed) == (5, 6)
+    assert (
+        DriverNodeConfig(arm="left", seed=5).controller_seed,
+        DriverNodeConfig(arm="right", seed=5).controller_seed,
+    ) == (5, 6)
 
 
 def test_the_arx5_config_takes_the_arms_own_bus_unless_one_is_given():

@@ -14,14 +14,36 @@ from egomimic_hw.embodiment import (
 from egomimic_hw.errors import ConfigError
 
 # The ids of docs/eva.md, written out independently of the enum: a renumbering fails here.
-CURRENT = {"human_right_arm": 1, "human_left_arm": 2, "human_bimanual": 3, "eva_right_arm": 4,
-           "eva_left_arm": 5, "eva_bimanual": 6, "pushshapes_sim": 15, "pushshapes_stick": 16,
-           "pushshapes_small_circle": 17}
+CURRENT = {
+    "human_right_arm": 1,
+    "human_left_arm": 2,
+    "human_bimanual": 3,
+    "eva_right_arm": 4,
+    "eva_left_arm": 5,
+    "eva_bimanual": 6,
+    "pushshapes_sim": 15,
+    "pushshapes_stick": 16,
+    "pushshapes_small_circle": 17,
+}
 
-UPSTREAM_LEGACY = {"EVE_RIGHT_ARM": 0, "EVE_LEFT_ARM": 1, "EVE_BIMANUAL": 2, "ARIA_RIGHT_ARM": 3, "ARIA_LEFT_ARM": 4,
-                   "ARIA_BIMANUAL": 5, "EVA_RIGHT_ARM": 6, "EVA_LEFT_ARM": 7, "EVA_BIMANUAL": 8, "MECKA_BIMANUAL": 9,
-                   "MECKA_RIGHT_ARM": 10, "MECKA_LEFT_ARM": 11, "SCALE_BIMANUAL": 12, "SCALE_RIGHT_ARM": 13,
-                   "SCALE_LEFT_ARM": 14, "EGO_VIEW_BIMANUAL": 18}
+UPSTREAM_LEGACY = {
+    "EVE_RIGHT_ARM": 0,
+    "EVE_LEFT_ARM": 1,
+    "EVE_BIMANUAL": 2,
+    "ARIA_RIGHT_ARM": 3,
+    "ARIA_LEFT_ARM": 4,
+    "ARIA_BIMANUAL": 5,
+    "EVA_RIGHT_ARM": 6,
+    "EVA_LEFT_ARM": 7,
+    "EVA_BIMANUAL": 8,
+    "MECKA_BIMANUAL": 9,
+    "MECKA_RIGHT_ARM": 10,
+    "MECKA_LEFT_ARM": 11,
+    "SCALE_BIMANUAL": 12,
+    "SCALE_RIGHT_ARM": 13,
+    "SCALE_LEFT_ARM": 14,
+    "EGO_VIEW_BIMANUAL": 18,
+}
 """Upstream's pre-collapse EMBODIMENT enum as EgoVerse defines it (names and numbers)."""
 
 

@@ -112,8 +112,11 @@ def test_mat_quat_round_trip_property(v):
     assert np.allclose(mat_to_quat(quat_to_mat(q)), q, atol=1e-9)
 
 
-unit_quats = st.lists(st.floats(-1, 1, allow_nan=False), min_size=4, max_size=4).filter(
-    lambda v: np.linalg.norm(v) > 1e-2).map(lambda v: np.asarray(v) / np.linalg.norm(v))
+unit_quats = (
+    st.lists(st.floats(-1, 1, allow_nan=False), min_size=4, max_size=4)
+    .filter(lambda v: np.linalg.norm(v) > 1e-2)
+    .map(lambda v: np.asarray(v) / np.linalg.norm(v))
+)
 positions = st.lists(st.floats(-1, 1, allow_nan=False), min_size=3, max_size=3).map(np.asarray)
 poses = st.tuples(positions, unit_quats).map(lambda pq: np.concatenate(pq))
 
@@ -140,7 +143,9 @@ def test_dataset_rotation_matches_scipy_property(pose):
 def test_two_real_arm_poses_round_trip():
     """Non-trivial poses of the two arms (both rotated away from identity about all axes)."""
     left = np.concatenate([[0.25, 0.1, 0.2], Rotation.from_euler("ZYX", [0.3, -0.4, 1.1]).as_quat(scalar_first=True)])
-    right = np.concatenate([[0.3, -0.12, 0.18], Rotation.from_euler("ZYX", [-0.7, 0.5, -2.0]).as_quat(scalar_first=True)])
+    right = np.concatenate(
+        [[0.3, -0.12, 0.18], Rotation.from_euler("ZYX", [-0.7, 0.5, -2.0]).as_quat(scalar_first=True)]
+    )
     both = np.stack([left, right])
     ds = pose_ds_from_hw(both)
     assert not same_pose(ds, both, atol=1e-3)
@@ -149,8 +154,12 @@ def test_two_real_arm_poses_round_trip():
 
 def test_single_euler_fast_path_equals_batched_path():
     rng = np.random.default_rng(11)
-    ypr = np.concatenate([rng.uniform(-np.pi, np.pi, size=(5_000, 3)),
-                          [[0.0, np.pi / 2, 0.0], [0.0, -np.pi / 2, 0.3], [np.pi, 0.0, -np.pi], [0.0, 0.0, 0.0]]])
+    ypr = np.concatenate(
+        [
+            rng.uniform(-np.pi, np.pi, size=(5_000, 3)),
+            [[0.0, np.pi / 2, 0.0], [0.0, -np.pi / 2, 0.3], [np.pi, 0.0, -np.pi], [0.0, 0.0, 0.0]],
+        ]
+    )
     batched = ypr_to_mat(ypr)
     single = np.stack([ypr_to_mat(a) for a in ypr])
     assert np.max(np.abs(batched - single)) <= 1e-15
@@ -162,8 +171,12 @@ def test_single_euler_fast_path_equals_batched_path():
 
 def test_single_matrix_fast_path_equals_batched_path():
     mats = Rotation.random(5_000, random_state=7).as_matrix()
-    half_turns = np.stack([Rotation.from_rotvec(axis * np.pi).as_matrix()
-                           for axis in (*np.eye(3), np.array([1.0, 1.0, 0.0]) / np.sqrt(2))])
+    half_turns = np.stack(
+        [
+            Rotation.from_rotvec(axis * np.pi).as_matrix()
+            for axis in (*np.eye(3), np.array([1.0, 1.0, 0.0]) / np.sqrt(2))
+        ]
+    )
     mats = np.concatenate([mats, half_turns, np.eye(3)[None]])
     batched = mat_to_quat(mats)
     single = np.stack([mat_to_quat(m) for m in mats])

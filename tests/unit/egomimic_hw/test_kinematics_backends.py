@@ -73,6 +73,7 @@ def test_ik_reaches_the_same_targets_from_the_same_seeds(both, seed_spread_rad):
 
 # -- selection ----------------------------------------------------------------------------------
 
+
 @requires_sdk
 def test_auto_prefers_the_sdk_and_logs_it(caplog, monkeypatch):
     monkeypatch.delenv(KINEMATICS_ENV, raising=False)

@@ -53,8 +53,11 @@ def rotate_toward_cases():
 
 def test_rotate_toward_is_bit_identical_to_scipy():
     cases = rotate_toward_cases()
-    mismatches = [(qa, qb, lim) for qa, qb, lim in cases
-                  if not np.array_equal(quat_rotate_toward(qa, qb, lim), scipy_rotate_toward(qa, qb, lim))]
+    mismatches = [
+        (qa, qb, lim)
+        for qa, qb, lim in cases
+        if not np.array_equal(quat_rotate_toward(qa, qb, lim), scipy_rotate_toward(qa, qb, lim))
+    ]
     assert not mismatches, f"{len(mismatches)} of {len(cases)} differ from scipy, first: {mismatches[0]}"
 
 
@@ -69,8 +72,10 @@ def test_rotate_toward_moves_at_most_the_limit_and_stops_at_the_target():
     assert quat_angle(quat_rotate_toward(a, -b, 0.25 * full), step) < 1e-7  # -b is b: same short path
 
 
-@pytest.mark.parametrize("bad", [[0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [np.nan, 0.0, 0.0, 1.0],
-                                 [[1.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]])
+@pytest.mark.parametrize(
+    "bad",
+    [[0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [np.nan, 0.0, 0.0, 1.0], [[1.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]],
+)
 def test_rotate_toward_refuses_what_is_not_one_rotation(bad):
     with pytest.raises(PoseError):
         quat_rotate_toward(bad, [1.0, 0.0, 0.0, 0.0], 0.1)

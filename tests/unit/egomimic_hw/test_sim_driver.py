@@ -163,6 +163,7 @@ class _TeleportingController:
         r = self.inner.read(now_s)
         if self.jump_at is not None and now_s >= self.jump_at:
             from dataclasses import replace
+
             return replace(r, joints_rad=r.joints_rad + np.r_[1.0, np.zeros(5)])
         return r
 

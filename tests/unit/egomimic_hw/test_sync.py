@@ -44,7 +44,7 @@ def test_missing_stream_is_named():
     assert "no message yet on left_wrist" in result.reason
     assert result.values == {} and result.stamps == {}
     with pytest.raises(ValueError):
-        result.stamp_ns
+        _ = result.stamp_ns
 
 
 def test_stale_stream_is_named_with_its_age():

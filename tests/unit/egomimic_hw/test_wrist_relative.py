@@ -50,10 +50,14 @@ def test_degenerate_rot6d_raises():
         wrist_relative_decode(random_poses(1, 6)[0], enc)
 
 
-unit_quats = st.lists(st.floats(-1, 1, allow_nan=False), min_size=4, max_size=4).filter(
-    lambda v: np.linalg.norm(v) > 1e-2).map(lambda v: np.asarray(v) / np.linalg.norm(v))
+unit_quats = (
+    st.lists(st.floats(-1, 1, allow_nan=False), min_size=4, max_size=4)
+    .filter(lambda v: np.linalg.norm(v) > 1e-2)
+    .map(lambda v: np.asarray(v) / np.linalg.norm(v))
+)
 poses = st.tuples(st.lists(st.floats(-1, 1, allow_nan=False), min_size=3, max_size=3), unit_quats).map(
-    lambda pq: np.concatenate([np.asarray(pq[0]), pq[1]]))
+    lambda pq: np.concatenate([np.asarray(pq[0]), pq[1]])
+)
 
 
 @settings(max_examples=500, deadline=None)

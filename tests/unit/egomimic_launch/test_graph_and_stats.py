@@ -27,8 +27,10 @@ def test_arx5_backend_does_not_auto_arm_and_policy_none_drops_the_node():
     assert "policy" not in [n.name for n in graph.nodes]
 
 
-@pytest.mark.parametrize("args", [{"backend": "robot"}, {"nope": "1"}, {"params_file": "/does/not/exist.yaml"},
-                                  {"inject_latency_ms": "fast"}])
+@pytest.mark.parametrize(
+    "args",
+    [{"backend": "robot"}, {"nope": "1"}, {"params_file": "/does/not/exist.yaml"}, {"inject_latency_ms": "fast"}],
+)
 def test_bad_launch_arguments_are_refused(args):
     with pytest.raises(LaunchArgumentError):
         build_graph(args)
@@ -52,13 +54,15 @@ def test_the_operators_params_file_is_applied_last(tmp_path):
     mine = tmp_path / "mine.yaml"
     # the usual wildcard key, as in the deployment YAML (an exact /eva/policy key wins anyway)
     mine.write_text("/**/policy:\n  ros__parameters:\n    inject_latency_ms: 7.0\n    rate_hz: 15.0\n")
-    spec = next(n for n in build_graph({"params_file": str(mine), "inject_latency_ms": "3"}).nodes if n.name == "policy")
+    spec = next(
+        n for n in build_graph({"params_file": str(mine), "inject_latency_ms": "3"}).nodes if n.name == "policy"
+    )
     assert spec.parameters["inject_latency_ms"] == 3.0 and spec.override_files == (str(mine),)
     cmd = node_command(spec, spec.write_launch_params(tmp_path))
     files = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--params-file"]
     assert files[0].endswith("eva_sim.yaml") and files[-1] == str(mine)
     ctx = rclpy.Context()
-    rclpy.init(args=cmd[cmd.index("--ros-args"):], context=ctx, domain_id=0)
+    rclpy.init(args=cmd[cmd.index("--ros-args") :], context=ctx, domain_id=0)
     try:
         node = Node("policy", namespace="/eva", context=ctx, start_parameter_services=False)
         assert node.declare_parameter("inject_latency_ms", 0.0).value == 7.0, "params_file beats the launch argument"
@@ -83,7 +87,11 @@ def accumulate(t, window, latency=0.002, sources=None):
 def test_stream_stats_use_the_steady_window():
     t = list(np.arange(0, 10, 0.01))
     s = accumulate(t, (2.0, 8.0))
-    assert abs(s.rate_hz - 100.0) < 0.5 and abs(s.latency_p50_ms - 2.0) <= HALF_BIN_MS and abs(s.latency_p99_ms - 2.0) <= HALF_BIN_MS
+    assert (
+        abs(s.rate_hz - 100.0) < 0.5
+        and abs(s.latency_p50_ms - 2.0) <= HALF_BIN_MS
+        and abs(s.latency_p99_ms - 2.0) <= HALF_BIN_MS
+    )
     assert s.count == sum(1 for x in t if 2.0 <= x <= 8.0)
     assert abs(s.max_gap_s - 0.01) < 1e-9
 
@@ -133,7 +141,13 @@ def test_tracking_finds_the_lag():
 def test_cpu_lists_parse_like_linux_and_bad_ones_say_why():
     assert parse_cpu_list("0") == {0} and parse_cpu_list("0,2-3") == {0, 2, 3}
     assert parse_cpu_list("2-3,0") == {0, 2, 3}
-    for bad, why in [("", "bad entry"), ("a", "bad entry"), ("3-1", "backwards"), ("-1", "bad entry"), ("1,", "bad entry")]:
+    for bad, why in [
+        ("", "bad entry"),
+        ("a", "bad entry"),
+        ("3-1", "backwards"),
+        ("-1", "bad entry"),
+        ("1,", "bad entry"),
+    ]:
         with pytest.raises(ValueError, match=why):
             parse_cpu_list(bad)
 
@@ -141,8 +155,14 @@ def test_cpu_lists_parse_like_linux_and_bad_ones_say_why():
 def test_control_and_stack_cpus_pin_their_tiers_and_offline_cpus_are_refused():
     graph = build_graph({"control_cpus": "0", "stack_cpus": "0-0"})
     tiers = {n.name: n.cpus for n in graph.nodes}
-    assert tiers == {"driver_left": "0", "driver_right": "0", "frames": "0", "safety_gate": "0",
-                     "cameras": "0-0", "policy": "0-0"}
+    assert tiers == {
+        "driver_left": "0",
+        "driver_right": "0",
+        "frames": "0",
+        "safety_gate": "0",
+        "cameras": "0-0",
+        "policy": "0-0",
+    }
     assert all(n.cpus == "" for n in build_graph({}).nodes), "no pinning unless asked"
     with pytest.raises(LaunchArgumentError, match="not online"):
         build_graph({"control_cpus": "4095"})
@@ -152,7 +172,12 @@ def test_control_and_stack_cpus_pin_their_tiers_and_offline_cpus_are_refused():
 
 def test_a_node_asked_for_an_offline_cpu_exits_1_before_starting():
     env = dict(os.environ, EGOMIMIC_CPUS="4095")
-    out = subprocess.run([sys.executable, "-m", "egomimic_nodes.frames_node", "--ros-args"], capture_output=True,
-                         text=True, timeout=60, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "egomimic_nodes.frames_node", "--ros-args"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert out.returncode == 1
     assert "[FATAL] cannot pin to CPUs '4095'" in out.stderr and "not online" in out.stderr

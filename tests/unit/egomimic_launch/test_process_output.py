@@ -12,7 +12,7 @@ from pathlib import Path
 from egomimic_bringup.graph import NodeSpec
 from egomimic_launch.process import NodeProcess
 
-CHATTY = '''
+CHATTY = """
 import sys, time
 lines, failed = 40000, 0
 for i in range(lines):
@@ -22,7 +22,7 @@ for i in range(lines):
     except BlockingIOError:
         failed += 1  # the pipe was full: the line is dropped, the node goes on
 sys.stderr.write(f"done: {lines} lines, {failed} dropped by the node\\n")
-'''
+"""
 
 
 def test_a_node_never_blocks_on_a_full_disk_and_the_reader_never_stops(tmp_path):
@@ -63,9 +63,16 @@ def test_the_node_side_of_the_pipe_does_not_block(tmp_path):
 
 
 def test_safe_print_survives_a_full_stdout():
-    script = ("import sys; sys.stdout = open('/dev/full', 'w', buffering=1)\n"
-              "from egomimic_launch.process import safe_print\n"
-              "print('ok' if safe_print('x' * 10000) is False else 'raised?', file=sys.stderr)\n")
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                       cwd=Path(__file__).resolve().parents[3])
+    script = (
+        "import sys; sys.stdout = open('/dev/full', 'w', buffering=1)\n"
+        "from egomimic_launch.process import safe_print\n"
+        "print('ok' if safe_print('x' * 10000) is False else 'raised?', file=sys.stderr)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[3],
+    )
     assert r.returncode == 0 and r.stderr.strip().endswith("ok"), r.stderr

@@ -35,9 +35,14 @@ def make_node(tmp_path):
     nodes = []
 
     def make(**overrides):
-        node = Node(f"params_test_{len(nodes)}", context=ctx, start_parameter_services=False,
-                    parameter_overrides=[v if isinstance(v, Parameter) else Parameter(k, value=v)
-                                         for k, v in overrides.items()])
+        node = Node(
+            f"params_test_{len(nodes)}",
+            context=ctx,
+            start_parameter_services=False,
+            parameter_overrides=[
+                v if isinstance(v, Parameter) else Parameter(k, value=v) for k, v in overrides.items()
+            ],
+        )
         nodes.append(node)
         return node
 

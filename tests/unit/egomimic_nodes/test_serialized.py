@@ -72,13 +72,16 @@ def test_serialized_joint_state_reads_back_as_the_message():
         assert deserialize_message(raw, JointState) == reference
 
 
-@pytest.mark.parametrize("names,position,velocity,effort,frame_id", [
-    ([f"left_joint{k}" for k in range(1, 7)] + ["left_gripper"], np.arange(7) * 0.1, np.ones(7), (), "left_base"),
-    (["a"], [1.5], (), (), ""),                      # one short name, no frame_id
-    (["ab", "abc", "abcd", "abcde"], [1.0, 2.0, 3.0, 4.0], [1.0], [2.0], "x"),  # every name length mod 4
-    (["j1", "j2"], [], [0.5, 0.5], (), "odd"),        # no positions
-    ([], [], (), (), "nothing"),
-])
+@pytest.mark.parametrize(
+    "names,position,velocity,effort,frame_id",
+    [
+        ([f"left_joint{k}" for k in range(1, 7)] + ["left_gripper"], np.arange(7) * 0.1, np.ones(7), (), "left_base"),
+        (["a"], [1.5], (), (), ""),  # one short name, no frame_id
+        (["ab", "abc", "abcd", "abcde"], [1.0, 2.0, 3.0, 4.0], [1.0], [2.0], "x"),  # every name length mod 4
+        (["j1", "j2"], [], [0.5, 0.5], (), "odd"),  # no positions
+        ([], [], (), (), "nothing"),
+    ],
+)
 def test_read_joint_state_matches_deserialization(names, position, velocity, effort, frame_id):
     msg = _joint_state(names, position, velocity, effort, frame_id)
     stamp_ns, got_names, got_position = read_joint_state(serialize_message(msg))
@@ -90,11 +93,11 @@ def test_read_joint_state_refuses_what_is_not_one():
     raw = serialize_message(_joint_state(["left_joint1", "left_joint2"], [0.1, 0.2]))
     positions_end = raw.find(np.asarray([0.1, 0.2], "<f8").tobytes()) + 16
     # truncated (in the header; in the last position), big-endian, empty
-    for bad in (raw[:10], raw[:positions_end - 1], b"\x00\x00" + raw[2:], b"", raw[:4]):
+    for bad in (raw[:10], raw[: positions_end - 1], b"\x00\x00" + raw[2:], b"", raw[:4]):
         with pytest.raises(ValueError):
             read_joint_state(bad)
     names_count = 4 + 24  # encapsulation; stamp 8, frame_id 4 + len("left_base\0") = 22, aligned to 24
-    assert raw[names_count:names_count + 4] == (2).to_bytes(4, "little")
-    huge = raw[:names_count] + (10**6).to_bytes(4, "little") + raw[names_count + 4:]
+    assert raw[names_count : names_count + 4] == (2).to_bytes(4, "little")
+    huge = raw[:names_count] + (10**6).to_bytes(4, "little") + raw[names_count + 4 :]
     with pytest.raises(ValueError, match="joint names"):
         read_joint_state(huge)

@@ -16,7 +16,8 @@ def test_a_thread_lowers_itself_to_the_stack_tier_and_the_process_keeps_its_own(
         "    out['worker'] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())\n"
         "    out['again'] = lower_this_thread('stack')\n"
         "t = threading.Thread(target=worker, name='model'); t.start(); t.join()\n"
-        "print(out['did'], '|', out['worker'], '|', out['again'] or 'nothing', '|', os.getpriority(os.PRIO_PROCESS, 0), '|', STACK_NICENESS)\n"
+        "print(out['did'], '|', out['worker'], '|', out['again'] or 'nothing', '|',\n"
+        "      os.getpriority(os.PRIO_PROCESS, 0), '|', STACK_NICENESS)\n"
     )
     out = run_python(code)
     if "Permission denied" in out.stderr or "Operation not permitted" in out.stderr:
@@ -68,7 +69,7 @@ def test_the_middleware_threads_are_raised_to_the_control_tier_and_the_rest_stay
     assert out.returncode == 0, out.stderr
     did, again, tiers, prio, main = out.stdout.strip().splitlines()
     control, stack = map(int, tiers.split())
-    prio = eval(prio)  # noqa: S307 - our own child's repr of a dict of str -> int
+    prio = eval(prio)
     dds = {k: v for k, v in prio.items() if k.startswith("dds.")}
     assert any(k.startswith("dds.shm.") or k.startswith("dds.udp.") for k in dds), f"no receive thread seen: {prio}"
     assert set(dds.values()) == {control}, dds

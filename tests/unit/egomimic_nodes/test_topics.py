@@ -10,8 +10,11 @@ from egomimic_safety.gate import GateState
 def test_gate_states_are_the_status_message_constants():
     from egomimic_msgs.msg import GateStatus
 
-    constants = {name: getattr(GateStatus, name) for name in dir(GateStatus)
-                 if name.isupper() and isinstance(getattr(GateStatus, name), int)}
+    constants = {
+        name: getattr(GateStatus, name)
+        for name in dir(GateStatus)
+        if name.isupper() and isinstance(getattr(GateStatus, name), int)
+    }
     assert constants == {s.name: s.value for s in GateState}
 
 

@@ -14,9 +14,15 @@ def pose_from(xyz, ypr) -> np.ndarray:
     return np.concatenate([np.asarray(xyz, dtype=float), mat_to_quat(ypr_to_mat(np.asarray(ypr, dtype=float)))])
 
 
-def make_observation(stamp_ns: int = 1_000_000_000, *, seed: int = 0, shape=(480, 640),
-                     left=((0.32, 0.11, 0.21), (0.4, -0.3, 0.7)), right=((0.28, -0.14, 0.25), (-0.6, 0.2, -0.5)),
-                     grippers=(0.4, 0.7)) -> Observation:
+def make_observation(
+    stamp_ns: int = 1_000_000_000,
+    *,
+    seed: int = 0,
+    shape=(480, 640),
+    left=((0.32, 0.11, 0.21), (0.4, -0.3, 0.7)),
+    right=((0.28, -0.14, 0.25), (-0.6, 0.2, -0.5)),
+    grippers=(0.4, 0.7),
+) -> Observation:
     rng = np.random.default_rng(seed)
     return Observation(
         stamp_ns=stamp_ns,

@@ -40,8 +40,12 @@ def legacy_checkpoint(algo, path: Path, *, ids=(8, 18), target="egomimic.pipelin
         "state_dict": {"model._orig_mod." + k: v.clone() for k, v in algo.state_dict().items()},
         "hyper_parameters": {
             "config_tree": {"model": {"robomimic_model": config}},
-            "norm_stats_state": {"norm_mode": "quantile", "embodiments": list(ids), "reduce_all_but_last": True,
-                                 "norm_stats": dict(zip(ids, (neutral, human)))},
+            "norm_stats_state": {
+                "norm_mode": "quantile",
+                "embodiments": list(ids),
+                "reduce_all_but_last": True,
+                "norm_stats": dict(zip(ids, (neutral, human))),
+            },
             "data_schematic": {"keys": ["front_img_1"]},
         },
         "epoch": 3,
@@ -98,7 +102,7 @@ def test_golden_legacy_migration(fold, tmp_path):
 
     marker = json.loads(prepared.marker_path.read_text())
     assert marker["migration"]["applied"] == [
-        "strip_orig_mod(%d keys)" % len(expected_sd),
+        f"strip_orig_mod({len(expected_sd)} keys)",
         "relocate_config",
         f"retarget(egomimic.pipeline.algo.PipelineAlgo -> {FoldAlgorithm.target()})",
         "remap_embodiment_ids(8->6, 18->3)",
@@ -106,7 +110,11 @@ def test_golden_legacy_migration(fold, tmp_path):
     ]
     assert marker["migration"]["embodiment_remap"] == {"8": 6, "18": 3}
     assert marker["migration"]["dropped_keys"] == [
-        "callbacks", "loops", "lr_schedulers", "optimizer_states", "hyper_parameters.config_tree",
+        "callbacks",
+        "loops",
+        "lr_schedulers",
+        "optimizer_states",
+        "hyper_parameters.config_tree",
         "hyper_parameters.data_schematic",
     ]
     assert marker["migration"]["source_model_config_sha256"] == sha256_of(source_config)
@@ -131,8 +139,11 @@ def test_second_start_writes_nothing_and_source_is_untouched(fold, tmp_path):
     first = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache)
     assert snapshot(source.parent) == before_source  # first start: nothing next to the source
     cache_after_first = snapshot(cache)
-    assert set(Path(p).name for p in cache_after_first) == {
-        first.artifact_path.name, first.marker_path.name, first.artifact_path.name + ".lock"}
+    assert {Path(p).name for p in cache_after_first} == {
+        first.artifact_path.name,
+        first.marker_path.name,
+        first.artifact_path.name + ".lock",
+    }
     time.sleep(0.02)  # a rewrite would now get a different mtime
     second = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache)
     assert second.reused and second.artifact_path == first.artifact_path
@@ -169,8 +180,16 @@ def test_concurrent_starts_in_separate_processes_do_the_work_once(fold, tmp_path
     source = legacy_checkpoint(fold, tmp_path / "src" / "a.ckpt")
     cache, go, log = tmp_path / "cache", tmp_path / "go", tmp_path / "builds.log"
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(source), str(cache), str(go), str(log)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(source), str(cache), str(go), str(log)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(3)
+    ]
     deadline = time.monotonic() + 120
     while len(list(tmp_path.glob("go.ready.*"))) < 3:
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs), [p.communicate() for p in procs]
@@ -182,13 +201,15 @@ def test_concurrent_starts_in_separate_processes_do_the_work_once(fold, tmp_path
         assert p.returncode == 0, err
         results.append(json.loads(out.strip().splitlines()[-1]))
     assert sorted(r["reused"] for r in results) == [False, True, True]
-    assert len(set(r["artifact"] for r in results)) == 1
+    assert len({r["artifact"] for r in results}) == 1
     assert len(log.read_text().split()) == 1  # the migration ran in exactly one process
     assert FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache).reused
     assert not list(cache.glob(".*.partial"))
 
 
-@pytest.mark.parametrize("damage", ["garbage marker", "truncated artifact", "foreign marker", "flipped byte", "no marker"])
+@pytest.mark.parametrize(
+    "damage", ["garbage marker", "truncated artifact", "foreign marker", "flipped byte", "no marker"]
+)
 def test_corrupt_or_mismatched_entry_is_rebuilt(fold, tmp_path, damage):
     source = legacy_checkpoint(fold, tmp_path / "src" / "a.ckpt")
     cache = tmp_path / "cache"
@@ -250,11 +271,17 @@ def test_read_only_source_works(fold, tmp_path):
     try:
         before = snapshot(source.parent)
         prefix = read_only_prefix()
-        probe = subprocess.run([*prefix, sys.executable, "-c", f"open({str(source.parent / 'x')!r}, 'w')"],
-                               capture_output=True, text=True)
+        probe = subprocess.run(
+            [*prefix, sys.executable, "-c", f"open({str(source.parent / 'x')!r}, 'w')"], capture_output=True, text=True
+        )
         assert probe.returncode != 0 and "Permission denied" in probe.stderr  # the source dir really is read-only
-        done = subprocess.run([*prefix, sys.executable, "-c", READ_ONLY_CHILD, str(source), str(cache)],
-                              capture_output=True, text=True, timeout=180, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        done = subprocess.run(
+            [*prefix, sys.executable, "-c", READ_ONLY_CHILD, str(source), str(cache)],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+        )
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout.strip().splitlines()[-1]) == {"rows": 100, "cache": "built"}
         assert snapshot(source.parent) == before
@@ -275,7 +302,10 @@ def test_pin_and_refusals_write_nothing(fold, tmp_path):
 
     cases = {
         "unknown_id": (legacy_checkpoint(fold, tmp_path / "bad" / "ids.ckpt", ids=(5, 18)), "legacy embodiment id 5"),
-        "hpt": (legacy_checkpoint(fold, tmp_path / "bad" / "hpt.ckpt", target="egomimic.algo.hpt.HPT"), "HPT is not ported"),
+        "hpt": (
+            legacy_checkpoint(fold, tmp_path / "bad" / "hpt.ckpt", target="egomimic.algo.hpt.HPT"),
+            "HPT is not ported",
+        ),
     }
     wrong_family = legacy_checkpoint(fold, tmp_path / "bad" / "pi.ckpt", target="egomimic.algo.pi.PI")
     for path, message in cases.values():
@@ -287,10 +317,19 @@ def test_pin_and_refusals_write_nothing(fold, tmp_path):
         PIAlgorithm.prepare_rollout_checkpoint(wrong_family, cache_dir=tmp_path / "cache2")
     missing = fold.state_dict()
     missing.pop("head.proj.weight")
-    torch.save({"state_dict": {"model." + k: v for k, v in missing.items()},
-                "hyper_parameters": {"model_config": fold.model_config(), "format_version": 1,
-                                     "norm_stats_state": neutral_norm_stats().to_state()},
-                "epoch": 0, "global_step": 0}, tmp_path / "bad" / "missing.ckpt")
+    torch.save(
+        {
+            "state_dict": {"model." + k: v for k, v in missing.items()},
+            "hyper_parameters": {
+                "model_config": fold.model_config(),
+                "format_version": 1,
+                "norm_stats_state": neutral_norm_stats().to_state(),
+            },
+            "epoch": 0,
+            "global_step": 0,
+        },
+        tmp_path / "bad" / "missing.ckpt",
+    )
     with pytest.raises(CheckpointError, match=r"missing \['head.proj.weight'\]"):
         make_policy(str(tmp_path / "bad" / "missing.ckpt"), cache_dir=tmp_path / "cache2")
     (tmp_path / "bad" / "junk.ckpt").write_bytes(b"not a checkpoint")

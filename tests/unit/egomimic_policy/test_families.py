@@ -4,9 +4,9 @@ window, is deterministic given a seed, and refuses unsupported combinations."""
 
 from __future__ import annotations
 
-import cv2
 from dataclasses import replace
 
+import cv2
 import numpy as np
 import pytest
 import torch
@@ -42,11 +42,15 @@ def synthetic_batch(algo, norm, *, batch=2, seed=0):
     images = {c: rng.integers(0, 256, (batch, t, 60, 80, 3), dtype=np.uint8) for c in CAMERAS}
     states, actions = [], []
     for b in range(batch):
-        start = {Arm.LEFT: pose_from((0.3, 0.1 + 0.01 * b, 0.2), (0.2, 0.1, 0.3)),
-                 Arm.RIGHT: pose_from((0.3, -0.1, 0.2 - 0.01 * b), (-0.2, 0.0, 0.1))}
+        start = {
+            Arm.LEFT: pose_from((0.3, 0.1 + 0.01 * b, 0.2), (0.2, 0.1, 0.3)),
+            Arm.RIGHT: pose_from((0.3, -0.1, 0.2 - 0.01 * b), (-0.2, 0.0, 0.1)),
+        }
         s = np.linspace(0.0, 1.0, h)[:, None]
-        targets = {arm: np.concatenate([start[arm][:3] + s * [0.015, 0.0, -0.01], np.tile(start[arm][3:], (h, 1))], 1)
-                   for arm in ARMS}
+        targets = {
+            arm: np.concatenate([start[arm][:3] + s * [0.015, 0.0, -0.01], np.tile(start[arm][3:], (h, 1))], 1)
+            for arm in ARMS
+        }
         grippers = {arm: np.linspace(0.2, 0.8, h) for arm in ARMS}
         actions.append(encode_action_chunk(start, targets, grippers))
         states.append(np.tile(state_ee_pose(start[Arm.LEFT], 0.2, start[Arm.RIGHT], 0.2), (t, 1)))
@@ -79,7 +83,11 @@ def test_family_trains_saves_reloads_and_infers(family, tmp_path):
     path = save_checkpoint(tmp_path / "run" / "last.ckpt", algo, norm, epoch=1, global_step=12, optimizer=opt)
     policy = make_policy(str(path), cache_dir=tmp_path / "cache", seed=5)
     assert isinstance(policy, ChunkPolicy)
-    assert (policy.spec.family, policy.spec.embodiment, policy.spec.action_layout) == (family, "eva_bimanual", ACTION_LAYOUT)
+    assert (policy.spec.family, policy.spec.embodiment, policy.spec.action_layout) == (
+        family,
+        "eva_bimanual",
+        ACTION_LAYOUT,
+    )
     assert policy.spec.chunk_length == 100 and policy.spec.extra["global_step"] == "12"
     obs = make_observation(stamp_ns=777)
     chunk = policy.infer(obs)
@@ -122,8 +130,10 @@ def relative_targets_normalized(policy, obs):
     h = policy.spec.chunk_length
     current = {Arm.LEFT: obs.left_pose, Arm.RIGHT: obs.right_pose}
     rel_xyz = np.linspace(0, 0.015, h)[:, None] * [1.0, -0.5, 0.25]
-    targets = {arm: wrist_relative_decode(current[arm], np.concatenate([rel_xyz, np.tile([1, 0, 0, 0, 1, 0], (h, 1))], 1))
-               for arm in ARMS}
+    targets = {
+        arm: wrist_relative_decode(current[arm], np.concatenate([rel_xyz, np.tile([1, 0, 0, 0, 1, 0], (h, 1))], 1))
+        for arm in ARMS
+    }
     grippers = {arm: np.full(h, 0.3) for arm in ARMS}
     raw = encode_action_chunk(current, targets, grippers)
     return policy.norm_stats.normalize(6, ACTION_KEY, raw), rel_xyz
@@ -143,11 +153,15 @@ def test_rows_decode_against_the_pose_of_this_observation(family):
 
     # Next query from a different pose: every row is anchored to the NEW observation's pose,
     # not to the previous frame still in the window.
-    second = make_observation(stamp_ns=2, left=((0.25, 0.2, 0.3), (1.0, 0.2, -0.4)), right=((0.2, -0.2, 0.3), (0.3, -0.2, 0.9)))
+    second = make_observation(
+        stamp_ns=2, left=((0.25, 0.2, 0.3), (1.0, 0.2, -0.4)), right=((0.2, -0.2, 0.3), (0.3, -0.2, 0.9))
+    )
     chunk2 = policy.infer(second)
     for arm, poses in ((Arm.LEFT, chunk2.left_pose), (Arm.RIGHT, chunk2.right_pose)):
         cur = getattr(second, f"{arm.value}_pose")
-        expected = wrist_relative_decode(cur, np.concatenate([rel_xyz, np.tile([1, 0, 0, 0, 1, 0], (len(rel_xyz), 1))], 1))
+        expected = wrist_relative_decode(
+            cur, np.concatenate([rel_xyz, np.tile([1, 0, 0, 0, 1, 0], (len(rel_xyz), 1))], 1)
+        )
         assert all(same_pose(p, e, atol=1e-5) for p, e in zip(poses, expected))
     assert not np.allclose(chunk2.left_pose[:, :3], chunk.left_pose[:, :3], atol=1e-3)
 
@@ -202,7 +216,12 @@ def test_window_is_the_previous_tick_from_history_padded_at_episode_start():
     rec = Recorder(policy)
     a, b = make_observation(stamp_ns=1), make_observation(stamp_ns=2, grippers=(0.9, 0.1))
     c = make_observation(stamp_ns=3, grippers=(0.3, 0.6))
-    norm = lambda o: policy.norm_stats.normalize(6, STATE_KEY, state_ee_pose(o.left_pose, o.left_gripper, o.right_pose, o.right_gripper))  # noqa: E731
+
+    def norm(o):
+        return policy.norm_stats.normalize(
+            6, STATE_KEY, state_ee_pose(o.left_pose, o.left_gripper, o.right_pose, o.right_gripper)
+        )
+
     policy.infer(a)
     policy.infer(replace(c, history=(a, b)))  # the query before saw a; the tick before this one saw b
     policy.infer(replace(b, history=()))
@@ -265,7 +284,9 @@ def test_pi_flow_steps_padding_and_letterboxed_images():
     assert x.shape == (3, 224, 224) and x.dtype == np.float32
     assert x.min() == -1.0 and x.max() == 1.0  # black letterbox bars, white picture
     assert np.all(x[:, :28] == -1.0) and np.all(x[:, 28:196] == 1.0) and np.all(x[:, 196:] == -1.0)
-    np.testing.assert_array_equal(resize_with_pad(frame, 224)[28:196], cv2.resize(frame, (224, 168), interpolation=cv2.INTER_AREA))
+    np.testing.assert_array_equal(
+        resize_with_pad(frame, 224)[28:196], cv2.resize(frame, (224, 168), interpolation=cv2.INTER_AREA)
+    )
 
 
 @pytest.mark.parametrize("shape", [(240, 320), (481, 641), (96, 128)])
@@ -291,8 +312,10 @@ def test_moe_routes_each_token_to_top_k_experts_with_balance_loss():
     probs = torch.softmax(layer.router(tokens), -1)
     w, idx = torch.topk(probs, 2, -1)
     w = w / w.sum(-1, keepdim=True)
-    manual = sum(w[:, j:j + 1] * torch.stack([layer.expert(int(e), t[None])[0] for t, e in zip(tokens, idx[:, j])])
-                 for j in range(2))
+    manual = sum(
+        w[:, j : j + 1] * torch.stack([layer.expert(int(e), t[None])[0] for t, e in zip(tokens, idx[:, j])])
+        for j in range(2)
+    )
     torch.testing.assert_close(y.reshape(-1, 16), manual, atol=1e-5, rtol=1e-5)
     layer.dense_token_limit = 0  # the per-expert (sparse) path gives the same output
     torch.testing.assert_close(layer(x), y, atol=1e-5, rtol=1e-5)
@@ -328,16 +351,21 @@ def test_unsupported_combinations_are_refused_with_a_reason():
     with pytest.raises(ConfigError, match="lacks cameras"):
         policy.infer(type(obs)(**{**obs.__dict__, "images": {"front_1": obs.images["front_1"]}}))
     with pytest.raises(ConfigError, match="RGB uint8"):
-        policy.infer(type(obs)(**{**obs.__dict__, "images": {c: im.astype(np.float32) for c, im in obs.images.items()}}))
+        policy.infer(
+            type(obs)(**{**obs.__dict__, "images": {c: im.astype(np.float32) for c, im in obs.images.items()}})
+        )
     with pytest.raises(PoseError):
         policy.infer(type(obs)(**{**obs.__dict__, "left_pose": np.array([0, 0, 0, 1, 0, 0, np.nan])}))
 
 
-@pytest.mark.parametrize("family,upstream", [
-    ("fold", {"d_model": 256, "n_layers": 4, "n_heads": 4}),
-    ("moe", {"d_model": 256, "n_layers": 4, "n_heads": 4, "n_experts": 8, "top_k": 4}),
-    ("pi", {"d_model": 256, "n_layers": 4, "n_heads": 4, "patch_size": 16, "prefix_layers": 2}),
-])
+@pytest.mark.parametrize(
+    "family,upstream",
+    [
+        ("fold", {"d_model": 256, "n_layers": 4, "n_heads": 4}),
+        ("moe", {"d_model": 256, "n_layers": 4, "n_heads": 4, "n_experts": 8, "top_k": 4}),
+        ("pi", {"d_model": 256, "n_layers": 4, "n_heads": 4, "patch_size": 16, "prefix_layers": 2}),
+    ],
+)
 def test_upstream_sizes_are_reachable_by_config(family, upstream):
     small = build_algorithm(family)
     with torch.device("meta"):  # structure only: no memory, no time

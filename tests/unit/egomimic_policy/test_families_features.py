@@ -40,8 +40,14 @@ def test_state_layout_is_xyz_rot6d_gripper_left_then_right():
 
 def test_action_chunk_round_trip_and_anchor():
     rng = np.random.default_rng(0)
-    current = {Arm.LEFT: pose_from((0.3, 0.1, 0.2), (0.3, 0.2, -0.1)), Arm.RIGHT: pose_from((0.3, -0.1, 0.2), (2.5, -0.4, 1.0))}
-    targets = {a: np.stack([pose_from(current[a][:3] + rng.normal(0, 0.02, 3), rng.normal(0, 1, 3)) for _ in range(7)]) for a in ARMS}
+    current = {
+        Arm.LEFT: pose_from((0.3, 0.1, 0.2), (0.3, 0.2, -0.1)),
+        Arm.RIGHT: pose_from((0.3, -0.1, 0.2), (2.5, -0.4, 1.0)),
+    }
+    targets = {
+        a: np.stack([pose_from(current[a][:3] + rng.normal(0, 0.02, 3), rng.normal(0, 1, 3)) for _ in range(7)])
+        for a in ARMS
+    }
     grippers = {a: rng.uniform(0, 1, 7) for a in ARMS}
     actions = encode_action_chunk(current, targets, grippers)
     assert actions.shape == (7, ACTION_DIM)

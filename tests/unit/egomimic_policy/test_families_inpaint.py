@@ -25,6 +25,7 @@ from tests.unit.egomimic_policy.conftest import make_observation
 FAMILIES = ("fold", "pi", "moe")
 PREFIX_ROWS = 12
 
+
 def chunk_digest(c: Chunk) -> str:
     arr = np.concatenate([c.left_pose, c.right_pose, c.left_gripper[:, None], c.right_gripper[:, None]], 1)
     return hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()
@@ -42,10 +43,14 @@ def committed_prefix(obs, rows: int = PREFIX_ROWS) -> Chunk:
         quats = np.stack([mat_to_quat(quat_to_mat(pose[3:]) @ ypr_to_mat(turn * k)) for k in s[:, 0]])
         return np.concatenate([xyz, quats], 1)
 
-    return Chunk(observation_stamp_ns=obs.stamp_ns, period_s=1.0 / 30.0,
-                 left_pose=path(obs.left_pose, 1.0), right_pose=path(obs.right_pose, -1.0),
-                 left_gripper=np.linspace(obs.left_gripper, 0.1, rows),
-                 right_gripper=np.linspace(obs.right_gripper, 0.9, rows))
+    return Chunk(
+        observation_stamp_ns=obs.stamp_ns,
+        period_s=1.0 / 30.0,
+        left_pose=path(obs.left_pose, 1.0),
+        right_pose=path(obs.right_pose, -1.0),
+        left_gripper=np.linspace(obs.left_gripper, 0.1, rows),
+        right_gripper=np.linspace(obs.right_gripper, 0.9, rows),
+    )
 
 
 @pytest.mark.parametrize("family", FAMILIES)

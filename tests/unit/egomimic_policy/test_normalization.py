@@ -67,7 +67,9 @@ def test_stats_are_chosen_by_embodiment():
     a, b = KeyStats.from_samples(DATA), KeyStats.from_samples(DATA * 3 + 1)
     ns = NormStats(mode="quantile", stats={6: {"k": a}, 3: {"k": b}})
     x = DATA[:3]
-    assert not np.allclose(ns.normalize(Embodiment.EVA_BIMANUAL, "k", x), ns.normalize(Embodiment.HUMAN_BIMANUAL, "k", x))
+    assert not np.allclose(
+        ns.normalize(Embodiment.EVA_BIMANUAL, "k", x), ns.normalize(Embodiment.HUMAN_BIMANUAL, "k", x)
+    )
     np.testing.assert_allclose(ns.normalize(6, "k", x), stats_for("quantile").normalize(6, "k", x))
 
 

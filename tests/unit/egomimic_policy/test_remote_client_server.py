@@ -16,8 +16,14 @@ import zmq
 from egomimic_hw.errors import ConfigError
 from egomimic_policy.interface import Observation
 from egomimic_policy.loading import DelayedPolicy
-from egomimic_policy.remote.client import (RemoteConfig, RemoteError, RemotePolicy, RemoteRefused, RemoteTimeout,
-                                           RemoteUnavailable)
+from egomimic_policy.remote.client import (
+    RemoteConfig,
+    RemoteError,
+    RemotePolicy,
+    RemoteRefused,
+    RemoteTimeout,
+    RemoteUnavailable,
+)
 from egomimic_policy.remote.server import PolicyServer, main
 from egomimic_policy.scripted import ScriptedChunkPolicy
 
@@ -89,13 +95,16 @@ def test_handshake_and_remote_chunks_equal_local_ones(servers):
         c.close()
 
 
-@pytest.mark.parametrize("expect,match", [
-    ({"embodiment": "human_bimanual"}, "embodiment"),
-    ({"rate_hz": 50.0}, "rate_hz"),
-    ({"fingerprint": "fold-0123"}, "fingerprint"),
-    ({"action_layout": "eva_bimanual_wrist_rel_20"}, "action_layout"),
-    ({"chunk_length": 100}, "chunk_length"),
-])
+@pytest.mark.parametrize(
+    "expect,match",
+    [
+        ({"embodiment": "human_bimanual"}, "embodiment"),
+        ({"rate_hz": 50.0}, "rate_hz"),
+        ({"fingerprint": "fold-0123"}, "fingerprint"),
+        ({"action_layout": "eva_bimanual_wrist_rel_20"}, "action_layout"),
+        ({"chunk_length": 100}, "chunk_length"),
+    ],
+)
 def test_a_mismatched_server_is_refused(servers, expect, match):
     srv = servers(ScriptedChunkPolicy())
     with pytest.raises(RemoteRefused, match=match):

@@ -11,8 +11,17 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from egomimic_policy.interface import Observation
-from egomimic_policy.remote.wire import (WireError, chunk_from_dict, chunk_to_dict, observation_from_dict,
-                                         observation_to_dict, pack, spec_from_dict, spec_to_dict, unpack)
+from egomimic_policy.remote.wire import (
+    WireError,
+    chunk_from_dict,
+    chunk_to_dict,
+    observation_from_dict,
+    observation_to_dict,
+    pack,
+    spec_from_dict,
+    spec_to_dict,
+    unpack,
+)
 from egomimic_policy.scripted import ScriptedChunkPolicy
 
 DTYPES = st.sampled_from([np.uint8, np.int16, np.int64, np.float32, np.float64, np.bool_, np.dtype(">f8")])
@@ -31,8 +40,11 @@ def test_observation_chunk_and_spec_round_trip():
     obs = Observation(
         stamp_ns=1_700_000_000_123_456_789,
         images={"front_1": rng.integers(0, 255, (480, 640, 3), dtype=np.uint8)},
-        left_pose=np.array([0.3, 0.1, 0.2, 1.0, 0.0, 0.0, 0.0]), right_pose=np.array([0.3, -0.1, 0.2, 0.0, 1.0, 0.0, 0.0]),
-        left_gripper=0.25, right_gripper=0.75, left_joints=rng.normal(size=6),
+        left_pose=np.array([0.3, 0.1, 0.2, 1.0, 0.0, 0.0, 0.0]),
+        right_pose=np.array([0.3, -0.1, 0.2, 0.0, 1.0, 0.0, 0.0]),
+        left_gripper=0.25,
+        right_gripper=0.75,
+        left_joints=rng.normal(size=6),
     )
     back = observation_from_dict(unpack(pack(observation_to_dict(obs))))
     assert back.stamp_ns == obs.stamp_ns and np.array_equal(back.images["front_1"], obs.images["front_1"])
@@ -79,7 +91,9 @@ def test_malformed_observation_names_the_field():
     d["left_pose"] = np.zeros(6)
     with pytest.raises(WireError, match="left_pose"):
         observation_from_dict(unpack(pack(d)))
-    d = observation_to_dict(Observation(1, {"front_1": np.zeros((4, 4, 3), np.float32)}, np.zeros(7), np.zeros(7), 0.0, 0.0))
+    d = observation_to_dict(
+        Observation(1, {"front_1": np.zeros((4, 4, 3), np.float32)}, np.zeros(7), np.zeros(7), 0.0, 0.0)
+    )
     with pytest.raises(WireError, match="uint8"):
         observation_from_dict(unpack(pack(d)))
 
@@ -97,9 +111,14 @@ def test_spec_image_size_must_be_height_and_width():
 def test_observation_with_a_committed_prefix_round_trips():
     """blend inpaint: the committed prefix travels to a remote model exactly; without one the
     message carries no `prefix` key (old servers see the same message as before)."""
-    obs = Observation(stamp_ns=1_700_000_000_000_000_000, images={},
-                      left_pose=np.array([0.3, 0.1, 0.2, 1.0, 0.0, 0.0, 0.0]),
-                      right_pose=np.array([0.3, -0.1, 0.2, 0.0, 1.0, 0.0, 0.0]), left_gripper=0.25, right_gripper=0.75)
+    obs = Observation(
+        stamp_ns=1_700_000_000_000_000_000,
+        images={},
+        left_pose=np.array([0.3, 0.1, 0.2, 1.0, 0.0, 0.0, 0.0]),
+        right_pose=np.array([0.3, -0.1, 0.2, 0.0, 1.0, 0.0, 0.0]),
+        left_gripper=0.25,
+        right_gripper=0.75,
+    )
     assert "prefix" not in observation_to_dict(obs)
     assert observation_from_dict(unpack(pack(observation_to_dict(obs)))).prefix is None
     prefix = ScriptedChunkPolicy(chunk_length=7).infer(obs)

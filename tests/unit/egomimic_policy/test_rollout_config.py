@@ -14,7 +14,9 @@ UNBOUNDED = {("RolloutConfig", "seed"), ("ScriptedMotionConfig", "wrist_amplitud
 """Numbers with no physical span: any seed; an amplitude whose sign only flips the oscillation."""
 
 
-@pytest.mark.parametrize("cls", [RolloutConfig, ExecutorConfig, ScriptedMotionConfig, ScriptedChunkConfig, RemoteConfig])
+@pytest.mark.parametrize(
+    "cls", [RolloutConfig, ExecutorConfig, ScriptedMotionConfig, ScriptedChunkConfig, RemoteConfig]
+)
 def test_every_field_is_described_and_ranged(cls):
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
@@ -26,11 +28,19 @@ def test_every_field_is_described_and_ranged(cls):
 
 def test_the_node_parameters_keep_their_names_types_and_defaults():
     """The policy node's top-level parameters: the launcher and the YAML files set them by name."""
-    expected = {"policy": "scripted", "rate_hz": 30.0, "inject_latency_ms": 0.0, "max_input_age_s": 0.2,
-                "max_image_age_s": 0.15, "sync_tolerance_s": 0.05, "cache_dir": "", "seed": 0, "device": "cpu",
-                "allow_cpu_policy": False}
+    expected = {
+        "policy": "scripted",
+        "rate_hz": 30.0,
+        "inject_latency_ms": 0.0,
+        "max_input_age_s": 0.2,
+        "max_image_age_s": 0.15,
+        "sync_tolerance_s": 0.05,
+        "cache_dir": "",
+        "seed": 0,
+        "device": "cpu",
+        "allow_cpu_policy": False,
+    }
     got = dataclasses.asdict(RolloutConfig())
     assert got == expected
     assert all(type(got[name]) is type(value) for name, value in expected.items())
     assert ScriptedChunkConfig().chunk_length == 30
-

@@ -77,8 +77,9 @@ def rig():
             raise ObservationUnavailable("left/ee_pose_dataset is 250.0 ms old (limit 200.0 ms)")
         return Observation(now_ns, {}, LEFT0, RIGHT0, 0.5, 0.5)
 
-    ex = AsyncChunkExecutor(policy, ExecutorConfig(cadence="every_n", query_every_n_ticks=10, max_dry_s=0.2),
-                            observe, clock)
+    ex = AsyncChunkExecutor(
+        policy, ExecutorConfig(cadence="every_n", query_every_n_ticks=10, max_dry_s=0.2), observe, clock
+    )
     yield ex, policy, clock, fresh
     for _ in range(5):
         policy.gate.release()
@@ -188,8 +189,12 @@ def test_on_worker_start_runs_in_the_worker_before_any_query():
         seen.append(threading.current_thread().name)
         started.set()
 
-    ex = AsyncChunkExecutor(ScriptedChunkPolicy(), ExecutorConfig(), lambda now_ns: Observation(now_ns, {}, LEFT0, RIGHT0, 0.5, 0.5),
-                            on_worker_start=on_start)
+    ex = AsyncChunkExecutor(
+        ScriptedChunkPolicy(),
+        ExecutorConfig(),
+        lambda now_ns: Observation(now_ns, {}, LEFT0, RIGHT0, 0.5, 0.5),
+        on_worker_start=on_start,
+    )
     try:
         assert started.wait(5.0)
         assert seen == ["chunk-executor-worker"] and ex.stats(time.time_ns())["chunks"] == 0

@@ -15,7 +15,9 @@ T0 = 1_000_000_000_000
 
 def obs(stamp_ns: int) -> Observation:
     pose = np.array([0.3, 0.0, 0.2, 1.0, 0.0, 0.0, 0.0])
-    return Observation(stamp_ns=stamp_ns, images={}, left_pose=pose, right_pose=pose, left_gripper=0.5, right_gripper=0.5)
+    return Observation(
+        stamp_ns=stamp_ns, images={}, left_pose=pose, right_pose=pose, left_gripper=0.5, right_gripper=0.5
+    )
 
 
 def stamps(observation: Observation) -> list[int]:

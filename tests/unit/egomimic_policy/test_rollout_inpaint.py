@@ -1,7 +1,6 @@
 """blend `inpaint`: the committed prefix built from the queue with the measured latency, passed
 to the policy by the executor, and the merge that keeps the committed rows exactly."""
 
-
 import numpy as np
 import pytest
 
@@ -115,8 +114,13 @@ class RecordingPolicy:
 def test_executor_passes_the_prefix_only_with_blend_inpaint(blend):
     clock = {"now": T0}
     policy = RecordingPolicy()
-    ex = AsyncChunkExecutor(policy, ExecutorConfig(cadence="always", blend=blend), lambda now: obs(now - 5_000_000),
-                            clock_ns=lambda: clock["now"], start=False)
+    ex = AsyncChunkExecutor(
+        policy,
+        ExecutorConfig(cadence="always", blend=blend),
+        lambda now: obs(now - 5_000_000),
+        clock_ns=lambda: clock["now"],
+        start=False,
+    )
     ex.tick(clock["now"])
     ex._query_once()  # the worker's body, run inline with the fake clock
     assert policy.seen[0].prefix is None  # nothing committed yet

@@ -11,8 +11,14 @@ from egomimic_policy.loading import DelayedPolicy, choose_device, load_policy
 from egomimic_policy.remote.client import RemoteConfig, RemoteUnavailable
 from egomimic_policy.scripted import ScriptedChunkPolicy, ScriptedMotionConfig
 
-OBS = Observation(1_000_000_000, {}, np.array([0.3, 0.0, 0.2, 1.0, 0.0, 0.0, 0.0]),
-                  np.array([0.3, 0.0, 0.2, 1.0, 0.0, 0.0, 0.0]), 0.5, 0.5)
+OBS = Observation(
+    1_000_000_000,
+    {},
+    np.array([0.3, 0.0, 0.2, 1.0, 0.0, 0.0, 0.0]),
+    np.array([0.3, 0.0, 0.2, 1.0, 0.0, 0.0, 0.0]),
+    0.5,
+    0.5,
+)
 
 
 def test_scripted_is_a_chunk_policy_without_cameras():
@@ -28,9 +34,16 @@ def test_the_given_scripted_configuration_is_used():
     assert load_policy("scripted", scripted=custom) is custom
 
 
-@pytest.mark.parametrize("value,match", [("none", "policy:=none"), ("", "policy:=none"),
-                                         ("dreamer", "choices"), ("/nonexistent/ckpt.pt", "choices"),
-                                         ("ws://127.0.0.1:8000", "tcp://")])
+@pytest.mark.parametrize(
+    "value,match",
+    [
+        ("none", "policy:=none"),
+        ("", "policy:=none"),
+        ("dreamer", "choices"),
+        ("/nonexistent/ckpt.pt", "choices"),
+        ("ws://127.0.0.1:8000", "tcp://"),
+    ],
+)
 def test_unknown_values_are_refused_with_the_choices(value, match):
     with pytest.raises(ConfigError, match=match):
         load_policy(value)

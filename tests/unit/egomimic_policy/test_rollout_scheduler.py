@@ -63,8 +63,14 @@ def test_running_dry_holds_then_stops_and_counts():
 
 def test_a_plan_from_old_inputs_stops_after_max_open_loop_s():
     """Inputs went stale (no new query): the queued chunk is not executed open loop forever."""
-    cfg = ExecutorConfig(cadence="every_n", query_every_n_ticks=1000, replan_after_s=0.3, max_open_loop_s=0.5,
-                         max_dry_s=5.0, blend="none")
+    cfg = ExecutorConfig(
+        cadence="every_n",
+        query_every_n_ticks=1000,
+        replan_after_s=0.3,
+        max_open_loop_s=0.5,
+        max_dry_s=5.0,
+        blend="none",
+    )
     s = ChunkScheduler(cfg)
     policy = ScriptedChunkPolicy(MOTION, chunk_length=60)  # a 2 s plan
     run_query(s, policy, T0, T0)
@@ -215,16 +221,27 @@ def test_malformed_and_late_chunks_are_refused_and_counted():
     assert len(r.new_chunks) == 1  # still published on policy/chunk: the model did produce it
 
 
-@pytest.mark.parametrize("field,value", [("cadence", "sometimes"), ("blend", "average"), ("rate_hz", 0.0),
-                                         ("ensemble_weight", 1.5), ("commit_rows", -1), ("max_dry_s", -0.1)])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("cadence", "sometimes"),
+        ("blend", "average"),
+        ("rate_hz", 0.0),
+        ("ensemble_weight", 1.5),
+        ("commit_rows", -1),
+        ("max_dry_s", -0.1),
+    ],
+)
 def test_bad_config_is_refused_with_the_field_named(field, value):
     with pytest.raises(ConfigError, match=field):
         ExecutorConfig(**{field: value})
 
 
 @settings(max_examples=40, deadline=None)
-@given(latencies=st.lists(st.integers(0, 12 * P_NS), min_size=2, max_size=6),
-       offsets=st.lists(st.floats(-0.02, 0.02), min_size=6, max_size=6))
+@given(
+    latencies=st.lists(st.integers(0, 12 * P_NS), min_size=2, max_size=6),
+    offsets=st.lists(st.floats(-0.02, 0.02), min_size=6, max_size=6),
+)
 @example(latencies=[0, 1, 1, 1, 1], offsets=[-0.01953125, 0.015625, 0.015625, 0.0, 0.0, 0.0])  # fades overlapping
 def test_crossfade_keeps_every_seam_bounded_whatever_the_latency(latencies, offsets):
     """Chunks offset by up to +-2 cm, arriving after random latencies (several may arrive between
@@ -233,8 +250,11 @@ def test_crossfade_keeps_every_seam_bounded_whatever_the_latency(latencies, offs
     arrives while the previous fade runs adds its own 1/rows: the old side is itself a blend),
     every quaternion is unit, and a tick never gets a row meant for another time."""
     rows = 8
-    s = ChunkScheduler(ExecutorConfig(cadence="every_n", query_every_n_ticks=10**6, blend="crossfade",
-                                      crossfade_rows=rows, max_dry_s=10.0))
+    s = ChunkScheduler(
+        ExecutorConfig(
+            cadence="every_n", query_every_n_ticks=10**6, blend="crossfade", crossfade_rows=rows, max_dry_s=10.0
+        )
+    )
     policy = ScriptedChunkPolicy(MOTION, chunk_length=60)
     now, prev, obs_ns = T0, None, T0
     max_motion_step = 0.042 * P_NS / 1e9 * 1.5  # circle speed 0.042 m/s, with slack

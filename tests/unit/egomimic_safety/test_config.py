@@ -25,7 +25,9 @@ def test_the_safety_arguments_are_the_parameter_descriptions():
     help_ = {f.name: f.metadata["help"] for f in dataclasses.fields(GateConfig)}
     assert "Safety argument" in help_["state_hold_after_s"] and "Safety argument" in help_["camera_hold_after_s"]
     assert "within 310 ms" in help_["command_timeout_s"]
-    assert all("workspace box" in help_[f"workspace_{arm}_{end}_m"] for arm in ("left", "right") for end in ("min", "max"))
+    assert all(
+        "workspace box" in help_[f"workspace_{arm}_{end}_m"] for arm in ("left", "right") for end in ("min", "max")
+    )
 
 
 def test_the_speed_limits_cannot_be_raised_past_the_arms_declaration():

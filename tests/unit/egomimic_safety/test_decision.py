@@ -16,7 +16,7 @@ TARGET = np.append(Q, 0.5)
 @pytest.fixture(scope="module")
 def kin():
     k = ArmKinematics()
-    return {arm: k for arm in ARMS}
+    return dict.fromkeys(ARMS, k)
 
 
 def test_a_forward_carries_both_arms_a_hold_a_target_nothing_none():

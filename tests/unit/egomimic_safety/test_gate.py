@@ -15,7 +15,7 @@ from .helpers import NO_CAMERAS, Q, armed_gate, cameras_ok, forwarded_targets, h
 @pytest.fixture(scope="module")
 def kin():
     k = ArmKinematics()
-    return {arm: k for arm in ARMS}
+    return dict.fromkeys(ARMS, k)
 
 
 def test_forwards_only_when_armed(kin):
@@ -25,7 +25,9 @@ def test_forwards_only_when_armed(kin):
     gate = armed_gate(kin)
     out = forwarded_targets(gate.propose(proposal(kin, 0.05, dx=0.005), 0.05, 0.05))
     assert set(out) == set(ARMS) and gate.forwarded == 1
-    assert np.allclose(kin[Arm.LEFT].forward(out[Arm.LEFT][:6])[:3], kin[Arm.LEFT].forward(Q)[:3] + [0.005, 0, 0], atol=1e-3)
+    assert np.allclose(
+        kin[Arm.LEFT].forward(out[Arm.LEFT][:6])[:3], kin[Arm.LEFT].forward(Q)[:3] + [0.005, 0, 0], atol=1e-3
+    )
 
 
 @pytest.mark.parametrize(
@@ -103,7 +105,9 @@ def test_rate_clamp_moves_at_most_speed_times_dt(kin, dt_s, allowed_m):
     t = 0.01 + dt_s
     measure(gate, kin, t)
     out = forwarded_targets(gate.propose(proposal(kin, t, dx=0.05), t, t))
-    assert gate.state == GateState.ARMED and gate.clamped == 1 and gate.reason_counts["TRANSLATION_RATE"] == 1, gate.detail
+    assert gate.state == GateState.ARMED and gate.clamped == 1 and gate.reason_counts["TRANSLATION_RATE"] == 1, (
+        gate.detail
+    )
     moved = kin[Arm.LEFT].forward(out[Arm.LEFT][:6])[0] - kin[Arm.LEFT].forward(Q)[0]
     assert allowed_m - 0.001 < moved < allowed_m + 0.001
 
@@ -120,7 +124,7 @@ def test_fast_producer_is_held_before_exceeding_the_declared_speed(kin):
     it through; the limit per unit of time (0.6 m/s x 18 ms = 11 mm) holds it at once."""
     gate = armed_gate(kin)
     speed = gate.config.max_ee_speed_m_s
-    t, dx, prev = 0.01, 0.0, None  # the shadow command: the measured pose at t = 0.01
+    t, dx = 0.01, 0.0  # the shadow command: the measured pose at t = 0.01
     forwarded = []
     for _ in range(55):
         t += 1 / 55
@@ -276,7 +280,9 @@ def test_state_stamps_going_back_with_the_clock_are_implausible(kin):
     (fail closed) and the hold is the last plausible measurement."""
     gate = armed_gate(kin)
     gate.propose(proposal(kin, 0.05), 0.05, 0.05)
-    out = gate.update_measurement(Arm.LEFT, ArmMeasurement(Q + 0.001, 0.5, kin[Arm.LEFT].forward(Q + 0.001), -4.85), 0.15)
+    out = gate.update_measurement(
+        Arm.LEFT, ArmMeasurement(Q + 0.001, 0.5, kin[Arm.LEFT].forward(Q + 0.001), -4.85), 0.15
+    )
     assert gate.state == GateState.HOLD and gate.reason.value == "STATE_IMPLAUSIBLE" and "before" in gate.detail
     assert not gate.last_measurement_accepted
     assert np.array_equal(out[Arm.LEFT], np.append(Q, 0.5)), "the hold is the last plausible measurement"
@@ -410,7 +416,9 @@ def test_arming_without_any_command_gives_up_with_stale_command(kin):
     assert gate.request_arm(0.0, 0.0)[0]
     t = gate.config.arming_timeout_s + 0.01
     gate.tick(t, t)
-    assert gate.state == GateState.DISARMED and gate.reason.value == "STALE_COMMAND" and "no command within" in gate.detail
+    assert (
+        gate.state == GateState.DISARMED and gate.reason.value == "STALE_COMMAND" and "no command within" in gate.detail
+    )
 
 
 def test_a_rejection_while_arming_still_disarms_at_once(kin):
@@ -499,7 +507,9 @@ def test_a_command_on_state_received_long_ago_is_refused(kin):
     """The stamp may look fresh (the ROS clock stepped back), but nothing has arrived for 200 ms
     on the monotonic clock: the command check itself refuses it, not only the watchdog."""
     gate = armed_gate(kin)
-    assert gate.propose(proposal(kin, 0.05), 0.05, 0.2).send is Send.NOTHING  # now 0.05 on the ROS clock, 0.2 s after receipt
+    assert (
+        gate.propose(proposal(kin, 0.05), 0.05, 0.2).send is Send.NOTHING
+    )  # now 0.05 on the ROS clock, 0.2 s after receipt
     assert gate.deferred_counts["STALE_STATE"] == 1 and gate.forwarded == 0, gate.detail
     gate.tick(0.05, 0.31)
     assert gate.state == GateState.HOLD and gate.reason.value == "STALE_STATE", gate.detail
@@ -525,11 +535,17 @@ def test_spoofed_state_past_the_limits_holds_at_the_last_plausible_measurement(k
     gate = armed_gate(kin)
     spoof = np.array([3.0, 3.6, 3.3, 1.58, 1.6, 2.1])
     out = gate.update_measurement(Arm.LEFT, ArmMeasurement(spoof, 0.5, kin[Arm.LEFT].forward(spoof), 0.02), 0.02)
-    assert gate.state == GateState.HOLD and gate.reason.value == "STATE_IMPLAUSIBLE" and "outside its limits" in gate.detail
+    assert (
+        gate.state == GateState.HOLD
+        and gate.reason.value == "STATE_IMPLAUSIBLE"
+        and "outside its limits" in gate.detail
+    )
     for arm in ARMS:
         assert np.array_equal(out[arm], np.append(Q, 0.5))
     for k in range(20):  # the spoofer keeps going: every re-sent hold is still the plausible one
-        gate.update_measurement(Arm.LEFT, ArmMeasurement(spoof, 0.5, kin[Arm.LEFT].forward(spoof), 0.03 + k * 1e-3), 0.03)
+        gate.update_measurement(
+            Arm.LEFT, ArmMeasurement(spoof, 0.5, kin[Arm.LEFT].forward(spoof), 0.03 + k * 1e-3), 0.03
+        )
         sent = gate.tick(0.05 + k * 0.04, 0.05 + k * 0.04)
         if sent:
             assert np.array_equal(sent[Arm.LEFT], np.append(Q, 0.5))
@@ -601,7 +617,9 @@ def test_a_half_turn_on_late_state_is_a_jump_not_a_deferral(kin):
     """State 150 ms late defers an ordinary command; a half turn is a jump wherever the arm moved
     meanwhile (limit 0.5 rad + 1.8 rad/s x 0.15 s), so it is refused at once: HOLD."""
     gate = armed_gate(kin)  # state stamped 0.0
-    assert gate.propose(proposal(kin, 0.15), 0.15, 0.15).send is Send.NOTHING and gate.state == GateState.ARMED  # deferred
+    assert (
+        gate.propose(proposal(kin, 0.15), 0.15, 0.15).send is Send.NOTHING and gate.state == GateState.ARMED
+    )  # deferred
     decision = gate.propose(half_turn(kin, 0.16), 0.16, 0.16)
     assert gate.state == GateState.HOLD and gate.reason.value == "ROTATION_JUMP" and decision.send is Send.HOLD
     assert "ms old" in gate.detail
@@ -617,7 +635,9 @@ def test_a_late_half_turn_is_a_jump_not_a_deferral(kin):
 def test_a_half_turn_on_a_late_camera_is_a_jump_not_a_deferral(kin):
     gate = armed_gate(kin, GateConfig(shadow_commands=1, required_cameras=("front_1",)))
     measure(gate, kin, 0.12, mono=0.12)  # fresh state; the camera's last report is from 0.0
-    assert gate.propose(proposal(kin, 0.12), 0.12, 0.12).send is Send.NOTHING and gate.deferred_counts["STALE_CAMERA"] == 1
+    assert (
+        gate.propose(proposal(kin, 0.12), 0.12, 0.12).send is Send.NOTHING and gate.deferred_counts["STALE_CAMERA"] == 1
+    )
     gate.propose(half_turn(kin, 0.13), 0.13, 0.13)
     assert gate.state == GateState.HOLD and gate.reason.value == "ROTATION_JUMP"
 
@@ -632,8 +652,11 @@ def test_a_step_the_arm_could_have_made_while_state_was_late_is_deferred(kin):
     dx = cfg.max_translation_step_m + 0.5 * cfg.max_ee_speed_m_s * age
     assert gate.propose(proposal(kin, age, dx=dx), age, age).send is Send.NOTHING
     assert gate.state == GateState.ARMED and gate.deferred_counts["STALE_STATE"] == 1
-    gate.propose(proposal(kin, age + 0.01, dx=cfg.max_translation_step_m + 1.5 * cfg.max_ee_speed_m_s * (age + 0.01)),
-                 age + 0.01, age + 0.01)
+    gate.propose(
+        proposal(kin, age + 0.01, dx=cfg.max_translation_step_m + 1.5 * cfg.max_ee_speed_m_s * (age + 0.01)),
+        age + 0.01,
+        age + 0.01,
+    )
     assert gate.state == GateState.HOLD and gate.reason.value == "TRANSLATION_JUMP"
 
 
@@ -676,7 +699,9 @@ def test_measurement_without_pose_decides_as_one_with_its_fk(kin):
     q = Q.copy()
     for g in gates:
         for arm in ARMS:
-            g.update_measurement(arm, ArmMeasurement(q.copy(), 0.5, kin[arm].forward(q) if g is gates[0] else None, 0.0), 0.0)
+            g.update_measurement(
+                arm, ArmMeasurement(q.copy(), 0.5, kin[arm].forward(q) if g is gates[0] else None, 0.0), 0.0
+            )
         assert g.request_arm(0.0, 0.0)[0]
     for k in range(1, 300):
         t = k / 100.0
@@ -695,8 +720,15 @@ def test_measurement_without_pose_decides_as_one_with_its_fk(kin):
                 out.append((g.reset(), g.request_arm(t, t)))
             outs.append(out)
         assert repr(outs[0]) == repr(outs[1]), k
-        assert (gates[0].state, gates[0].reason, gates[0].detail) == (gates[1].state, gates[1].reason, gates[1].detail), k
-    assert gates[0].forwarded > 50 and gates[0].reason_counts["TRANSLATION_JUMP"] == 1, (gates[0].forwarded, gates[0].reason_counts)
+        assert (gates[0].state, gates[0].reason, gates[0].detail) == (
+            gates[1].state,
+            gates[1].reason,
+            gates[1].detail,
+        ), k
+    assert gates[0].forwarded > 50 and gates[0].reason_counts["TRANSLATION_JUMP"] == 1, (
+        gates[0].forwarded,
+        gates[0].reason_counts,
+    )
     assert gates[0].state == GateState.ARMED, gates[0].detail
 
 
@@ -714,7 +746,9 @@ def test_the_gate_measures_at_link6(kin):
         q = rng.uniform(lo, hi)
         gate = SafetyGate(NO_CAMERAS, kin)
         for arm in ARMS:
-            gate.update_measurement(arm, ArmMeasurement(joints_rad=q, gripper_norm=0.5, ee_pose_hw=None, stamp_s=0.0), 0.0)
+            gate.update_measurement(
+                arm, ArmMeasurement(joints_rad=q, gripper_norm=0.5, ee_pose_hw=None, stamp_s=0.0), 0.0
+            )
         for arm in ARMS:
             got, ref = gate._measured(arm).ee_pose_hw, pin.forward(q)
             assert np.linalg.norm(got[:3] - ref[:3]) <= 1e-6, (i, got, ref)

@@ -17,7 +17,9 @@ def test_a_normal_stream_is_plausible():
     rng = np.random.default_rng(0)
     q = Q.copy()
     for k in range(500):  # 5 s at 100 Hz moving at 0.9 x the speed limits, with noise
-        q = np.clip(q + X5_LIMITS.vel_max * 0.9 * 0.01 * np.sign(np.sin(k / 50.0)), X5_LIMITS.pos_min, X5_LIMITS.pos_max)
+        q = np.clip(
+            q + X5_LIMITS.vel_max * 0.9 * 0.01 * np.sign(np.sin(k / 50.0)), X5_LIMITS.pos_min, X5_LIMITS.pos_max
+        )
         assert m.check(q + rng.normal(0, 2e-5, 6), k * 0.01) == ""
     assert m.implausible == 0
 

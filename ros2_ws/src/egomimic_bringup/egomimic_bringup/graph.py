@@ -6,7 +6,8 @@ launch_ros actions under a real ROS 2 install. Nothing about the graph is decide
 
 Start order is dependency order: drivers first (the arms must be held by their own watchdog
 before anything can command them), then the frames node, the safety gate (armed here when
-auto_arm is set: it then waits in ARMING for the first command), cameras, and the policy last. Teardown runs in reverse, so the policy stops first and the drivers last.
+auto_arm is set: it then waits in ARMING for the first command), cameras, and the policy last.
+Teardown runs in reverse, so the policy stops first and the drivers last.
 """
 
 from __future__ import annotations
@@ -32,20 +33,41 @@ class LaunchArgument:
 LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
     LaunchArgument("namespace", "eva", "robot namespace; every topic is relative to it"),
     LaunchArgument("backend", "sim", "driver backend", ("sim", "arx5")),
-    LaunchArgument("camera_backend", "", "camera backend ('' = synthetic with backend:=sim; with arx5 the "
-                   "per-camera hardware backends of ARX5_CAMERA_BACKENDS)",
-                   ("", "synthetic", "replay", "v4l2", "realsense")),
-    LaunchArgument("replay_path", "", "camera_backend:=replay: an episode store (*.zarr) or a directory of images "
-                   "(tools/make_sim_episode.py writes one)"),
+    LaunchArgument(
+        "camera_backend",
+        "",
+        "camera backend ('' = synthetic with backend:=sim; with arx5 the "
+        "per-camera hardware backends of ARX5_CAMERA_BACKENDS)",
+        ("", "synthetic", "replay", "v4l2", "realsense"),
+    ),
+    LaunchArgument(
+        "replay_path",
+        "",
+        "camera_backend:=replay: an episode store (*.zarr) or a directory of images "
+        "(tools/make_sim_episode.py writes one)",
+    ),
     LaunchArgument("policy", "scripted", "none | scripted | fold | pi | moe | <checkpoint> | tcp://host:port"),
     LaunchArgument("inject_latency_ms", "0", "extra latency added to every policy query"),
-    LaunchArgument("auto_arm", "", "call safety/arm once the graph is up ('' = true with sim, false with arx5)",
-                   ("", "true", "false")),
+    LaunchArgument(
+        "auto_arm",
+        "",
+        "call safety/arm once the graph is up ('' = true with sim, false with arx5)",
+        ("", "true", "false"),
+    ),
     LaunchArgument("params_file", "", "a YAML file overriding node parameters (applied last)"),
-    LaunchArgument("realtime", "true", "run the gate (SCHED_FIFO), the drivers, frames and the policy's tick (niceness -5), cameras and the "
-                   "policy's model (-2) at a higher scheduling priority than the rest, where permitted; logged either way", ("true", "false")),
-    LaunchArgument("control_cpus", "", "pin the gate, the drivers and frames to these CPUs (a Linux CPU list: 2, 2-3, "
-                   "0,2-3; e.g. cores kept free with isolcpus on a robot PC); '' = no pinning"),
+    LaunchArgument(
+        "realtime",
+        "true",
+        "run the gate (SCHED_FIFO), the drivers, frames and the policy's tick (niceness -5), cameras and the "
+        "policy's model (-2) at a higher scheduling priority than the rest, where permitted; logged either way",
+        ("true", "false"),
+    ),
+    LaunchArgument(
+        "control_cpus",
+        "",
+        "pin the gate, the drivers and frames to these CPUs (a Linux CPU list: 2, 2-3, "
+        "0,2-3; e.g. cores kept free with isolcpus on a robot PC); '' = no pinning",
+    ),
     LaunchArgument("stack_cpus", "", "pin the cameras and the policy to these CPUs (same syntax); '' = no pinning"),
 )
 
@@ -95,7 +117,9 @@ class NodeSpec:
 
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"{self.name}.yaml"
-        path.write_text(yaml.safe_dump({f"/**/{self.name}": {"ros__parameters": dict(self.parameters)}}, sort_keys=True))
+        path.write_text(
+            yaml.safe_dump({f"/**/{self.name}": {"ros__parameters": dict(self.parameters)}}, sort_keys=True)
+        )
         return path
 
 
@@ -150,21 +174,39 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
     """The node list for these launch arguments, in start order."""
     args = resolve_arguments(overrides or {})
     ns = args["namespace"].strip("/")
-    yaml_files = {"params_files": (str(CONFIG_DIR / f"eva_{args['backend']}.yaml"),),
-                  "override_files": (args["params_file"],) if args["params_file"] else ()}
+    yaml_files = {
+        "params_files": (str(CONFIG_DIR / f"eva_{args['backend']}.yaml"),),
+        "override_files": (args["params_file"],) if args["params_file"] else (),
+    }
     nodes: list[NodeSpec] = []
     for arm in (a.value for a in ARMS):
-        nodes.append(NodeSpec(
-            f"driver_{arm}", f"{NODE_PACKAGE}.driver_node", ns,
-            {"arm": arm, "backend": args["backend"]}, **yaml_files, lifecycle=True,
-            priority="nice" if args["realtime"] == "true" else "", cpus=args["control_cpus"],
-            description=f"ARX5 driver, {arm} arm ({args['backend']} backend)",
-        ))
+        nodes.append(
+            NodeSpec(
+                f"driver_{arm}",
+                f"{NODE_PACKAGE}.driver_node",
+                ns,
+                {"arm": arm, "backend": args["backend"]},
+                **yaml_files,
+                lifecycle=True,
+                priority="nice" if args["realtime"] == "true" else "",
+                cpus=args["control_cpus"],
+                description=f"ARX5 driver, {arm} arm ({args['backend']} backend)",
+            )
+        )
     # frames is a hop of the command path (policy/action -> command/proposed), so it runs at the
     # drivers' priority: a command that waits behind the cameras arrives late at the gate.
-    nodes.append(NodeSpec("frames", f"{NODE_PACKAGE}.frames_node", ns, {}, **yaml_files,
-                          priority="nice" if args["realtime"] == "true" else "", cpus=args["control_cpus"],
-                          description="hardware <-> dataset frame conversion"))
+    nodes.append(
+        NodeSpec(
+            "frames",
+            f"{NODE_PACKAGE}.frames_node",
+            ns,
+            {},
+            **yaml_files,
+            priority="nice" if args["realtime"] == "true" else "",
+            cpus=args["control_cpus"],
+            description="hardware <-> dataset frame conversion",
+        )
+    )
     cameras = CAMERAS
     camera_backend = args["camera_backend"]
     if camera_backend in ("synthetic", "replay"):
@@ -173,32 +215,63 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
         params = {"cameras": list(cameras), "backend": camera_backend}
         if camera_backend == "replay":
             params["replay_path"] = args["replay_path"]
-        nodes.append(NodeSpec("cameras", f"{NODE_PACKAGE}.camera_node", ns, params, **yaml_files,
-                              priority="stack" if args["realtime"] == "true" else "", cpus=args["stack_cpus"],
-                              description=f"{camera_backend} cameras front_1, left_wrist, right_wrist"))
+        nodes.append(
+            NodeSpec(
+                "cameras",
+                f"{NODE_PACKAGE}.camera_node",
+                ns,
+                params,
+                **yaml_files,
+                priority="stack" if args["realtime"] == "true" else "",
+                cpus=args["stack_cpus"],
+                description=f"{camera_backend} cameras front_1, left_wrist, right_wrist",
+            )
+        )
     else:
         # Hardware: one process per camera, so a stuck USB driver takes down one stream only.
         for cam in cameras:
             cam_backend = ARX5_CAMERA_BACKENDS[cam] if camera_backend == "hardware" else camera_backend
-            nodes.append(NodeSpec(
-                f"camera_{cam}", f"{NODE_PACKAGE}.camera_node", ns,
-                {"cameras": [cam], "backend": cam_backend}, **yaml_files,
-                priority="stack" if args["realtime"] == "true" else "", cpus=args["stack_cpus"],
-                description=f"camera {cam} ({cam_backend})",
-            ))
+            nodes.append(
+                NodeSpec(
+                    f"camera_{cam}",
+                    f"{NODE_PACKAGE}.camera_node",
+                    ns,
+                    {"cameras": [cam], "backend": cam_backend},
+                    **yaml_files,
+                    priority="stack" if args["realtime"] == "true" else "",
+                    cpus=args["stack_cpus"],
+                    description=f"camera {cam} ({cam_backend})",
+                )
+            )
     # The gate starts after the cameras and drivers, so arming (which needs fresh state and
     # camera health) can succeed at once; before the policy, so ARMING sees its first command.
-    nodes.append(NodeSpec("safety_gate", f"{NODE_PACKAGE}.gate_node", ns, {"required_cameras": list(cameras)},
-                          **yaml_files, arm_after=True,
-                          priority="fifo" if args["realtime"] == "true" else "", cpus=args["control_cpus"],
-                          description="safety gate (only publisher of joint commands)"))
+    nodes.append(
+        NodeSpec(
+            "safety_gate",
+            f"{NODE_PACKAGE}.gate_node",
+            ns,
+            {"required_cameras": list(cameras)},
+            **yaml_files,
+            arm_after=True,
+            priority="fifo" if args["realtime"] == "true" else "",
+            cpus=args["control_cpus"],
+            description="safety gate (only publisher of joint commands)",
+        )
+    )
     if args["policy"] != "none":
         # The policy's 30 Hz tick is a hop of the command path: its process runs at the drivers'
         # priority and its model worker lowers itself to the stack's (policy_node._lower_worker).
         # A soak beside a CPU hog at -2 saw one 85 ms gap between actions.
-        nodes.append(NodeSpec("policy", f"{NODE_PACKAGE}.policy_node", ns,
-                              {"policy": args["policy"], "inject_latency_ms": float(args["inject_latency_ms"])},
-                              **yaml_files,
-                              priority="nice" if args["realtime"] == "true" else "", cpus=args["stack_cpus"],
-                              description=f"policy ({args['policy']})"))
+        nodes.append(
+            NodeSpec(
+                "policy",
+                f"{NODE_PACKAGE}.policy_node",
+                ns,
+                {"policy": args["policy"], "inject_latency_ms": float(args["inject_latency_ms"])},
+                **yaml_files,
+                priority="nice" if args["realtime"] == "true" else "",
+                cpus=args["stack_cpus"],
+                description=f"policy ({args['policy']})",
+            )
+        )
     return Graph(tuple(nodes), ns, args["auto_arm"] == "true", args)

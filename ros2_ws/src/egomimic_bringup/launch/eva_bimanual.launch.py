@@ -17,8 +17,9 @@ from egomimic_bringup.graph import LAUNCH_ARGUMENTS, build_graph
 
 
 def generate_launch_description():
-    from launch import LaunchDescription
     from launch.actions import DeclareLaunchArgument, OpaqueFunction, Shutdown
+
+    from launch import LaunchDescription
 
     def nodes(context):
         from launch_ros.actions import LifecycleNode, Node
@@ -34,7 +35,11 @@ def generate_launch_description():
                 executable=executable,
                 name=spec.name,
                 namespace=spec.namespace,
-                parameters=[*spec.params_files, str(spec.write_launch_params(params_dir)), *spec.override_files],  # params_file last
+                parameters=[
+                    *spec.params_files,
+                    str(spec.write_launch_params(params_dir)),
+                    *spec.override_files,
+                ],  # params_file last
                 output="screen",
                 additional_env={"EGOMIMIC_PRIORITY": spec.priority, "EGOMIMIC_CPUS": spec.cpus},
             )

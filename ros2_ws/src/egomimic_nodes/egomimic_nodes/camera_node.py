@@ -44,7 +44,6 @@ import time
 import numpy as np
 import simplejpeg
 from diagnostic_msgs.msg import DiagnosticArray
-from egomimic_msgs.msg import CameraHealth
 from geometry_msgs.msg import PoseStamped
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
@@ -59,6 +58,7 @@ from egomimic_hw.cameras.health import CameraHealthMonitor, HealthConfig, Health
 from egomimic_hw.cameras.processing import FrameShaper
 from egomimic_hw.description import ARMS
 from egomimic_hw.errors import ConfigError
+from egomimic_msgs.msg import CameraHealth
 from egomimic_nodes import diagnostics, topics
 from egomimic_nodes.msg_convert import ns_to_stamp, pose_to_array
 from egomimic_nodes.outbox import publish_serialized
@@ -117,8 +117,15 @@ class _Stream:
     """One camera: backend (wrapped for fault injection), shaper, health, publishers and its
     capture thread."""
 
-    def __init__(self, node: "CameraNode", camera: str, backend: FaultInjectingCamera, shaper: FrameShaper,
-                 health: HealthConfig, compressed_quality: int | None):
+    def __init__(
+        self,
+        node: CameraNode,
+        camera: str,
+        backend: FaultInjectingCamera,
+        shaper: FrameShaper,
+        health: HealthConfig,
+        compressed_quality: int | None,
+    ):
         self.node = node
         self.camera = camera
         self.backend = backend
@@ -126,9 +133,16 @@ class _Stream:
         self.monitor = CameraHealthMonitor(camera, health)
         self.pub_image = node.create_publisher(Image, topics.IMAGE_RAW.name(cam=camera), topics.IMAGE_RAW.qos)
         self.pub_info = node.create_publisher(CameraInfo, topics.CAMERA_INFO.name(cam=camera), topics.CAMERA_INFO.qos)
-        self.pub_health = node.create_publisher(CameraHealth, topics.CAMERA_HEALTH.name(cam=camera), topics.CAMERA_HEALTH.qos)
-        self.pub_compressed = (node.create_publisher(CompressedImage, topics.IMAGE_COMPRESSED.name(cam=camera), topics.IMAGE_COMPRESSED.qos)
-                               if compressed_quality else None)
+        self.pub_health = node.create_publisher(
+            CameraHealth, topics.CAMERA_HEALTH.name(cam=camera), topics.CAMERA_HEALTH.qos
+        )
+        self.pub_compressed = (
+            node.create_publisher(
+                CompressedImage, topics.IMAGE_COMPRESSED.name(cam=camera), topics.IMAGE_COMPRESSED.qos
+            )
+            if compressed_quality
+            else None
+        )
         self.jpeg_quality = compressed_quality
         self.intrinsics = shaper.output_intrinsics(backend.intrinsics)
         self.info = SerializedTemplate(camera_info(camera, self.intrinsics))
@@ -219,21 +233,27 @@ class CameraNode(Node):
             # The scene follows the arms' measured poses, read when a frame is rendered: taken,
             # not delivered (taken.py), which spares the executor a callback per pose sample.
             self._poses = TakenSubscriptions(self.context, f"{self.get_name()}_poses", self.get_namespace())
-            self._pose_readers = {arm: self._poses.subscribe(PoseStamped, self.resolve_topic_name(topics.EE_POSE.name(arm)),
-                                                             POSE_QOS) for arm in ARMS}
+            self._pose_readers = {
+                arm: self._poses.subscribe(PoseStamped, self.resolve_topic_name(topics.EE_POSE.name(arm)), POSE_QOS)
+                for arm in ARMS
+            }
         start = time.monotonic() + 0.2  # replay: every camera of this process starts in step
         self._streams: list[_Stream] = []
         try:
             for cam in cameras:
                 src = config.source(cam, devices[cam])
-                cam_backend = FaultInjectingCamera(open_camera(backend, src, clock_ns=self._now_ns,
-                                                               ee_positions=self._ee_positions, start_monotonic=start),
-                                                   self.fault)
+                cam_backend = FaultInjectingCamera(
+                    open_camera(
+                        backend, src, clock_ns=self._now_ns, ee_positions=self._ee_positions, start_monotonic=start
+                    ),
+                    self.fault,
+                )
                 shaper = FrameShaper(width, height)
                 if shaper.aspect_changes(cam_backend.intrinsics.width, cam_backend.intrinsics.height):
                     self.get_logger().warning(
                         f"{cam}: source {cam_backend.intrinsics.width}x{cam_backend.intrinsics.height} is "
-                        f"resized to {width}x{height}: the aspect ratio changes (intrinsics scaled per axis)")
+                        f"resized to {width}x{height}: the aspect ratio changes (intrinsics scaled per axis)"
+                    )
                 self._streams.append(_Stream(self, cam, cam_backend, shaper, config.health, config.compressed_quality))
         except Exception:
             for s in self._streams:
@@ -247,8 +267,10 @@ class CameraNode(Node):
         self._backend_name = backend
         for s in self._streams:
             s.thread.start()
-        self.get_logger().info(f"{', '.join(cameras)}: {backend} -> {width}x{height} rgb8 at {config.rate_hz} Hz"
-                               + (f" (fault {config.inject_fault})" if self.fault.active else ""))
+        self.get_logger().info(
+            f"{', '.join(cameras)}: {backend} -> {width}x{height} rgb8 at {config.rate_hz} Hz"
+            + (f" (fault {config.inject_fault})" if self.fault.active else "")
+        )
 
     def _declare_parameters(self) -> tuple[CameraNodeConfig, dict[str, CameraDeviceConfig]]:
         """The node's config and each camera's (`<cam>.*`), from their dataclasses (declare_config)."""
@@ -300,11 +322,21 @@ class CameraNode(Node):
     def _status(self, s: _Stream):
         r = s.monitor.check(self._now_ns())
         return diagnostics.status(
-            f"camera/{s.camera}", s.camera, DIAG_LEVEL[r.state], f"{r.state.name}: {r.detail}",
-            {"state": r.state.name, "backend": self._backend_name, "rate_hz": f"{r.rate_hz:.2f}",
-             "interval_jitter_ms": f"{r.interval_jitter_s * 1e3:.2f}", "dropped": r.dropped,
-             "duplicated": r.duplicated, "frames": r.frames, "publish_errors": s.publish_errors,
-             "fault": self.fault.describe()},
+            f"camera/{s.camera}",
+            s.camera,
+            DIAG_LEVEL[r.state],
+            f"{r.state.name}: {r.detail}",
+            {
+                "state": r.state.name,
+                "backend": self._backend_name,
+                "rate_hz": f"{r.rate_hz:.2f}",
+                "interval_jitter_ms": f"{r.interval_jitter_s * 1e3:.2f}",
+                "dropped": r.dropped,
+                "duplicated": r.duplicated,
+                "frames": r.frames,
+                "publish_errors": s.publish_errors,
+                "fault": self.fault.describe(),
+            },
         )
 
     def _publish_diagnostics(self) -> None:
@@ -327,8 +359,10 @@ class CameraNode(Node):
             s.thread.join(timeout=max(0.0, deadline - time.monotonic()))
         for s in self._streams:
             if s.thread.is_alive():
-                self.get_logger().error(f"{s.camera}: capture thread did not stop within {EXIT_JOIN_S:.1f} s "
-                                        "(a read or a publish blocked); the process exit releases the device")
+                self.get_logger().error(
+                    f"{s.camera}: capture thread did not stop within {EXIT_JOIN_S:.1f} s "
+                    "(a read or a publish blocked); the process exit releases the device"
+                )
                 continue
             s.backend.close()
         if self._poses is not None:

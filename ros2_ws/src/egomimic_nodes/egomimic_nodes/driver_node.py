@@ -8,7 +8,8 @@ forwarding anything, so bimanual atomicity does not need a shared process.
 Who may command the arm (defence in depth behind the gate; `require_gate`, default true):
 a joint command is applied only when it was published by the gate's node (`gate_node`, in
 this node's namespace; checked per message by publisher id, see sources.py) and the gate's
-latched `safety/status`, also from that node, is not DISARMED (see COMMANDING_STATES). Anything else is refused with a counted reason and the arm holds where it is.
+latched `safety/status`, also from that node, is not DISARMED (see COMMANDING_STATES).
+Anything else is refused with a counted reason and the arm holds where it is.
 ArmDriver then checks the values (joint range, step from the measured position). Without DDS
 security a process can still take the gate's node name: README "Safety" says what that means.
 
@@ -49,15 +50,14 @@ import threading
 import time
 
 import numpy as np
-from rclpy.duration import Duration
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
+from rclpy.duration import Duration
 from rclpy.lifecycle import Node as LifecycleNode
 from rclpy.lifecycle import State, TransitionCallbackReturn
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 
-from egomimic_msgs.msg import GateStatus
 from egomimic_hw.driver.arm_driver import ArmDriver, DriverConfig
 from egomimic_hw.driver.arx5 import Arx5Gains
 from egomimic_hw.driver.backends import open_controller
@@ -65,11 +65,12 @@ from egomimic_hw.driver.config import DriverNodeConfig
 from egomimic_hw.driver.sim import SimConfig
 from egomimic_hw.kinematics import ArmKinematics
 from egomimic_hw.pacing import Pacer
+from egomimic_msgs.msg import GateStatus
 from egomimic_nodes import diagnostics, qos, topics
 from egomimic_nodes.msg_convert import pose_stamped
 from egomimic_nodes.outbox import Outbox
-from egomimic_nodes.serialized import SerializedJointState
 from egomimic_nodes.params import declare_config
+from egomimic_nodes.serialized import SerializedJointState
 from egomimic_nodes.sources import SourceCheck, node_fqn
 from egomimic_nodes.spin import end_profile, run_node, start_profile
 from egomimic_nodes.taken import TakenSubscriptions
@@ -119,8 +120,9 @@ class DriverNode(LifecycleNode):
         """Every parameter, once, at start (read-only: a configure after a cleanup reads the
         same). The gripper overrides are optional doubles: unset means the backend's calibration."""
         self._config = declare_config(self, DriverNodeConfig)
-        self._driver_config = declare_config(self, DriverConfig, arm=self._config.driven_arm,
-                                             gripper=self._config.gripper_calibration)
+        self._driver_config = declare_config(
+            self, DriverConfig, arm=self._config.driven_arm, gripper=self._config.gripper_calibration
+        )
         self._sim_config = declare_config(self, SimConfig, prefix="sim.")
         self._gains = declare_config(self, Arx5Gains, prefix="arx5.")
 
@@ -131,8 +133,12 @@ class DriverNode(LifecycleNode):
                 raise ValueError(self._parameter_error)
             config = self._config
             self.arm = config.driven_arm
-            controller = open_controller(config.backend, sim=self._sim_config, seed=config.controller_seed,
-                                         arx5=config.arx5(self._gains, self._driver_config.preview_s))
+            controller = open_controller(
+                config.backend,
+                sim=self._sim_config,
+                seed=config.controller_seed,
+                arx5=config.arx5(self._gains, self._driver_config.preview_s),
+            )
             try:
                 kin = ArmKinematics(backend=config.kinematics)
             except Exception:
@@ -142,9 +148,10 @@ class DriverNode(LifecycleNode):
             self._controller, self._kinematics = controller, kin.backend
             self._sdk_build = controller.sdk_build.describe() if getattr(controller, "sdk_build", None) else ""
             cal = self._driver_config.gripper
-            self.get_logger().info(f"kinematics: {kin.backend} ({kin.backend_reason}); gripper calibration: open "
-                                   f"{cal.open_m:+.4f} m, close {cal.close_m:+.4f} m"
-                                   + (f"; {self._sdk_build}" if self._sdk_build else ""))
+            self.get_logger().info(
+                f"kinematics: {kin.backend} ({kin.backend_reason}); gripper calibration: open "
+                f"{cal.open_m:+.4f} m, close {cal.close_m:+.4f} m" + (f"; {self._sdk_build}" if self._sdk_build else "")
+            )
         except Exception as exc:  # noqa: BLE001 - refuse the transition with the reason
             self.get_logger().error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
@@ -154,10 +161,16 @@ class DriverNode(LifecycleNode):
         self._names = self.arm.joint_names
         self._js: SerializedJointState | None = None
         # Lifecycle publishers for the topics' declared semantics; _tick publishes only while active.
-        self._pub_joints = Outbox(self.create_lifecycle_publisher(JointState, topics.JOINT_STATES.name(self.arm), topics.JOINT_STATES.qos),
-                                  keep=STATE_KEEP)
-        self._pub_pose = Outbox(self.create_lifecycle_publisher(PoseStamped, topics.EE_POSE.name(self.arm), topics.EE_POSE.qos))
-        self._pub_diag = Outbox(self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos))
+        self._pub_joints = Outbox(
+            self.create_lifecycle_publisher(JointState, topics.JOINT_STATES.name(self.arm), topics.JOINT_STATES.qos),
+            keep=STATE_KEEP,
+        )
+        self._pub_pose = Outbox(
+            self.create_lifecycle_publisher(PoseStamped, topics.EE_POSE.name(self.arm), topics.EE_POSE.qos)
+        )
+        self._pub_diag = Outbox(
+            self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos)
+        )
         self._require_gate = config.require_gate
         gate_fqn = node_fqn(self.get_namespace(), config.gate_node)
         command_topic = self.resolve_topic_name(topics.JOINT_COMMAND.name(self.arm))
@@ -165,17 +178,24 @@ class DriverNode(LifecycleNode):
         self._status_source = SourceCheck(self, self.resolve_topic_name(topics.SAFETY_STATUS.name()), gate_fqn)
         # Taken by the state loop, not delivered by the executor (module docstring).
         self._inputs = TakenSubscriptions(self.context, f"{self.get_name()}_in", self.get_namespace())
-        self._status_sub = self._inputs.subscribe(GateStatus, self.resolve_topic_name(topics.SAFETY_STATUS.name()), qos.LATCHED)
+        self._status_sub = self._inputs.subscribe(
+            GateStatus, self.resolve_topic_name(topics.SAFETY_STATUS.name()), qos.LATCHED
+        )
         self._sub = self._inputs.subscribe(JointState, command_topic, qos.COMMAND)
         self._last_measured_at: float | None = None
         self._last_stamp = None
         self._srv = self.create_service(Trigger, f"{self.arm.value}/home", self._on_home)
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics)
         self._last_state = None
-        self.get_logger().info(f"configured: arm={self.arm.value} backend={config.backend} rate={config.rate_hz} Hz; "
-                               "commands accepted "
-                               + (f"only from {gate_fqn} while it is not DISARMED" if self._require_gate
-                                  else "from ANY publisher (require_gate:=false: tests and bench rigs only)"))
+        self.get_logger().info(
+            f"configured: arm={self.arm.value} backend={config.backend} rate={config.rate_hz} Hz; "
+            "commands accepted "
+            + (
+                f"only from {gate_fqn} while it is not DISARMED"
+                if self._require_gate
+                else "from ANY publisher (require_gate:=false: tests and bench rigs only)"
+            )
+        )
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: State) -> TransitionCallbackReturn:
@@ -320,7 +340,9 @@ class DriverNode(LifecycleNode):
         with_pose = (self._ticks + 1) % self._pose_every == 0
         state = self._driver.tick(now_s, with_pose=with_pose)
         changed = self._last_state is None or (state.holding, state.reading.fault) != (
-            self._last_state.holding, self._last_state.reading.fault)
+            self._last_state.holding,
+            self._last_state.reading.fault,
+        )
         self._last_state = state
         if changed:
             self._diagnostics()  # say at once why the arm holds or faulted, not at the next 1 Hz report
@@ -331,9 +353,13 @@ class DriverNode(LifecycleNode):
         if js is None:
             js = self._js = SerializedJointState(self.arm.hw_frame, self._names)
         reading = state.reading
-        self._pub_joints.publish_bytes(js.fill(stamp.sec * 1_000_000_000 + stamp.nanosec,
-                                               np.append(reading.joints_rad, state.gripper_norm),
-                                               np.append(reading.joint_velocities_rad_s, 0.0)))
+        self._pub_joints.publish_bytes(
+            js.fill(
+                stamp.sec * 1_000_000_000 + stamp.nanosec,
+                np.append(reading.joints_rad, state.gripper_norm),
+                np.append(reading.joint_velocities_rad_s, 0.0),
+            )
+        )
         self._ticks += 1
         if with_pose:
             self._pub_pose.publish(pose_stamped(state.ee_pose_hw, self.arm.hw_frame, stamp))
@@ -397,13 +423,20 @@ class DriverNode(LifecycleNode):
             "last_refusal": self._driver.refusal,
             "kinematics": self._kinematics,
             **({"sdk_build": self._sdk_build} if self._sdk_build else {}),
-            **({"gripper_clamps": self._controller.gripper_clamps} if hasattr(self._controller, "gripper_clamps") else {}),
+            **(
+                {"gripper_clamps": self._controller.gripper_clamps}
+                if hasattr(self._controller, "gripper_clamps")
+                else {}
+            ),
             "outbox_dropped": self._pub_joints.dropped + self._pub_pose.dropped,
             "slowest_publish_ms": round(max(self._pub_joints.slowest_s, self._pub_pose.slowest_s) * 1e3, 1),
             "holding": s.holding if s else True,
         }
-        self._pub_diag.publish(diagnostics.array(self, diagnostics.status(
-            f"driver/{self.arm.value}", f"arx5_{self.arm.value}", level, message, values)))
+        self._pub_diag.publish(
+            diagnostics.array(
+                self, diagnostics.status(f"driver/{self.arm.value}", f"arx5_{self.arm.value}", level, message, values)
+            )
+        )
 
     def _hold_now(self) -> None:
         with self._lock:

@@ -41,13 +41,20 @@ class FramesNode(Node):
         super().__init__("frames")
         self._pub_pose_ds = {}
         for arm in ARMS:
-            self._pub_pose_ds[arm] = Outbox(self.create_publisher(PoseStamped, topics.EE_POSE_DATASET.name(arm),
-                                                                  topics.EE_POSE_DATASET.qos))
+            self._pub_pose_ds[arm] = Outbox(
+                self.create_publisher(PoseStamped, topics.EE_POSE_DATASET.name(arm), topics.EE_POSE_DATASET.qos)
+            )
             self.create_subscription(PoseStamped, topics.EE_POSE.name(arm), self._pose_cb(arm), topics.EE_POSE.qos)
-        self._pub_cmd = Outbox(self.create_publisher(BimanualCommand, topics.COMMAND_PROPOSED.name(), topics.COMMAND_PROPOSED.qos),
-                               keep=COMMAND_KEEP)
-        self.create_subscription(BimanualCommand, topics.POLICY_ACTION.name(), self._on_action, topics.POLICY_ACTION.qos)
-        self._pub_diag = Outbox(self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos))
+        self._pub_cmd = Outbox(
+            self.create_publisher(BimanualCommand, topics.COMMAND_PROPOSED.name(), topics.COMMAND_PROPOSED.qos),
+            keep=COMMAND_KEEP,
+        )
+        self.create_subscription(
+            BimanualCommand, topics.POLICY_ACTION.name(), self._on_action, topics.POLICY_ACTION.qos
+        )
+        self._pub_diag = Outbox(
+            self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos)
+        )
         self.counts: Counter[str] = Counter()
         self.last_refusal = ""
         self.create_timer(1.0, self._publish_diagnostics)
@@ -73,6 +80,7 @@ class FramesNode(Node):
             array_to_pose(pose_ds, out.pose)
             self._pub_pose_ds[arm].publish(out)
             self.counts[f"{topics.EE_POSE.name(arm)}_converted"] += 1
+
         return cb
 
     def _on_action(self, msg: BimanualCommand) -> None:
@@ -83,7 +91,10 @@ class FramesNode(Node):
         for arm in ARMS:
             src: PoseStamped = getattr(msg, arm.value)
             if src.header.frame_id != arm.dataset_frame:
-                self._refuse(topics.POLICY_ACTION.name(), f"{arm.value} frame_id {src.header.frame_id!r}, expected {arm.dataset_frame!r}")
+                self._refuse(
+                    topics.POLICY_ACTION.name(),
+                    f"{arm.value} frame_id {src.header.frame_id!r}, expected {arm.dataset_frame!r}",
+                )
                 return
             try:
                 pose_hw = pose_hw_from_ds(pose_to_array(src.pose))
@@ -104,9 +115,14 @@ class FramesNode(Node):
         for box in (self._pub_cmd, *self._pub_pose_ds.values()):
             values.update({f"{box.topic}.{k}": v for k, v in box.stats().items()})
         values["last_refusal"] = self.last_refusal
-        self._pub_diag.publish(diagnostics.array(self, diagnostics.status(
-            "frames", "frames", level, f"{refused} message(s) refused" if refused else "converting", values)))
-
+        self._pub_diag.publish(
+            diagnostics.array(
+                self,
+                diagnostics.status(
+                    "frames", "frames", level, f"{refused} message(s) refused" if refused else "converting", values
+                ),
+            )
+        )
 
     def on_exit(self) -> None:
         """Hand what is queued to the middleware (briefly), then stop the sending threads."""

@@ -140,8 +140,13 @@ class GateNode(Node):
         self._estop_waiting = threading.Event()
         """Set while an e-stop waits for the lock: the main callbacks step aside (a plain lock
         is not fair: under a command flood the main thread would re-take it every time)."""
-        self._pub_cmd = {arm: Outbox(self.create_publisher(JointState, topics.JOINT_COMMAND.name(arm), topics.JOINT_COMMAND.qos),
-                                     keep=COMMAND_KEEP) for arm in ARMS}
+        self._pub_cmd = {
+            arm: Outbox(
+                self.create_publisher(JointState, topics.JOINT_COMMAND.name(arm), topics.JOINT_COMMAND.qos),
+                keep=COMMAND_KEEP,
+            )
+            for arm in ARMS
+        }
         self._state_sources: dict[Arm, SourceCheck] = {}
         # Joint states and camera health are taken, not delivered (module docstring, taken.py).
         self._taken = TakenSubscriptions(self.context, f"{self.get_name()}_state", self.get_namespace())
@@ -149,27 +154,45 @@ class GateNode(Node):
         for arm in ARMS:
             topic = self.resolve_topic_name(topics.JOINT_STATES.name(arm))
             if check_sources:
-                self._state_sources[arm] = SourceCheck(self, topic, node_fqn(self.get_namespace(), f"driver_{arm.value}"))
+                self._state_sources[arm] = SourceCheck(
+                    self, topic, node_fqn(self.get_namespace(), f"driver_{arm.value}")
+                )
             # raw: read with serialized.read_joint_state, no Python message per 100 Hz sample
-            self._taken_subs.append((self._taken.subscribe(JointState, topic, STATE_QOS, raw=True), self._joint_cb(arm)))
+            self._taken_subs.append(
+                (self._taken.subscribe(JointState, topic, STATE_QOS, raw=True), self._joint_cb(arm))
+            )
         for cam in config.required_cameras:
             topic = self.resolve_topic_name(topics.CAMERA_HEALTH.name(cam=cam))
             self._taken_subs.append((self._taken.subscribe(CameraHealth, topic, HEALTH_QOS), self._health_cb(cam)))
-        self._proposals = self._taken.subscribe(BimanualCommand, self.resolve_topic_name(topics.COMMAND_PROPOSED.name()), topics.COMMAND_PROPOSED.qos)
+        self._proposals = self._taken.subscribe(
+            BimanualCommand, self.resolve_topic_name(topics.COMMAND_PROPOSED.name()), topics.COMMAND_PROPOSED.qos
+        )
         self._take_lock = threading.Lock()
         """One thread takes from the readers at a time (the decision thread, or a service that
         wants the newest measurement)."""
-        self._pub_status = Outbox(self.create_publisher(GateStatus, topics.SAFETY_STATUS.name(), topics.SAFETY_STATUS.qos), keep=STATUS_KEEP)
-        self._pub_diag = Outbox(self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos))
-        for srv, fn in ((topics.SAFETY_ARM, self._srv_arm), (topics.SAFETY_DISARM, self.gate.disarm),
-                        (topics.SAFETY_RESET, self.gate.reset)):
+        self._pub_status = Outbox(
+            self.create_publisher(GateStatus, topics.SAFETY_STATUS.name(), topics.SAFETY_STATUS.qos), keep=STATUS_KEEP
+        )
+        self._pub_diag = Outbox(
+            self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos)
+        )
+        for srv, fn in (
+            (topics.SAFETY_ARM, self._srv_arm),
+            (topics.SAFETY_DISARM, self.gate.disarm),
+            (topics.SAFETY_RESET, self.gate.reset),
+        ):
             self.create_service(srv.type, srv.name, self._service(srv.name.rsplit("/", 1)[-1], fn))
         self._last_published = None
         # use_global_arguments=False: the command line's `-r __node:=` remap would otherwise
         # rename this companion to the gate's own name too.
-        self._estop_node = Node(f"{self.get_name()}_estop", namespace=self.get_namespace(), context=self.context,
-                                use_global_arguments=False)
-        self._estop_node.create_service(topics.SAFETY_ESTOP.type, self.resolve_topic_name(topics.SAFETY_ESTOP.name), self._service("estop", self.gate.estop))
+        self._estop_node = Node(
+            f"{self.get_name()}_estop", namespace=self.get_namespace(), context=self.context, use_global_arguments=False
+        )
+        self._estop_node.create_service(
+            topics.SAFETY_ESTOP.type,
+            self.resolve_topic_name(topics.SAFETY_ESTOP.name),
+            self._service("estop", self.gate.estop),
+        )
         self._estop_executor = SingleThreadedExecutor(context=self.context)
         self._estop_executor.add_node(self._estop_node)
         # The e-stop thread needs the GIL too: hand it over within 1 ms instead of CPython's 5 ms.
@@ -195,7 +218,8 @@ class GateNode(Node):
             self._decisions.start()
         self.get_logger().info(
             f"safety gate up: DISARMED; cameras required: {list(config.required_cameras) or 'none'}; "
-            f"watchdog {rate_hz:.0f} Hz; kinematics {self._kin[ARMS[0]].backend} ({self._kin[ARMS[0]].backend_reason})")
+            f"watchdog {rate_hz:.0f} Hz; kinematics {self._kin[ARMS[0]].backend} ({self._kin[ARMS[0]].backend_reason})"
+        )
 
     def _now_s(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
@@ -204,6 +228,7 @@ class GateNode(Node):
         def run():
             with self._lock:
                 fn()
+
         return run
 
     def _spin_estop(self) -> None:
@@ -257,12 +282,17 @@ class GateNode(Node):
                 self.get_logger().error(f"malformed {arm.value}/joint_states ignored", throttle_duration_sec=2.0)
                 return None
             joints = positions[:JOINTS_PER_ARM]
-            return self.gate.update_measurement(arm, ArmMeasurement(
-                joints_rad=joints,
-                gripper_norm=float(positions[JOINTS_PER_ARM]),
-                ee_pose_hw=None,  # FK when a decision needs it (SafetyGate._measured), not per 100 Hz sample
-                stamp_s=stamp_s,
-            ), time.monotonic())
+            return self.gate.update_measurement(
+                arm,
+                ArmMeasurement(
+                    joints_rad=joints,
+                    gripper_norm=float(positions[JOINTS_PER_ARM]),
+                    ee_pose_hw=None,  # FK when a decision needs it (SafetyGate._measured), not per 100 Hz sample
+                    stamp_s=stamp_s,
+                ),
+                time.monotonic(),
+            )
+
         return cb
 
     def _check_state_publishers(self) -> None:
@@ -271,14 +301,21 @@ class GateNode(Node):
             foreign = source.foreign_publishers()
             if foreign:
                 detail = f"second publisher(s) on {source.topic}: {foreign} (only {source.expected} may publish)"
-                self._guarded("state publishers", lambda arm=arm, detail=detail: self.gate.state_implausible(arm, detail, time.monotonic()))
+                self._guarded(
+                    "state publishers",
+                    lambda arm=arm, detail=detail: self.gate.state_implausible(arm, detail, time.monotonic()),
+                )
 
     def _health_cb(self, camera: str):
         def cb(msg: CameraHealth, _info):
-            report = CameraReport(ok=msg.state == CameraHealth.OK, detail=msg.detail,
-                                  late=msg.state in (CameraHealth.STALLED, CameraHealth.STARTING),
-                                  last_frame_stamp_s=stamp_to_s(msg.last_frame_stamp))
+            report = CameraReport(
+                ok=msg.state == CameraHealth.OK,
+                detail=msg.detail,
+                late=msg.state in (CameraHealth.STALLED, CameraHealth.STARTING),
+                last_frame_stamp_s=stamp_to_s(msg.last_frame_stamp),
+            )
             return self.gate.update_camera(camera, report, time.monotonic())
+
         return cb
 
     def _decision_loop(self) -> None:
@@ -340,6 +377,7 @@ class GateNode(Node):
             decision = self.gate.propose(proposal, self._now_s(), time.monotonic())
             # forwarded: stamped with the tick it is for; a hold target: when it is sent
             self._send(decision.targets, msg.header.stamp if decision.send is Send.FORWARD else None)
+
         self._guarded(topics.COMMAND_PROPOSED.name(), decide)
 
     def _on_watchdog(self) -> None:
@@ -362,7 +400,9 @@ class GateNode(Node):
             self.get_logger().warning(
                 f"watchdog ran {gap * 1e3:.0f} ms after the previous tick (period {self._watchdog_period_s * 1e3:.0f} ms; "
                 f"this thread used {(cpu - last[1]) * 1e3:.0f} ms of CPU meanwhile; slowest sends: "
-                f"{self._outbox_summary()})", throttle_duration_sec=1.0)
+                f"{self._outbox_summary()})",
+                throttle_duration_sec=1.0,
+            )
 
     def _outbox_summary(self) -> str:
         boxes = (*self._pub_cmd.values(), self._pub_status, self._pub_diag)
@@ -399,7 +439,9 @@ class GateNode(Node):
                 try:
                     ok, message = fn()
                 except Exception as exc:  # noqa: BLE001 - the gate must hold, not crash
-                    self._send(self.gate.internal_error(f"safety/{name}: {type(exc).__name__}: {exc}", time.monotonic()))
+                    self._send(
+                        self.gate.internal_error(f"safety/{name}: {type(exc).__name__}: {exc}", time.monotonic())
+                    )
                     ok, message = False, f"internal error: {exc}"
                 response.success, response.message = bool(ok), message
                 self._send(self.gate.tick(self._now_s(), time.monotonic()))  # ESTOP's hold goes out now
@@ -419,8 +461,11 @@ class GateNode(Node):
             # round trip into request path, gate, and reply path.
             out_wall = time.time()
             in_wall = out_wall - (time.perf_counter() - t_in)
-            response.message += f" [answered in {(out_wall - in_wall) * 1e3:.1f} ms; in {in_wall:.6f} out {out_wall:.6f}]"
+            response.message += (
+                f" [answered in {(out_wall - in_wall) * 1e3:.1f} ms; in {in_wall:.6f} out {out_wall:.6f}]"
+            )
             return response
+
         return cb
 
     def on_exit(self) -> None:
@@ -480,14 +525,28 @@ class GateNode(Node):
     def _publish_diagnostics(self) -> None:
         g = self.gate
         level = {GateState.HOLD: diagnostics.ERROR, GateState.ESTOP: diagnostics.ERROR}.get(g.state, diagnostics.OK)
-        values = {"state": g.state.name, "reason": g.reason.value if g.reason else "", "forwarded": g.forwarded,
-                  "rejected": g.rejected, "clamped": g.clamped, "deferred": g.deferred, "last_deferral": g.last_deferral}
-        values.update({"watchdog_late": self.watchdog_late, "watchdog_late_max_ms": round(self.watchdog_late_max_s * 1e3, 1),
-                       "empty_wakeups": self.empty_wakeups})
+        values = {
+            "state": g.state.name,
+            "reason": g.reason.value if g.reason else "",
+            "forwarded": g.forwarded,
+            "rejected": g.rejected,
+            "clamped": g.clamped,
+            "deferred": g.deferred,
+            "last_deferral": g.last_deferral,
+        }
+        values.update(
+            {
+                "watchdog_late": self.watchdog_late,
+                "watchdog_late_max_ms": round(self.watchdog_late_max_s * 1e3, 1),
+                "empty_wakeups": self.empty_wakeups,
+            }
+        )
         values.update({f"deferred.{k}": v for k, v in sorted(g.deferred_counts.items())})
         values.update({f"refused_measurements.{k}": v for k, v in sorted(g.refused_measurements.items())})
         values.update({f"reason.{k}": v for k, v in sorted(g.reason_counts.items())})
-        self._pub_diag.publish(diagnostics.array(self, diagnostics.status("safety_gate", "safety_gate", level, g.detail, values)))
+        self._pub_diag.publish(
+            diagnostics.array(self, diagnostics.status("safety_gate", "safety_gate", level, g.detail, values))
+        )
 
 
 def main(args=None) -> int:

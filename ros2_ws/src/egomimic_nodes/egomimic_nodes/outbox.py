@@ -31,14 +31,25 @@ from rclpy.serialization import serialize_message
 
 class _Allocator(ctypes.Structure):
     """rcutils_allocator_t (unused when publishing; must only be a valid struct)."""
-    _fields_ = [("allocate", ctypes.c_void_p), ("deallocate", ctypes.c_void_p), ("reallocate", ctypes.c_void_p),
-                ("zero_allocate", ctypes.c_void_p), ("state", ctypes.c_void_p)]
+
+    _fields_ = [
+        ("allocate", ctypes.c_void_p),
+        ("deallocate", ctypes.c_void_p),
+        ("reallocate", ctypes.c_void_p),
+        ("zero_allocate", ctypes.c_void_p),
+        ("state", ctypes.c_void_p),
+    ]
 
 
 class _SerializedMessage(ctypes.Structure):
     """rcl_serialized_message_t (= rcutils_uint8_array_t)."""
-    _fields_ = [("buffer", ctypes.c_char_p), ("buffer_length", ctypes.c_size_t), ("buffer_capacity", ctypes.c_size_t),
-                ("allocator", _Allocator)]
+
+    _fields_ = [
+        ("buffer", ctypes.c_char_p),
+        ("buffer_length", ctypes.c_size_t),
+        ("buffer_capacity", ctypes.c_size_t),
+        ("allocator", _Allocator),
+    ]
 
 
 def _loaded_library(stem: str) -> str | None:
@@ -124,8 +135,13 @@ class Outbox:
         return time.monotonic() - since if since is not None else 0.0
 
     def stats(self) -> dict:
-        return {"sent": self.sent, "dropped": self.dropped, "failed": self.failed,
-                "slowest_ms": round(self.slowest_s * 1e3, 1), "blocked_ms": round(self.blocked_s() * 1e3, 1)}
+        return {
+            "sent": self.sent,
+            "dropped": self.dropped,
+            "failed": self.failed,
+            "slowest_ms": round(self.slowest_s * 1e3, 1),
+            "blocked_ms": round(self.blocked_s() * 1e3, 1),
+        }
 
     def close(self, timeout_s: float = 0.5) -> None:
         with self._cv:

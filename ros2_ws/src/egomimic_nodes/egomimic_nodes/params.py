@@ -79,9 +79,11 @@ def _kind(hint, default) -> _Kind | None:
 def descriptor(cls, f: dataclasses.Field, kind: _Kind) -> ParameterDescriptor:
     """The descriptor of field `f` of `cls`: help, range, read-only unless `runtime`."""
     any_type = bool(f.metadata.get("any_type"))
-    desc = ParameterDescriptor(description=f.metadata.get("help", f"{cls.__name__}.{f.name}"),
-                               read_only=not f.metadata.get("runtime", False),
-                               dynamic_typing=(kind.is_float and not kind.optional) or any_type)
+    desc = ParameterDescriptor(
+        description=f.metadata.get("help", f"{cls.__name__}.{f.name}"),
+        read_only=not f.metadata.get("runtime", False),
+        dynamic_typing=(kind.is_float and not kind.optional) or any_type,
+    )
     if kind.array_type is not None:
         desc.type = kind.array_type
     range_ = f.metadata.get("range")
@@ -103,8 +105,10 @@ def declare_config(node, cls, prefix: str = "", skip: tuple[str, ...] = (), **fi
     for f in dataclasses.fields(cls):
         if f.name in skip or f.name in fixed:
             continue
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
         )
         kind = _kind(hints.get(f.name), default)
         if kind is None:

@@ -107,12 +107,19 @@ class PolicyNode(Node):
         remote = declare_config(self, RemoteConfig, prefix="remote.", address=RemoteConfig.address, rate_hz=rate_hz)
 
         self.policy = load_policy(
-            config.policy, inject_latency_ms=config.inject_latency_ms, cache_dir=config.cache_dir or None,
-            seed=config.seed, device=device, remote=remote,
-            scripted=ScriptedChunkPolicy(motion, chunk_length=chunking.chunk_length, rate_hz=rate_hz))
+            config.policy,
+            inject_latency_ms=config.inject_latency_ms,
+            cache_dir=config.cache_dir or None,
+            seed=config.seed,
+            device=device,
+            remote=remote,
+            scripted=ScriptedChunkPolicy(motion, chunk_length=chunking.chunk_length, rate_hz=rate_hz),
+        )
         spec = self.policy.spec
         if abs(spec.rate_hz - rate_hz) > 1e-6:
-            raise ValueError(f"policy {spec.family} produces rows at {spec.rate_hz} Hz, the control rate is {rate_hz} Hz")
+            raise ValueError(
+                f"policy {spec.family} produces rows at {spec.rate_hz} Hz, the control rate is {rate_hz} Hz"
+            )
         self.cameras = tuple(spec.cameras)
         self._image_hw = tuple(spec.image_size)
         ages = {s: config.max_input_age_s for arm in ARMS for s in (_pose_stream(arm), _joint_stream(arm))}
@@ -123,25 +130,35 @@ class PolicyNode(Node):
         self._taken = TakenSubscriptions(self.context, f"{self.get_name()}_state", self.get_namespace())
         self._arm_state = []
         for arm in ARMS:
-            for msg_type, stream, cb in ((PoseStamped, _pose_stream(arm), self._pose_cb(arm)),
-                                         (JointState, _joint_stream(arm), self._joint_cb(arm))):
-                self._arm_state.append((self._taken.subscribe(msg_type, self.resolve_topic_name(stream), ARM_STATE_QOS), cb))
+            for msg_type, stream, cb in (
+                (PoseStamped, _pose_stream(arm), self._pose_cb(arm)),
+                (JointState, _joint_stream(arm), self._joint_cb(arm)),
+            ):
+                self._arm_state.append(
+                    (self._taken.subscribe(msg_type, self.resolve_topic_name(stream), ARM_STATE_QOS), cb)
+                )
         self._take_lock = threading.Lock()
         for cam in self.cameras:  # only what the policy needs: scripted subscribes to none
             self.create_subscription(Image, _image_stream(cam), self._image_cb(cam), qos.SENSOR)
-        self._pub_action = Outbox(self.create_publisher(BimanualCommand, topics.POLICY_ACTION.name(), topics.POLICY_ACTION.qos),
-                                  keep=ACTION_KEEP)
-        self._pub_chunk = Outbox(self.create_publisher(ActionChunk, topics.POLICY_CHUNK.name(), topics.POLICY_CHUNK.qos),
-                                 keep=CHUNK_KEEP)
-        self._pub_diag = Outbox(self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos))
+        self._pub_action = Outbox(
+            self.create_publisher(BimanualCommand, topics.POLICY_ACTION.name(), topics.POLICY_ACTION.qos),
+            keep=ACTION_KEEP,
+        )
+        self._pub_chunk = Outbox(
+            self.create_publisher(ActionChunk, topics.POLICY_CHUNK.name(), topics.POLICY_CHUNK.qos), keep=CHUNK_KEEP
+        )
+        self._pub_diag = Outbox(
+            self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos)
+        )
         self.create_service(Trigger, "policy/reset", self._on_reset)
 
         self._period_ns = int(1e9 / rate_hz)
         # The model's observation window: one synchronized observation per control tick.
         self.history = ObservationHistory(spec.obs_steps, self._period_ns)
         # Not `self.executor`: rclpy.Node uses that name for the executor spinning the node.
-        self.rollout = AsyncChunkExecutor(self.policy, self.executor_config, self._observe, self._now_ns,
-                                          on_worker_start=self._lower_worker)
+        self.rollout = AsyncChunkExecutor(
+            self.policy, self.executor_config, self._observe, self._now_ns, on_worker_start=self._lower_worker
+        )
         self._status = TickStatus.WAITING
         self._last_tick: tuple[float, float] | None = None  # (monotonic, this thread's CPU time)
         self.late_ticks = 0
@@ -151,7 +168,8 @@ class PolicyNode(Node):
         self.get_logger().info(
             f"policy {spec.family} ({spec.fingerprint}, {spec.chunk_length} rows, cameras {list(self.cameras)}) "
             f"at {rate_hz} Hz; cadence {c.cadence}, blend {c.blend}, max_dry_s {c.max_dry_s}, "
-            f"inject_latency_ms {config.inject_latency_ms:g}")
+            f"inject_latency_ms {config.inject_latency_ms:g}"
+        )
 
     def _now_ns(self) -> int:
         return self.get_clock().now().nanoseconds
@@ -162,10 +180,13 @@ class PolicyNode(Node):
 
         def cb(msg: PoseStamped) -> None:
             if msg.header.frame_id != arm.dataset_frame:
-                self.get_logger().error(f"{stream} in frame {msg.header.frame_id!r}, expected {arm.dataset_frame!r}: "
-                                        "ignored", throttle_duration_sec=2.0)
+                self.get_logger().error(
+                    f"{stream} in frame {msg.header.frame_id!r}, expected {arm.dataset_frame!r}: ignored",
+                    throttle_duration_sec=2.0,
+                )
                 return
             self.sync.update(stream, stamp_to_ns(msg.header.stamp), pose_to_array(msg.pose))
+
         return cb
 
     def _joint_cb(self, arm: Arm):
@@ -175,7 +196,8 @@ class PolicyNode(Node):
             if len(msg.position) <= JOINTS_PER_ARM:
                 self.get_logger().error(f"{stream} without a gripper value: ignored", throttle_duration_sec=2.0)
                 return
-            self.sync.update(stream, stamp_to_ns(msg.header.stamp), np.array(msg.position[:JOINTS_PER_ARM + 1], float))
+            self.sync.update(stream, stamp_to_ns(msg.header.stamp), np.array(msg.position[: JOINTS_PER_ARM + 1], float))
+
         return cb
 
     def _take_arm_state(self) -> None:
@@ -201,6 +223,7 @@ class PolicyNode(Node):
                 self.get_logger().error(f"{stream}: {why}: frame ignored", throttle_duration_sec=2.0)
                 return
             self.sync.update(stream, stamp_to_ns(msg.header.stamp), rgb)
+
         return cb
 
     def _observe(self, now_ns: int) -> Observation:
@@ -223,9 +246,12 @@ class PolicyNode(Node):
         return Observation(
             stamp_ns=result.stamp_ns,
             images={cam: v[_image_stream(cam)] for cam in self.cameras},
-            left_pose=v[_pose_stream(Arm.LEFT)], right_pose=v[_pose_stream(Arm.RIGHT)],
-            left_gripper=float(state[Arm.LEFT][JOINTS_PER_ARM]), right_gripper=float(state[Arm.RIGHT][JOINTS_PER_ARM]),
-            left_joints=state[Arm.LEFT][:JOINTS_PER_ARM], right_joints=state[Arm.RIGHT][:JOINTS_PER_ARM],
+            left_pose=v[_pose_stream(Arm.LEFT)],
+            right_pose=v[_pose_stream(Arm.RIGHT)],
+            left_gripper=float(state[Arm.LEFT][JOINTS_PER_ARM]),
+            right_gripper=float(state[Arm.RIGHT][JOINTS_PER_ARM]),
+            left_joints=state[Arm.LEFT][:JOINTS_PER_ARM],
+            right_joints=state[Arm.RIGHT][:JOINTS_PER_ARM],
         )
 
     # ----------------------------------------------------------------- tick
@@ -262,7 +288,8 @@ class PolicyNode(Node):
             self.get_logger().warning(
                 f"control tick ran {(now - last[0]) * 1e3:.0f} ms after the previous one (period "
                 f"{self._period_ns * 1e-6:.0f} ms; this thread used {(cpu - last[1]) * 1e3:.0f} ms of CPU meanwhile)",
-                throttle_duration_sec=1.0)
+                throttle_duration_sec=1.0,
+            )
 
     def _report_transition(self, status: TickStatus) -> None:
         problem = self.rollout.stats(self._now_ns())["last_problem"]
@@ -270,11 +297,15 @@ class PolicyNode(Node):
         if status is TickStatus.RUNNING:
             log.info("executing chunks")
         elif status is TickStatus.HOLDING:
-            log.warning(f"queue ran dry: holding the last target for at most {self.executor_config.max_dry_s} s "
-                        f"({problem or 'the next chunk is late'})")
+            log.warning(
+                f"queue ran dry: holding the last target for at most {self.executor_config.max_dry_s} s "
+                f"({problem or 'the next chunk is late'})"
+            )
         elif status is TickStatus.STOPPED:
-            log.error(f"queue dry for more than {self.executor_config.max_dry_s} s: not publishing "
-                      f"(the gate holds the arms); {problem}")
+            log.error(
+                f"queue dry for more than {self.executor_config.max_dry_s} s: not publishing "
+                f"(the gate holds the arms); {problem}"
+            )
         else:
             log.warning(f"waiting for a first chunk: {problem or 'no observation yet'}")
 
@@ -293,8 +324,9 @@ class PolicyNode(Node):
         return msg
 
     def _action_msg(self, t, stamp) -> BimanualCommand:
-        return self._row_msg(t.left_pose, t.right_pose, t.left_gripper, t.right_gripper, t.chunk_id, t.row,
-                             t.observation_stamp_ns, stamp)
+        return self._row_msg(
+            t.left_pose, t.right_pose, t.left_gripper, t.right_gripper, t.chunk_id, t.row, t.observation_stamp_ns, stamp
+        )
 
     def _chunk_msg(self, accepted) -> ActionChunk:
         c = accepted.chunk
@@ -305,8 +337,16 @@ class PolicyNode(Node):
         msg.period = float(c.period_s)
         period_ns = c.period_s * 1e9
         msg.rows = [
-            self._row_msg(c.left_pose[i], c.right_pose[i], c.left_gripper[i], c.right_gripper[i], accepted.chunk_id, i,
-                          c.observation_stamp_ns, ns_to_stamp(int(c.observation_stamp_ns + round(i * period_ns))))
+            self._row_msg(
+                c.left_pose[i],
+                c.right_pose[i],
+                c.left_gripper[i],
+                c.right_gripper[i],
+                accepted.chunk_id,
+                i,
+                c.observation_stamp_ns,
+                ns_to_stamp(int(c.observation_stamp_ns + round(i * period_ns))),
+            )
             for i in range(len(c))
         ]
         return msg
@@ -328,13 +368,17 @@ class PolicyNode(Node):
         values["late_ticks"] = self.late_ticks
         for box in (self._pub_action, self._pub_chunk):
             values.update({f"{box.topic}.{k}": v for k, v in box.stats().items()})
-        level = {TickStatus.RUNNING: diagnostics.OK, TickStatus.STOPPED: diagnostics.ERROR}.get(self._status, diagnostics.WARN)
+        level = {TickStatus.RUNNING: diagnostics.OK, TickStatus.STOPPED: diagnostics.ERROR}.get(
+            self._status, diagnostics.WARN
+        )
         if values.get("remote_state", "connected") != "connected":
             level = diagnostics.ERROR
         message = f"{values['status']}: queue {values['queue_rows']} rows, latency p50 {values['latency_p50_ms']} ms"
         if values["last_problem"] and self._status is not TickStatus.RUNNING:
             message += f"; {values['last_problem']}"
-        self._pub_diag.publish(diagnostics.array(self, diagnostics.status("policy", self.get_name(), level, message, values)))
+        self._pub_diag.publish(
+            diagnostics.array(self, diagnostics.status("policy", self.get_name(), level, message, values))
+        )
 
     def on_exit(self) -> None:
         self.rollout.stop(timeout_s=1.0)

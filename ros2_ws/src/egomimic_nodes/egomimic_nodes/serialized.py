@@ -47,7 +47,9 @@ class SerializedTemplate:
         finally:
             stamp.sec, stamp.nanosec = saved
         if bytes(self.buffer[:2]) != CDR_LE:
-            raise RuntimeError(f"{type(msg).__name__}: serialized as {bytes(self.buffer[:2]).hex()}, expected little-endian CDR")
+            raise RuntimeError(
+                f"{type(msg).__name__}: serialized as {bytes(self.buffer[:2]).hex()}, expected little-endian CDR"
+            )
         if STAMP.unpack_from(self.buffer, STAMP_OFFSET) != PROBE_STAMP:
             raise RuntimeError(f"{type(msg).__name__}: header.stamp is not at byte {STAMP_OFFSET} of the CDR")
         self.stamp(saved[0] * 1_000_000_000 + saved[1])
@@ -137,7 +139,7 @@ def read_joint_state(raw: bytes) -> tuple[int, list[str], np.ndarray]:
             length = _U32.unpack_from(body, pos)[0]
             if length < 1 or pos + 4 + length > len(body):
                 raise ValueError("a joint name runs past the message")
-            names.append(bytes(body[pos + 4:pos + 3 + length]).decode())
+            names.append(bytes(body[pos + 4 : pos + 3 + length]).decode())
             pos += 4 + length
         pos = (pos + 3) & ~3
         n = _U32.unpack_from(body, pos)[0]

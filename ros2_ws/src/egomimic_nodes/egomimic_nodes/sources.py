@@ -77,7 +77,9 @@ class SourceCheck:
         if gid is None:
             return self._refuse(False, "the message carries no publisher id")
         owner = self._owner.get(gid)
-        if (owner is None or UNKNOWN_NODE_MARK in owner) and time.monotonic() - self._last_refresh >= self.REFRESH_MIN_INTERVAL_S:
+        if (
+            owner is None or UNKNOWN_NODE_MARK in owner
+        ) and time.monotonic() - self._last_refresh >= self.REFRESH_MIN_INTERVAL_S:
             self.refresh()
             owner = self._owner.get(gid)
         if owner == self.expected:

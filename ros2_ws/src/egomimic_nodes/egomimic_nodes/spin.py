@@ -28,9 +28,10 @@ import sys
 import threading
 
 import rclpy
-from egomimic_nodes.cpus import CPUS_ENV, pin_cpus
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
+
+from egomimic_nodes.cpus import CPUS_ENV, pin_cpus
 
 LAUNCHER_PID_ENV = "EGOMIMIC_LAUNCHER_PID"
 SPIN_TIMEOUT_S = 0.1
@@ -76,7 +77,7 @@ The usual way to start the whole graph: `egomimic-launch eva_bimanual.launch.py 
 
 def wants_help(argv: list[str]) -> bool:
     """`--help`/`-h` among the arguments before `--ros-args` (ROS arguments are never ours)."""
-    ours = argv[1:argv.index("--ros-args")] if "--ros-args" in argv else argv[1:]
+    ours = argv[1 : argv.index("--ros-args")] if "--ros-args" in argv else argv[1:]
     return "--help" in ours or "-h" in ours
 
 

@@ -28,8 +28,13 @@ class TakenSubscriptions:
         # use_global_arguments=False: a `-r __node:=` remap on the command line would otherwise
         # rename this companion to its owner's name too.
         self.context = context
-        self.node = Node(name, namespace=namespace or "/", context=context, use_global_arguments=False,
-                         start_parameter_services=False)
+        self.node = Node(
+            name,
+            namespace=namespace or "/",
+            context=context,
+            use_global_arguments=False,
+            start_parameter_services=False,
+        )
         self._wake = GuardCondition(None, None, context=context)
         self._wait_set = None
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from diagnostic_msgs.msg import DiagnosticArray
-from egomimic_msgs.msg import ActionChunk, BimanualCommand, CameraHealth, GateStatus
 from geometry_msgs.msg import PoseStamped
 from rclpy.qos import QoSProfile
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, JointState
 from std_srvs.srv import Trigger
 
 from egomimic_hw.description import CONTROL_RATE_HZ, Arm
+from egomimic_msgs.msg import ActionChunk, BimanualCommand, CameraHealth, GateStatus
 from egomimic_nodes import qos
 
 STATE_RATE_HZ = 100.0
@@ -77,6 +77,19 @@ SAFETY_DISARM = Service("safety/disarm", Trigger)
 SAFETY_ESTOP = Service("safety/estop", Trigger)
 SAFETY_RESET = Service("safety/reset", Trigger)
 
-TOPICS = (IMAGE_RAW, IMAGE_COMPRESSED, CAMERA_INFO, CAMERA_HEALTH, JOINT_STATES, EE_POSE, EE_POSE_DATASET,
-          POLICY_ACTION, POLICY_CHUNK, COMMAND_PROPOSED, JOINT_COMMAND, SAFETY_STATUS, DIAGNOSTICS)
+TOPICS = (
+    IMAGE_RAW,
+    IMAGE_COMPRESSED,
+    CAMERA_INFO,
+    CAMERA_HEALTH,
+    JOINT_STATES,
+    EE_POSE,
+    EE_POSE_DATASET,
+    POLICY_ACTION,
+    POLICY_CHUNK,
+    COMMAND_PROPOSED,
+    JOINT_COMMAND,
+    SAFETY_STATUS,
+    DIAGNOSTICS,
+)
 SERVICES = (SAFETY_ARM, SAFETY_DISARM, SAFETY_ESTOP, SAFETY_RESET)
