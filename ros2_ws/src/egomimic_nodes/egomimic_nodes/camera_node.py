@@ -219,6 +219,9 @@ class _Stream:
 
 
 class CameraNode(Node):
+    PARAMETERS = ((CameraNodeConfig, "", ()), (CameraDeviceConfig, "<cam>.", ()))
+    """What --help lists (declared in _declare_parameters; `<cam>.*` per served camera)."""
+
     def __init__(self):
         super().__init__("camera")
         self.stopping = threading.Event()

@@ -90,6 +90,14 @@ WATCHDOG_WAKE_AFTER_S = 1e-4
 
 
 class DriverNode(LifecycleNode):
+    PARAMETERS = (
+        (DriverNodeConfig, "", ()),
+        (DriverConfig, "", ("arm", "gripper")),
+        (SimConfig, "sim.", ()),
+        (Arx5Gains, "arx5.", ()),
+    )
+    """What --help lists (declared in _declare_parameters)."""
+
     WAITSET_EXECUTOR = True  # lifecycle node; its command callbacks take the message info: spin.make_executor
 
     def __init__(self, **node_options):

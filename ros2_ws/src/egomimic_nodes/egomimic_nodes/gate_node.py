@@ -120,6 +120,9 @@ publishers together)."""
 
 
 class GateNode(Node):
+    PARAMETERS = ((GateConfig, "", ()), (GateNodeConfig, "", ()))
+    """What --help lists (declared in __init__)."""
+
     def __init__(self, start_decisions: bool = True, **node_options):
         """`node_options`: rclpy Node keyword arguments (context, parameter_overrides), for
         tests that run the node in process; the launched node passes none. Such a test may

@@ -23,6 +23,7 @@ parameter also takes an integer (`rate_hz: 100` in YAML), converted.
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 import types
 import typing
 
@@ -138,3 +139,33 @@ def declare_config(node, cls, prefix: str = "", skip: tuple[str, ...] = (), **fi
             value = tuple(value)
         kwargs[f.name] = value
     return cls(**kwargs)
+
+
+def describe_config(cls, prefix: str = "", skip: tuple[str, ...] = ()) -> list[str]:
+    """The parameters declare_config would declare from `cls`, for a node's --help: name, type,
+    default, range and help, one entry each."""
+    hints = typing.get_type_hints(cls)
+    lines = []
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        )
+        kind = _kind(hints.get(f.name), default)
+        if kind is None:
+            continue
+        hint = hints.get(f.name)
+        type_name = str(hint).replace("typing.", "") if typing.get_args(hint) else getattr(hint, "__name__", str(hint))
+        shown = "unset" if kind.optional else repr(list(default) if isinstance(default, tuple) else default)
+        range_ = f.metadata.get("range")
+        extra = (f", range [{range_[0]}, {range_[1]}]" if range_ else "") + (
+            ", settable at runtime" if f.metadata.get("runtime") else ""
+        )
+        lines.append(f"  {prefix}{f.name} ({type_name}, default {shown}{extra})")
+        text = f.metadata.get("help", "")
+        if text:
+            lines += textwrap.wrap(text, width=100, initial_indent="      ", subsequent_indent="      ")
+    return lines

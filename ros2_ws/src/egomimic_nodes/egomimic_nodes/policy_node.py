@@ -94,6 +94,15 @@ def _image_stream(camera: str) -> str:
 
 
 class PolicyNode(Node):
+    PARAMETERS = (
+        (RolloutConfig, "", ()),
+        (ExecutorConfig, "executor.", ("rate_hz",)),
+        (ScriptedChunkConfig, "scripted.", ()),
+        (ScriptedMotionConfig, "scripted.", ()),
+        (RemoteConfig, "remote.", ("address", "rate_hz")),
+    )
+    """What --help lists (declared in __init__; the skipped fields come from other parameters)."""
+
     def __init__(self):
         super().__init__("policy")
         config = declare_config(self, RolloutConfig)

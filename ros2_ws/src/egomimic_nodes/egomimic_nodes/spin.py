@@ -70,9 +70,9 @@ goes; py-spy (`py-spy record --native -p PID`) also sees native code and other t
 USAGE = """usage: python -m {module} [--help] --ros-args [-r __ns:=/eva] [-r __node:=NAME] [-p NAME:=VALUE ...]
                         [--params-file FILE.yaml]
 
-Parameters, their defaults and units: the YAML files in egomimic_bringup/config (eva_sim.yaml,
-eva_arx5.yaml) and the config dataclasses named above; at runtime `ros2 param list` / `describe`.
-The usual way to start the whole graph: `egomimic-launch eva_bimanual.launch.py --help`."""
+Parameters are read-only unless said otherwise (`ros2 param describe` shows the same text at
+runtime); a params file applied with --params-file (or the launch argument params_file) sets
+them. The usual way to start the whole graph: `egomimic-launch eva_bimanual.launch.py --help`."""
 
 
 def wants_help(argv: list[str]) -> bool:
@@ -87,6 +87,13 @@ def print_help(factory) -> None:
     print((module.__doc__ or "").strip() if module is not None else "")
     print()
     print(USAGE.format(module=name))
+    configs = getattr(factory, "PARAMETERS", ())
+    if configs:
+        from egomimic_nodes.params import describe_config
+
+        print("\nparameters:")
+        for cls, prefix, skip in configs:
+            print("\n".join(describe_config(cls, prefix, skip)))
 
 
 def make_executor(node=None):
