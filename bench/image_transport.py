@@ -48,7 +48,7 @@ from egomimic_nodes import qos, topics
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = REPO / "config" / "fastdds_local.xml"
 H, W, RATE, STREAMS = 480, 640, 30.0, 3
-TOPICS = [f"/bench/cam{i}/image_raw" for i in range(STREAMS)]
+TOPICS = [f"/bench/stream{i}" for i in range(STREAMS)]  # the bench's own, not the graph's
 NODE_NS = "bench_node"
 NODE_TOPICS = [topics.IMAGE_RAW.resolve(NODE_NS, cam=cam) for cam in CAMERAS]
 

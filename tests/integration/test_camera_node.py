@@ -36,7 +36,7 @@ class Probe:
         from sensor_msgs.msg import CameraInfo, Image
 
         from egomimic_msgs.msg import CameraHealth
-        from egomimic_nodes import qos
+        from egomimic_nodes import qos, topics
 
         self.node = node
         self.lock = threading.Lock()
@@ -44,11 +44,18 @@ class Probe:
         self.infos = dict.fromkeys(CAMS)
         self.health = {c: [] for c in CAMS}
         for cam in CAMS:
-            node.create_subscription(Image, f"{NS}/cameras/{cam}/image_raw", self._cb(self.images, cam), qos.SENSOR)
             node.create_subscription(
-                CameraInfo, f"{NS}/cameras/{cam}/camera_info", lambda m, c=cam: self.infos.__setitem__(c, m), qos.SENSOR
+                Image, topics.IMAGE_RAW.resolve(NS, cam=cam), self._cb(self.images, cam), qos.SENSOR
             )
-            node.create_subscription(CameraHealth, f"{NS}/cameras/{cam}/health", self._cb(self.health, cam), qos.SENSOR)
+            node.create_subscription(
+                CameraInfo,
+                topics.CAMERA_INFO.resolve(NS, cam=cam),
+                lambda m, c=cam: self.infos.__setitem__(c, m),
+                qos.SENSOR,
+            )
+            node.create_subscription(
+                CameraHealth, topics.CAMERA_HEALTH.resolve(NS, cam=cam), self._cb(self.health, cam), qos.SENSOR
+            )
 
     def _cb(self, store, cam):
         def cb(msg):

@@ -161,7 +161,7 @@ def test_slow_model_keeps_the_tick_and_inputs_lost_stop_publishing(node_process,
     d = rec.diags[-1]
     assert float(d["latency_p50_ms"]) >= 150.0 and int(d["rows_dropped_late"]) > 0 and d["status"] == "running"
 
-    client = ros_node.create_client(Trigger, "/eva/policy/reset")
+    client = ros_node.create_client(Trigger, topics.POLICY_RESET.resolve("eva"))
     assert client.wait_for_service(10)
     reply = client.call_async(Trigger.Request())
     assert wait_for(lambda: reply.done(), 10) and reply.result().success
@@ -265,7 +265,9 @@ def test_a_model_family_takes_camera_frames_and_a_dead_camera_stops_it(node_proc
     ArmStatePublisher(ros_node)
     rec = Recorder(ros_node)
     assert wait_for(lambda: len(rec.actions) > 30, 90), "no policy/action from policy:=fold"
-    subscribers = {i.node_name for i in ros_node.get_subscriptions_info_by_topic("/eva/cameras/front_1/image_raw")}
+    subscribers = {
+        i.node_name for i in ros_node.get_subscriptions_info_by_topic(topics.IMAGE_RAW.resolve("eva", cam="front_1"))
+    }
     assert "policy" in subscribers
     assert rec.chunks and all(len(c.rows) == 100 for c in rec.chunks)  # the Fold horizon
     assert wait_for(lambda: rec.diags and rec.diags[-1]["status"] == "running", 5)

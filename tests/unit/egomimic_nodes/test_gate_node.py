@@ -98,7 +98,7 @@ def _feed_state(node) -> None:
         _feed_taken(node, topics.JOINT_STATES.name(arm), msg)  # stamp 0: the stopped ROS clock
     health = CameraHealth()
     health.state = CameraHealth.OK
-    _feed_taken(node, "cameras/front_1/health", health)
+    _feed_taken(node, topics.CAMERA_HEALTH.name(cam="front_1"), health)
 
 
 def _propose(node, kin, stamp_ns: int, gripper: float = 0.5) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from egomimic_hw.description import ARMS
 from egomimic_hw.errors import ConfigError
 from egomimic_hw.frames import same_pose
 from egomimic_hw.rotations import mat_to_quat, quat_to_mat, ypr_to_mat
@@ -73,7 +74,7 @@ def test_with_a_prefix_the_first_rows_are_the_committed_ones(family):
     chunk = make_policy(family, seed=3).infer(replace(obs, prefix=prefix))
     assert len(chunk) == len(free) == 100 and chunk.observation_stamp_ns == obs.stamp_ns
     n = PREFIX_ROWS
-    for side in ("left", "right"):
+    for side in (arm.value for arm in ARMS):
         got, want = getattr(chunk, f"{side}_pose"), getattr(prefix, f"{side}_pose")
         assert np.abs(got[:n, :3] - want[:, :3]).max() < 1e-4, side  # m, float32 sampler round trip
         for k in range(n):

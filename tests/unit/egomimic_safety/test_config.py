@@ -6,7 +6,7 @@ import typing
 
 import pytest
 
-from egomimic_hw.description import X5_LIMITS
+from egomimic_hw.description import ARMS, X5_LIMITS
 from egomimic_hw.errors import ConfigError
 from egomimic_safety.config import GateConfig, GateNodeConfig
 
@@ -26,7 +26,9 @@ def test_the_safety_arguments_are_the_parameter_descriptions():
     assert "Safety argument" in help_["state_hold_after_s"] and "Safety argument" in help_["camera_hold_after_s"]
     assert "within 310 ms" in help_["command_timeout_s"]
     assert all(
-        "workspace box" in help_[f"workspace_{arm}_{end}_m"] for arm in ("left", "right") for end in ("min", "max")
+        "workspace box" in help_[f"workspace_{arm}_{end}_m"]
+        for arm in (a.value for a in ARMS)
+        for end in ("min", "max")
     )
 
 

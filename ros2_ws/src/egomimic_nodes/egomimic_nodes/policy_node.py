@@ -41,7 +41,6 @@ from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
-from std_srvs.srv import Trigger
 
 from egomimic_hw.description import ARMS, JOINTS_PER_ARM, Arm
 from egomimic_hw.sync import ObservationSynchronizer
@@ -159,7 +158,7 @@ class PolicyNode(Node):
         self._pub_diag = Outbox(
             self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos)
         )
-        self.create_service(Trigger, "policy/reset", self._on_reset)
+        self.create_service(topics.POLICY_RESET.type, topics.POLICY_RESET.name, self._on_reset)
 
         self._period_ns = int(1e9 / rate_hz)
         # The model's observation window: one synchronized observation per control tick.

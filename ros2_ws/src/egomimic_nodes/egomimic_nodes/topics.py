@@ -76,6 +76,7 @@ SAFETY_ARM = Service("safety/arm", Trigger)
 SAFETY_DISARM = Service("safety/disarm", Trigger)
 SAFETY_ESTOP = Service("safety/estop", Trigger)
 SAFETY_RESET = Service("safety/reset", Trigger)
+POLICY_RESET = Service("policy/reset", Trigger)
 
 TOPICS = (
     IMAGE_RAW,
@@ -92,4 +93,4 @@ TOPICS = (
     SAFETY_STATUS,
     DIAGNOSTICS,
 )
-SERVICES = (SAFETY_ARM, SAFETY_DISARM, SAFETY_ESTOP, SAFETY_RESET)
+SERVICES = (SAFETY_ARM, SAFETY_DISARM, SAFETY_ESTOP, SAFETY_RESET, POLICY_RESET)
