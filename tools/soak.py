@@ -117,7 +117,11 @@ def report(summary: dict, samples: dict[str, list[tuple[float, float, float]]], 
     gate = summary.get("gate") or {}
     reasons = gate.get("reasons", {})
     checks.append(
-        (f"rejected commands: {gate.get('rejected', '?')} ({reasons or 'no reasons'})", gate.get("rejected") == 0)
+        (
+            f"rejected commands: {gate.get('rejected', '?')} (reason codes counted over the run, arming refusals "
+            f"before the state was fresh included: {reasons or 'none'})",
+            gate.get("rejected") == 0,
+        )
     )
     action = next((s for s in summary.get("streams", []) if s["topic"].endswith(ACTION_TOPIC_SUFFIX)), None)
     if action is None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from egomimic_hw.errors import PoseError
+from egomimic_hw.rotations import quat_nlerp
 from egomimic_policy.interface import Chunk
 
 NS_PER_S = 1_000_000_000
@@ -138,10 +139,7 @@ def blend_poses(pose_a: np.ndarray, pose_b: np.ndarray, weight_a: np.ndarray) ->
     """weight_a * a + (1 - weight_a) * b per row: positions lerped, quaternions nlerped with b's
     sign flipped where it points away from a. Shapes (..., 7) and (...,)."""
     w = np.asarray(weight_a, dtype=float)[..., None]
-    qa, qb = pose_a[..., 3:], pose_b[..., 3:]
-    sign = np.where(np.sum(qa * qb, axis=-1, keepdims=True) < 0.0, -1.0, 1.0)
-    quat = w * qa + (1.0 - w) * sign * qb
-    quat = quat / np.linalg.norm(quat, axis=-1, keepdims=True)
+    quat = quat_nlerp(pose_a[..., 3:], pose_b[..., 3:], weight_a)
     pos = w * pose_a[..., :3] + (1.0 - w) * pose_b[..., :3]
     return np.concatenate([pos, quat], axis=-1)
 
