@@ -7,6 +7,7 @@ drivers received, like the rest of the battery (tests/faults/test_gate_faults.py
 from __future__ import annotations
 
 import errno
+import shutil
 import subprocess
 import time
 
@@ -74,6 +75,10 @@ def rig(tmp_path_factory):
         yield r
     finally:
         r.close()
+        # What the nodes managed to log before and during the full disk, kept for a post-mortem:
+        # the tmpfs and everything on it are gone once it is unmounted.
+        if (mnt / "run" / "logs").is_dir():
+            shutil.copytree(mnt / "run" / "logs", tmp / "run_logs", dirs_exist_ok=True)
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
