@@ -77,6 +77,13 @@ def _kind(hint, default) -> _Kind | None:
     return None
 
 
+def _default(f: dataclasses.Field):
+    """The field's default value (its factory's product), None without one."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+
+
 def descriptor(cls, f: dataclasses.Field, kind: _Kind) -> ParameterDescriptor:
     """The descriptor of field `f` of `cls`: help, range, read-only unless `runtime`."""
     any_type = bool(f.metadata.get("any_type"))
@@ -106,11 +113,7 @@ def declare_config(node, cls, prefix: str = "", skip: tuple[str, ...] = (), **fi
     for f in dataclasses.fields(cls):
         if f.name in skip or f.name in fixed:
             continue
-        default = (
-            f.default
-            if f.default is not dataclasses.MISSING
-            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        )
+        default = _default(f)
         kind = _kind(hints.get(f.name), default)
         if kind is None:
             continue
@@ -149,11 +152,7 @@ def describe_config(cls, prefix: str = "", skip: tuple[str, ...] = ()) -> list[s
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
-        default = (
-            f.default
-            if f.default is not dataclasses.MISSING
-            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        )
+        default = _default(f)
         kind = _kind(hints.get(f.name), default)
         if kind is None:
             continue
