@@ -230,29 +230,27 @@ def test_no_import_cycle(graph):
     assert not found, "import cycles:\n" + "\n\n".join(describe(c, graph[0]) for c in found)
 
 
-@pytest.mark.parametrize("library", LIBRARIES)
-def test_library_imports_no_layer_above_it(graph, library):
+def offending_imports(graph, library: str, forbidden) -> list[str]:
+    """`library`'s imports whose top-level package `forbidden(package)` refuses, with where."""
     imports, _ = graph
-    bad = [
+    return [
         f"{m} imports {i.target} at {i.where()}"
         for m, found in imports.items()
         if m.split(".")[0] == library
         for i in found
-        if i.target.split(".")[0] in FORBIDDEN_PACKAGES[library]
+        if forbidden(i.target.split(".")[0])
     ]
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_library_imports_no_layer_above_it(graph, library):
+    bad = offending_imports(graph, library, lambda top: top in FORBIDDEN_PACKAGES[library])
     assert not bad, "\n".join(bad)
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_library_is_ros_free(graph, library):
-    imports, _ = graph
-    bad = [
-        f"{m} imports {i.target} at {i.where()}"
-        for m, found in imports.items()
-        if m.split(".")[0] == library
-        for i in found
-        if _is_ros(i.target.split(".")[0])
-    ]
+    bad = offending_imports(graph, library, _is_ros)
     assert not bad, "\n".join(bad)
 
 
