@@ -53,6 +53,8 @@ HICCUPS: list[str] = []
 ESTOP_RESENDS: list[int] = []
 """Per probe run: e-stop requests sent again (tests/faults/estop_probe.py)."""
 ESTOP_SCHEDULING: set[str] = set()
+ESTOP_SETTLE_S: list[float] = []
+"""How long each probe waited for its discovery of the graph to settle before measuring."""
 """What the probe ran at (SCHED_FIFO, or a niceness where FIFO is not permitted)."""
 
 """Tests re-run because the TEST RIG stalled before the fault (see RigHiccup)."""
@@ -185,7 +187,8 @@ def pytest_terminal_summary(terminalreporter):
     tr.write_line(f"test-rig hiccups (re-run, not gate failures): {len(HICCUPS)}")
     tr.write_line(
         f"e-stop requests re-sent by the probe (no answer within 15 ms): {sum(ESTOP_RESENDS)} "
-        f"of {sum(len(r.estop_ms) for r in RESULTS)} calls; probe scheduling: {', '.join(sorted(ESTOP_SCHEDULING)) or '-'}"
+        f"of {sum(len(r.estop_ms) for r in RESULTS)} calls; probe scheduling: {', '.join(sorted(ESTOP_SCHEDULING)) or '-'}; "
+        f"discovery settled after {min(ESTOP_SETTLE_S, default=0):.1f}-{max(ESTOP_SETTLE_S, default=0):.1f} s"
     )
     for h in HICCUPS:
         tr.write_line(f"  {h}")

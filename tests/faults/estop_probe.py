@@ -7,17 +7,30 @@ every stream), so measuring from it would add its own queueing to the gate's lat
 that gets no answer within 2 s counts as 2000 ms.
 
 Before the first e-stop, WARMUP_CALLS calls of the e-stop node's list_parameters (same node,
-same executor thread, nothing latched) from each participant let its discovery with every node
-of the graph settle, which an operator's console, started long before the e-stop is pressed, has
-behind it. The first counted call is still the one that latches ESTOP.
+same executor thread, nothing latched) from each participant, then a wait until the probe's
+view of the graph has stopped changing (wait_discovery_settled): an operator's console, started
+long before the e-stop is pressed, has its discovery of the whole graph behind it. Measured
+without that wait (graph armed and streaming, 60 calls per probe, two runs of 1500 calls): 5
+and 6 calls took 300-660 ms, all within about 1.5 s of the probe's start, because the
+gate's replies stopped reaching both of its participants while the gate answered every request
+within 3 ms (its log). The replies then arrived together, and only the last 10 of them: a
+reliable reader holds what follows a missing sample until the writer repairs the gap, and by
+then the writer's history (KEEP_LAST 10) holds only those. With the wait, none in 3000 calls
+(two runs). The sample goes missing while the probe's participants are still being discovered
+by a graph of about ten participants; a larger shared-memory port queue (8192: 3 slow calls
+in 1500) and UDP instead of shared memory (1 in 1500) did not remove it. A standalone server
+with the same probe showed none in 3100 calls, so it takes the whole graph's discovery. The
+first counted call is still the one that latches ESTOP.
 
 Each answer carries the gate's own handling time (callback entry to reply, lock wait included:
 "[answered in X ms; in T1 out T2]"), printed as gate_ms beside the round trips, and the round
-trip's other two parts: request_ms (first send to the gate's callback) and reply_ms (the
-callback's return to the answer here).
+trip's other two parts for the first request answered: request_ms (its send to the gate's
+callback) and reply_ms (the callback's return to its answer here).
 
 Like an operator console should, the probe re-sends an e-stop that is not answered within
-RESEND_S, through another DDS participant (see main), and counts the time to the first answer.
+RESEND_S, alternating between PARTICIPANTS DDS participants, and counts the time to the first
+answer. With EGOMIMIC_ESTOP_TRACE=<dir> it writes every call's sends and answers there
+(trace_<pid>.json), for a post-mortem of a slow call.
 
 The probe runs at the gate's priority (SCHED_FIFO where permitted, spin.raise_priority), as an
 operator's e-stop console should: the e-stop path must not queue behind cameras, policy and
@@ -27,10 +40,12 @@ gate stopped logging inside the reply path: 40.6 ms at p99 at normal priority, 3
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import threading
 import time
+from pathlib import Path
 
 import rclpy
 from rcl_interfaces.srv import ListParameters
@@ -44,6 +59,8 @@ WARMUP_CALLS = 3
 RESEND_S = 0.015
 """An unanswered e-stop is sent again after this long (e-stop is idempotent)."""
 PARTICIPANTS = 2
+QUIET_S = 1.0
+"""Discovery has settled when no participant's endpoint view changed for this long."""
 GATE_TIMES = r"\[answered in ([0-9.]+) ms; in ([0-9.]+) out ([0-9.]+)\]"
 """The gate's handling time and its callback's entry and exit (wall clock) in each reply."""
 
@@ -70,6 +87,13 @@ class Participant:
                 done.wait(2.0)
                 time.sleep(pause_s)
 
+    def endpoints(self) -> tuple:
+        """This participant's discovered endpoints: (topic, publishers, subscribers) per topic."""
+        n = self.node
+        return tuple(
+            (t, n.count_publishers(t), n.count_subscribers(t)) for t, _ in sorted(n.get_topic_names_and_types())
+        )
+
     def close(self) -> None:
         # Leave DDS cleanly: a process that dies with its spin thread still inside the middleware
         # aborts ("terminate called without an active exception") and leaves its participant and
@@ -83,10 +107,6 @@ class Participant:
 def main() -> None:
     n, pause_s = int(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else 0.02
     scheduling = raise_priority("fifo")  # before rclpy starts its threads: they inherit it
-    # About 1 reply in 200 reached a single participant 240-330 ms after the gate wrote it (DDS
-    # source vs reception timestamps), every reply to that participant held back together,
-    # while the gate answered each resent request within 3 ms. A resend therefore alternates
-    # between PARTICIPANTS independent DDS participants (rclpy contexts).
     participants = [Participant(f"estop_probe_{i}") for i in range(PARTICIPANTS)]
     try:
         for p in participants:
@@ -94,37 +114,61 @@ def main() -> None:
                 print(json.dumps({"error": "safety/estop is not served"}), flush=True)
                 return
             p.warm_up(WARMUP_CALLS, pause_s)
+        settle_s = wait_discovery_settled(participants)
         clients = [p.client for p in participants]
-        measure(clients, n, pause_s, scheduling)
+        measure(clients, n, pause_s, scheduling, settle_s)
     finally:
         for p in participants:
             p.close()
 
 
-def measure(clients, n: int, pause_s: float, scheduling: str) -> None:
+def wait_discovery_settled(participants, quiet_s: float = QUIET_S, timeout_s: float = 15.0) -> float:
+    """Wait until every participant's view of the graph (endpoints per topic) has not changed
+    for quiet_s; the time waited (s). Deadline timeout_s: measuring then is still valid, only
+    pessimistic."""
+    t0 = last_change = time.monotonic()
+    seen = None
+    while time.monotonic() - t0 < timeout_s:
+        now = [p.endpoints() for p in participants]
+        if now != seen:
+            seen, last_change = now, time.monotonic()
+        elif time.monotonic() - last_change >= quiet_s:
+            break
+        time.sleep(0.05)
+    return time.monotonic() - t0
+
+
+def measure(clients, n: int, pause_s: float, scheduling: str, settle_s: float) -> None:
     latencies, gate_ms, request_ms, reply_ms = [], [], [], []
     resends = 0
+    trace = []
     for _ in range(n):
         done = threading.Event()
-        answers = []
+        answers = []  # (request index, answer, wall time received), in the order received
+        sends = []  # wall time of each send
         t0 = time.perf_counter()
-        t0_wall = time.time()
         deadline = t0 + 2.0
-        sent = 0
         while not done.is_set() and time.perf_counter() < deadline:
-            future = clients[sent % len(clients)].call_async(Trigger.Request())
-            future.add_done_callback(lambda f, a=answers, d=done: (a.append((f.result(), time.time())), d.set()))
-            sent += 1
+            i = len(sends)
+            sends.append(time.time())
+            future = clients[i % len(clients)].call_async(Trigger.Request())
+            future.add_done_callback(
+                lambda f, i=i, a=answers, d=done: (a.append((i, f.result(), time.time())), d.set())
+            )
             done.wait(RESEND_S)
-        resends += sent - 1
-        answered = done.is_set() and any(a.success for a, _ in answers)
+        resends += len(sends) - 1
+        answered = done.is_set() and any(a.success for _, a, _ in answers)
         latencies.append((time.perf_counter() - t0) * 1e3 if answered else 2000.0)
-        found = re.search(GATE_TIMES, answers[0][0].message) if answers else None
+        found = re.search(GATE_TIMES, answers[0][1].message) if answers else None
         gate_ms.append(float(found.group(1)) if found else 2000.0)
-        if found:  # the round trip split at the gate's callback (same machine, same wall clock)
-            request_ms.append((float(found.group(2)) - t0_wall) * 1e3)
-            reply_ms.append((answers[0][1] - float(found.group(3))) * 1e3)
+        if found:  # the first answer's round trip split at the gate's callback (one wall clock)
+            i, _, received = answers[0]
+            request_ms.append((float(found.group(2)) - sends[i]) * 1e3)
+            reply_ms.append((received - float(found.group(3))) * 1e3)
+        trace.append({"sends": sends, "answers": answers})
         time.sleep(pause_s)
+    if os.environ.get("EGOMIMIC_ESTOP_TRACE"):
+        write_trace(Path(os.environ["EGOMIMIC_ESTOP_TRACE"]), trace)
     print(
         json.dumps(
             {
@@ -134,10 +178,24 @@ def measure(clients, n: int, pause_s: float, scheduling: str) -> None:
                 "reply_ms": reply_ms,
                 "resends": resends,
                 "scheduling": scheduling,
+                "settle_s": settle_s,
             }
         ),
         flush=True,
     )
+
+
+def write_trace(folder: Path, trace: list[dict], late_s: float = 1.0) -> None:
+    """Every call's send times and answers (request index, received, gate's message), after
+    waiting up to late_s for the answers still owed (late ones are the post-mortem's subject)."""
+    deadline = time.monotonic() + late_s
+    while time.monotonic() < deadline and any(len(c["answers"]) < len(c["sends"]) for c in trace):
+        time.sleep(0.05)
+    calls = [
+        {"sends": c["sends"], "answers": [(i, received, a.message) for i, a, received in list(c["answers"])]}
+        for c in trace
+    ]
+    (folder / f"trace_{os.getpid()}.json").write_text(json.dumps(calls))
 
 
 if __name__ == "__main__":

@@ -423,9 +423,10 @@ class Rig:
         )
         data = json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {"error": out.stderr[-2000:]}
         assert "latencies_ms" in data, f"e-stop probe failed: {data}"
-        from .conftest import ESTOP_RESENDS, ESTOP_SCHEDULING
+        from .conftest import ESTOP_RESENDS, ESTOP_SCHEDULING, ESTOP_SETTLE_S
 
         ESTOP_SCHEDULING.add(str(data.get("scheduling", "?")))
+        ESTOP_SETTLE_S.append(float(data.get("settle_s", 0.0)))
         self.estop_resends += int(data.get("resends", 0))
         ESTOP_RESENDS.append(int(data.get("resends", 0)))
         self.last_estop_gate_s = [x / 1e3 for x in data.get("gate_ms", [])]
