@@ -34,6 +34,8 @@ EPS = 1e-6
 
 STAT_NAMES = ("mean", "std", "min", "max", "median", "quantile_1", "quantile_99")
 """The per-key statistics a checkpoint stores (docs/eva.md)."""
+OPTIONAL_STATS = ("median",)
+"""Not used by any mode, and absent from upstream EgoVerse's checkpoints."""
 
 
 class NormMode(str, enum.Enum):
@@ -59,13 +61,15 @@ class KeyStats:
     std: np.ndarray
     min: np.ndarray
     max: np.ndarray
-    median: np.ndarray
+    median: np.ndarray | None
     quantile_1: np.ndarray
     quantile_99: np.ndarray
 
     def __post_init__(self) -> None:
         shape = None
         for name in STAT_NAMES:
+            if name in OPTIONAL_STATS and getattr(self, name) is None:
+                continue
             arr = np.asarray(getattr(self, name), dtype=np.float64)
             if arr.ndim != 1 or arr.size == 0:
                 raise ConfigError(f"norm stat {name!r} must be a non-empty 1-D vector, got shape {arr.shape}")
@@ -102,13 +106,21 @@ class KeyStats:
 
     @classmethod
     def from_dict(cls, d: Mapping, where: str = "norm stats") -> KeyStats:
-        missing = [n for n in STAT_NAMES if n not in d]
+        missing = [n for n in STAT_NAMES if n not in d and n not in OPTIONAL_STATS]
         if missing:
             raise ConfigError(f"{where}: missing statistics {missing} (need {list(STAT_NAMES)})")
-        return cls(**{n: np.asarray(d[n], dtype=np.float64) for n in STAT_NAMES})
+        return cls(
+            mean=_as_vector(d["mean"]),
+            std=_as_vector(d["std"]),
+            min=_as_vector(d["min"]),
+            max=_as_vector(d["max"]),
+            median=_as_vector(d["median"]) if "median" in d else None,
+            quantile_1=_as_vector(d["quantile_1"]),
+            quantile_99=_as_vector(d["quantile_99"]),
+        )
 
     def to_dict(self) -> dict[str, list[float]]:
-        return {n: [float(v) for v in getattr(self, n)] for n in STAT_NAMES}
+        return {n: [float(v) for v in getattr(self, n)] for n in STAT_NAMES if getattr(self, n) is not None}
 
 
 @dataclass(frozen=True)
@@ -188,6 +200,13 @@ class NormStats:
                 for k, v in keys.items()
             }
         return cls(mode=NormMode.parse(state["norm_mode"]), stats=stats)
+
+
+def _as_vector(value) -> np.ndarray:
+    """A stat as float64, from a list or a tensor (upstream stores torch tensors)."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value, dtype=np.float64)
 
 
 def key_stats_from_range(low, high, *, median=None) -> KeyStats:
