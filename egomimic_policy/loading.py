@@ -85,6 +85,7 @@ def load_policy(
     cache_dir: str | None = None,
     seed: int = 0,
     device: str = "cpu",
+    pin_config_sha256: str = "",
 ) -> ChunkPolicy:
     """Build the policy named by `value`.
 
@@ -107,7 +108,13 @@ def load_policy(
     elif value in FAMILIES or Path(value).exists():
         from egomimic_policy.families import make_policy
 
-        policy = make_policy(value, cache_dir=Path(cache_dir) if cache_dir else None, seed=seed, device=device)
+        policy = make_policy(
+            value,
+            cache_dir=Path(cache_dir) if cache_dir else None,
+            seed=seed,
+            device=device,
+            pin_config_sha256=pin_config_sha256 or None,
+        )
     elif "://" in value:
         raise ConfigError(f"policy:={value!r}: only tcp:// server addresses are supported")
     else:

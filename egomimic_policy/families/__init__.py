@@ -105,6 +105,19 @@ def make_policy(
         raise ConfigError(
             f"policy spec {name!r} is neither a family ({', '.join(sorted(FAMILIES))}) nor a checkpoint file"
         )
+    from egomimic_policy.upstream.policy import is_upstream_checkpoint, make_upstream_policy
+
+    if is_upstream_checkpoint(path):  # the lab's own EgoVerse checkpoint (egomimic_policy.upstream)
+        if overrides:
+            raise ConfigError(f"overrides {sorted(overrides)} are not supported on an upstream checkpoint")
+        return make_upstream_policy(
+            path,
+            cache_dir=cache_dir,
+            pin_config_sha256=pin_config_sha256,
+            seed=seed,
+            device=device,
+            num_threads=num_threads,
+        )
     source = load_checkpoint(path)
     cls = algorithm_for_target(model_config_of(source)["_target_"])
     prepared = cls.prepare_rollout_checkpoint(

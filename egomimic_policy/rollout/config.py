@@ -45,6 +45,12 @@ class RolloutConfig:
         default=0.05, metadata={"help": "inputs of one observation must agree within (s)", "range": (0.0, AGE_MAX_S)}
     )
     cache_dir: str = field(default="", metadata={"help": "checkpoint cache directory ('' = the families' default)"})
+    config_sha256: str = field(
+        default="",
+        metadata={
+            "help": "pin: refuse a checkpoint whose model config (canonical JSON) has another SHA-256 ('' = no pin)"
+        },
+    )
     seed: int = field(default=0, metadata={"help": "seed of untrained rehearsal weights (fold/pi/moe)"})
     device: str = field(default="cpu", metadata={"help": "torch device of local model families (cpu | cuda | cuda:N)"})
     allow_cpu_policy: bool = field(

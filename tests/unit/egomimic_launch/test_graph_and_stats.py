@@ -29,11 +29,23 @@ def test_arx5_backend_does_not_auto_arm_and_policy_none_drops_the_node():
 
 @pytest.mark.parametrize(
     "args",
-    [{"backend": "robot"}, {"nope": "1"}, {"params_file": "/does/not/exist.yaml"}, {"inject_latency_ms": "fast"}],
+    [
+        {"backend": "robot"},
+        {"nope": "1"},
+        {"params_file": "/does/not/exist.yaml"},
+        {"inject_latency_ms": "fast"},
+        {"config_sha256": "d71510d2"},  # a prefix is not a pin
+    ],
 )
 def test_bad_launch_arguments_are_refused(args):
     with pytest.raises(LaunchArgumentError):
         build_graph(args)
+
+
+def test_config_pin_reaches_the_policy_node_normalized():
+    pin = "AB" * 32
+    spec = next(n for n in build_graph({"config_sha256": pin}).nodes if n.name == "policy")
+    assert spec.parameters["config_sha256"] == pin.lower()
 
 
 def test_node_command_runs_module_with_ros_args(tmp_path):

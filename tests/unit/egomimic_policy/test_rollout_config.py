@@ -36,6 +36,7 @@ def test_the_node_parameters_keep_their_names_types_and_defaults():
         "max_image_age_s": 0.15,
         "sync_tolerance_s": 0.05,
         "cache_dir": "",
+        "config_sha256": "",
         "seed": 0,
         "device": "cpu",
         "allow_cpu_policy": False,

@@ -12,6 +12,7 @@ Teardown runs in reverse, so the policy stops first and the drivers last.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +49,11 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
     ),
     LaunchArgument("policy", "scripted", "none | scripted | fold | pi | moe | <checkpoint> | tcp://host:port"),
     LaunchArgument("inject_latency_ms", "0", "extra latency added to every policy query"),
+    LaunchArgument(
+        "config_sha256",
+        "",
+        "pin: refuse a checkpoint whose model config (canonical JSON) has another SHA-256 ('' = no pin)",
+    ),
     LaunchArgument(
         "auto_arm",
         "",
@@ -163,6 +169,9 @@ def resolve_arguments(overrides: dict[str, str]) -> dict[str, str]:
                 online_cpu_list(args[name])
             except ValueError as exc:
                 raise LaunchArgumentError(f"{name}:={exc}") from None
+    pin = args["config_sha256"].strip().lower()
+    if pin and not re.fullmatch(r"[0-9a-f]{64}", pin):
+        raise LaunchArgumentError(f"config_sha256:={args['config_sha256']!r} is not a SHA-256 (64 hex digits)")
     try:
         float(args["inject_latency_ms"])
     except ValueError:
@@ -267,7 +276,11 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                 "policy",
                 f"{NODE_PACKAGE}.policy_node",
                 ns,
-                {"policy": args["policy"], "inject_latency_ms": float(args["inject_latency_ms"])},
+                {
+                    "policy": args["policy"],
+                    "inject_latency_ms": float(args["inject_latency_ms"]),
+                    "config_sha256": args["config_sha256"].strip().lower(),
+                },
                 **yaml_files,
                 priority="nice" if args["realtime"] == "true" else "",
                 cpus=args["stack_cpus"],

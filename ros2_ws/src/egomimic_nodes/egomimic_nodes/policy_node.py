@@ -118,6 +118,7 @@ class PolicyNode(Node):
             config.policy,
             inject_latency_ms=config.inject_latency_ms,
             cache_dir=config.cache_dir or None,
+            pin_config_sha256=config.config_sha256,
             seed=config.seed,
             device=device,
             remote=remote,
