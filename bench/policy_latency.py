@@ -1,5 +1,9 @@
 """Per-family CPU latency of one policy query, and what a checkpoint start costs the second time.
 
+Upstream (--upstream-queries, default 3): the lab's real-size Fold (306M) and MoE (358M) built
+from their own config trees (tests/fixtures/upstream) with random weights, queried through the
+UpstreamRolloutPolicy the policy node runs; p50 / max per query, and p50 as a fraction of the
+control period and of upstream's 1 s replanning interval (--device cuda where one exists).
 What: for each family (fold, pi, moe) at its DEFAULT size with seeded untrained weights,
 `make_policy(family, num_threads=--threads)` then `--warmup` + `--queries` calls of infer() on
 640x480 RGB observations (fresh images and slightly moving poses each query, as live). Reported
@@ -137,12 +141,82 @@ def bench_checkpoint_start() -> dict:
         }
 
 
+UPSTREAM_FIXTURES = REPO / "tests" / "fixtures" / "upstream"
+REPLAN_MS = 1000.0
+"""Upstream's live rollout queries every 30 ticks (1 Hz replanning at 30 Hz, docs/eva.md)."""
+
+
+def bench_upstream(name: str, queries: int, threads: int, device: str) -> dict:
+    """Upstream's real-size Fold or MoE (its own config tree, random weights) behind the same
+    UpstreamRolloutPolicy the policy node runs, on 640x480 x3 cameras."""
+    import yaml
+
+    from egomimic_policy.features import neutral_norm_stats
+    from egomimic_policy.upstream.policy import UpstreamRolloutPolicy
+    from egomimic_policy.upstream.targets import instantiate
+
+    torch.set_num_threads(threads)
+    config = yaml.safe_load((UPSTREAM_FIXTURES / f"config_tree_{name}.yaml").read_text())
+    t0 = time.monotonic()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        algo = instantiate(config["model"]["robomimic_model"])
+    build_s = time.monotonic() - t0
+    cameras = {"front_img_1": "front_1", "left_wrist_img": "left_wrist", "right_wrist_img": "right_wrist"}
+    meta = {
+        "hyper_parameters": {
+            "config_tree": config,
+            "norm_stats_state": {
+                "key_types": {6: {**dict.fromkeys(cameras, "camera_keys"), "state_ee_pose": "proprio_keys"}},
+                "zarr_keys": {6: {k: f"images.{c}" for k, c in cameras.items()}},
+            },
+        }
+    }
+    policy = UpstreamRolloutPolicy(
+        algo, neutral_norm_stats(), meta, embodiment_id=6, fingerprint=name, device=device, num_threads=threads
+    )
+    params = sum(p.numel() for p in algo.parameters())
+    totals, phases = [], {"encode": [], "model": [], "decode": []}
+    for i, obs in enumerate(observations(queries + 1)):
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        t0 = time.monotonic()
+        chunk = policy.infer(obs)
+        dt = 1e3 * (time.monotonic() - t0)
+        assert len(chunk) == policy.spec.chunk_length and np.all(np.isfinite(chunk.left_pose))
+        if i >= 1:  # the first query pays one-time allocations
+            totals.append(dt)
+            for k in phases:
+                phases[k].append(policy.last_timing_ms[k])
+    t = np.array(totals)
+    sampler = algo.policy.stages[2]
+    return {
+        "model": f"upstream {name}",
+        "params": int(params),
+        "device": device,
+        "threads": threads,
+        "queries": queries,
+        "build_s": build_s,
+        "steps": int(getattr(sampler, "num_inference_steps", 0)),
+        "ms_p50": float(np.percentile(t, 50)),
+        "ms_max": float(t.max()),
+        "phase_ms_p50": {k: float(np.median(v)) for k, v in phases.items()},
+        "period_fraction_p50": float(np.percentile(t, 50) / PERIOD_MS),
+        "replan_fraction_p50": float(np.percentile(t, 50) / REPLAN_MS),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--queries", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (rollout default 1)")
     ap.add_argument("--out", type=Path, default=REPO / "out" / "bench" / "policy_latency.json")
+    ap.add_argument(
+        "--upstream-queries", type=int, default=3, help="queries of each real-size upstream model (0: skip)"
+    )
+    ap.add_argument("--upstream-threads", type=int, default=2, help="torch threads for the real-size upstream models")
+    ap.add_argument("--device", default="cpu", help="device of the real-size upstream models (cpu | cuda)")
     a = ap.parse_args()
 
     results = [bench_family(f, a.queries, a.warmup, a.threads) for f in FAMILIES]
@@ -161,6 +235,26 @@ def main() -> int:
             f"{r['ms_max']:>9.1f}{r['period_fraction_p50']:>12.2f}{r['period_fraction_p99']:>12.2f}"
             f"{ph['encode']:>9.1f}{ph['model']:>9.1f}{ph['decode']:>9.1f}"
         )
+    upstream = [
+        bench_upstream(name, a.upstream_queries, a.upstream_threads, a.device)
+        for name in (("fold", "moe") if a.upstream_queries > 0 else ())
+    ]
+    if upstream:
+        print(
+            f"upstream real-size models (config trees of real checkpoints, random weights), {a.device}, "
+            f"{a.upstream_threads} thread(s), {a.upstream_queries} queries after 1; upstream replans every "
+            f"{REPLAN_MS:.0f} ms (30 ticks)"
+        )
+        print(
+            f"{'model':16}{'params':>12}{'steps':>7}{'p50 ms':>10}{'max ms':>10}{'p50/period':>12}{'p50/replan':>12}"
+            f"{'encode':>9}{'model':>10}"
+        )
+    for r in upstream:
+        ph = r["phase_ms_p50"]
+        print(
+            f"{r['model']:16}{r['params']:>12}{r['steps']:>7}{r['ms_p50']:>10.0f}{r['ms_max']:>10.0f}"
+            f"{r['period_fraction_p50']:>12.1f}{r['replan_fraction_p50']:>12.2f}{ph['encode']:>9.1f}{ph['model']:>10.0f}"
+        )
     ck = bench_checkpoint_start()
     print(
         f"checkpoint start (legacy Fold, source {ck['source_bytes']} B -> artifact {ck['artifact_bytes']} B): "
@@ -174,6 +268,7 @@ def main() -> int:
         json.dumps(
             {
                 "families": results,
+                "upstream": upstream,
                 "checkpoint_start": ck,
                 "period_ms": PERIOD_MS,
                 "torch": torch.__version__,

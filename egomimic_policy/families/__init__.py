@@ -105,7 +105,17 @@ def make_policy(
         raise ConfigError(
             f"policy spec {name!r} is neither a family ({', '.join(sorted(FAMILIES))}) nor a checkpoint file"
         )
-    from egomimic_policy.upstream.policy import is_upstream_checkpoint, make_upstream_policy
+    from egomimic_policy.upstream.policy import is_upstream_checkpoint, is_upstream_pi_checkpoint, make_upstream_policy
+
+    if is_upstream_pi_checkpoint(path):  # openpi's PI0Pytorch: refused with what it needs unless installed
+        from egomimic_policy.upstream.checkpoint import load_upstream
+        from egomimic_policy.upstream.pi import load_upstream_pi
+
+        load_upstream_pi(load_upstream(path), device=device)
+        raise CheckpointError(
+            f"{path}: upstream PI loaded through openpi, but the live policy-node adapter for it is not "
+            "implemented; run it offline with egomimic_policy.upstream.pi.UpstreamPI"
+        )
 
     if is_upstream_checkpoint(path):  # the lab's own EgoVerse checkpoint (egomimic_policy.upstream)
         if overrides:

@@ -209,18 +209,32 @@ UPSTREAM_MARKERS = (b"egomimic.pipeline.algo.PipelineAlgo", b"egomimic.pipeline.
 PipelineAlgo, with the project's own Fold config (checkpoints.migrations), but no stage classes."""
 
 
-def is_upstream_checkpoint(path: str | Path) -> bool:
-    """Whether `path` is an upstream stage-pipeline checkpoint (read from the pickle's text,
-    nothing unpickled): a Lightning zip whose data.pkl names UPSTREAM_MARKERS."""
+def _pickle_text(path: str | Path) -> bytes:
+    """data.pkl of a torch zip checkpoint (names and strings, no tensor data), or b""."""
     import zipfile
 
     try:
         with zipfile.ZipFile(path) as z:
             pickles = [n for n in z.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
-            data = z.read(pickles[0]) if pickles else b""
-            return all(marker in data for marker in UPSTREAM_MARKERS)
+            return z.read(pickles[0]) if pickles else b""
     except (OSError, zipfile.BadZipFile):
-        return False
+        return b""
+
+
+UPSTREAM_PI_MARKERS = (b"egomimic.algo", b"paligemma_with_expert")
+"""An upstream PI checkpoint: upstream's algorithm and openpi's PI0Pytorch weights."""
+
+
+def is_upstream_pi_checkpoint(path: str | Path) -> bool:
+    data = _pickle_text(path)
+    return all(marker in data for marker in UPSTREAM_PI_MARKERS)
+
+
+def is_upstream_checkpoint(path: str | Path) -> bool:
+    """Whether `path` is an upstream stage-pipeline checkpoint (read from the pickle's text,
+    nothing unpickled): a Lightning zip whose data.pkl names UPSTREAM_MARKERS."""
+    data = _pickle_text(path)
+    return all(marker in data for marker in UPSTREAM_MARKERS)
 
 
 COMPAT_VERSION = "upstream-1"
