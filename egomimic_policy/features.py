@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from egomimic_hw.description import ARMS, Arm
+from egomimic_hw.description import ARMS, CONTROL_RATE_HZ, Arm
 from egomimic_hw.embodiment import Embodiment
 from egomimic_hw.errors import PoseError
 from egomimic_hw.frames import WRIST_RELATIVE_WIDTH, wrist_relative_decode, wrist_relative_encode
 from egomimic_hw.rotations import as_array_of_shape, mat_to_rot6d, quat_to_mat
+from egomimic_policy.interface import Chunk, Observation
 from egomimic_policy.normalization import KeyStats, NormMode, NormStats, key_stats_from_range
 
 STATE_KEY = "state_ee_pose"
@@ -92,6 +93,24 @@ def decode_action_chunk(current: dict[Arm, np.ndarray], actions) -> dict[Arm, tu
         poses = wrist_relative_decode(current[arm], cols[:, :WRIST_RELATIVE_WIDTH])
         out[arm] = (poses, np.clip(cols[:, WRIST_RELATIVE_WIDTH], 0.0, 1.0))
     return out
+
+
+def chunk_answering(observation: Observation, actions) -> Chunk:
+    """The chunk answering `observation`: wrist-relative `actions` (H, 20) decoded against the
+    poses captured in it (the query tick's), one row per control period."""
+    current = {
+        Arm.LEFT: np.asarray(observation.left_pose, dtype=np.float64),
+        Arm.RIGHT: np.asarray(observation.right_pose, dtype=np.float64),
+    }
+    decoded = decode_action_chunk(current, actions)
+    return Chunk(
+        observation_stamp_ns=int(observation.stamp_ns),
+        period_s=1.0 / CONTROL_RATE_HZ,
+        left_pose=decoded[Arm.LEFT][0],
+        right_pose=decoded[Arm.RIGHT][0],
+        left_gripper=decoded[Arm.LEFT][1],
+        right_gripper=decoded[Arm.RIGHT][1],
+    )
 
 
 # --- neutral norm stats for untrained (rehearsal) models -------------------------------------

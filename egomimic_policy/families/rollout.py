@@ -37,7 +37,7 @@ from egomimic_policy.features import (
     ACTION_LAYOUT,
     EMBODIMENT,
     STATE_KEY,
-    decode_action_chunk,
+    chunk_answering,
     encode_action_chunk,
     state_ee_pose,
 )
@@ -164,7 +164,7 @@ class FamilyRolloutPolicy:
         if not np.all(np.isfinite(actions_n)):
             raise PoseError(f"{self.algorithm.family} produced non-finite actions")
         actions = self.norm_stats.unnormalize(EMBODIMENT, ACTION_KEY, actions_n)
-        decoded = decode_action_chunk(current, actions)
+        chunk = chunk_answering(observation, actions)
         t3 = time.monotonic()
         self.last_timing_ms = {
             "encode": 1e3 * (t1 - t0),
@@ -172,14 +172,7 @@ class FamilyRolloutPolicy:
             "decode": 1e3 * (t3 - t2),
             "total": 1e3 * (t3 - t0),
         }
-        return Chunk(
-            observation_stamp_ns=int(observation.stamp_ns),
-            period_s=1.0 / CONTROL_RATE_HZ,
-            left_pose=decoded[Arm.LEFT][0],
-            right_pose=decoded[Arm.RIGHT][0],
-            left_gripper=decoded[Arm.LEFT][1],
-            right_gripper=decoded[Arm.RIGHT][1],
-        )
+        return chunk
 
     def _encoded_prefix(self, observation: Observation, current: dict[Arm, np.ndarray]) -> np.ndarray | None:
         """(n, 20) normalized committed prefix of `observation`, or None. Refused (ConfigError /

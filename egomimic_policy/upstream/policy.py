@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from egomimic_hw.description import CAMERAS, CONTROL_RATE_HZ, Arm
+from egomimic_hw.description import CAMERAS, CONTROL_RATE_HZ
 from egomimic_hw.errors import ConfigError, PoseError
 from egomimic_policy.checkpoints.errors import CheckpointError
 from egomimic_policy.checkpoints.layout import sha256_of
@@ -33,7 +33,7 @@ from egomimic_policy.features import (
     ACTION_KEY,
     ACTION_LAYOUT,
     STATE_KEY,
-    decode_action_chunk,
+    chunk_answering,
     state_ee_pose,
 )
 from egomimic_policy.interface import Chunk, Observation, PolicySpec
@@ -182,11 +182,7 @@ class UpstreamRolloutPolicy:
         actions = result.pred_action
         if actions.shape != (self.spec.chunk_length, ACTION_DIM) or not np.all(np.isfinite(actions)):
             raise PoseError(f"upstream policy returned {actions.shape} actions (finite: {np.isfinite(actions).all()})")
-        current = {
-            Arm.LEFT: np.asarray(observation.left_pose, dtype=np.float64),
-            Arm.RIGHT: np.asarray(observation.right_pose, dtype=np.float64),
-        }
-        decoded = decode_action_chunk(current, actions)
+        chunk = chunk_answering(observation, actions)
         t3 = time.monotonic()
         self.last_timing_ms = {
             "encode": 1e3 * (t1 - t0),
@@ -194,14 +190,7 @@ class UpstreamRolloutPolicy:
             "decode": 1e3 * (t3 - t2),
             "total": 1e3 * (t3 - t0),
         }
-        return Chunk(
-            observation_stamp_ns=int(observation.stamp_ns),
-            period_s=1.0 / CONTROL_RATE_HZ,
-            left_pose=decoded[Arm.LEFT][0],
-            right_pose=decoded[Arm.RIGHT][0],
-            left_gripper=decoded[Arm.LEFT][1],
-            right_gripper=decoded[Arm.RIGHT][1],
-        )
+        return chunk
 
 
 UPSTREAM_MARKERS = (b"egomimic.pipeline.algo.PipelineAlgo", b"egomimic.pipeline.stages_sampler.")
