@@ -38,6 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # for tests.* helpers when run from anywhere
 
 from egomimic_hw.description import CAMERAS, CONTROL_RATE_HZ  # noqa: E402
+from egomimic_policy.checkpoints import load_checkpoint, model_config_of, sha256_of  # noqa: E402
 from egomimic_policy.families import FAMILIES, FoldAlgorithm, build_algorithm, make_policy  # noqa: E402
 from egomimic_policy.interface import Observation  # noqa: E402
 
@@ -118,7 +119,8 @@ def bench_checkpoint_start() -> dict:
         runs = []
         for _ in range(2):
             w0, t0 = wchar(), time.monotonic()
-            prepared = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache)
+            pin = sha256_of(model_config_of(load_checkpoint(source)))  # a legacy Fold runs only pinned
+            prepared = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache, pin_config_sha256=pin)
             runs.append(
                 {
                     "s": time.monotonic() - t0,

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from egomimic_hw.embodiment import embodiment_by_id, migrate_legacy_id
+from egomimic_hw.embodiment import LEGACY_MIGRATION, embodiment_by_id, migrate_legacy_id
 from egomimic_hw.errors import ConfigError
 from egomimic_policy.checkpoints.errors import CheckpointError
 from egomimic_policy.checkpoints.layout import FORMAT_VERSION, KEPT_TOP_LEVEL_KEYS, model_config_of, sha256_of
@@ -76,11 +76,28 @@ def resolve_target(target: str) -> str:
     return RENAMED_TARGETS.get(target, target)
 
 
+LEGACY_FOLD_TARGET = "egomimic_policy.families.fold.FoldAlgorithm"
+"""A legacy-layout checkpoint of this family must be pinned (config_sha256), as upstream's
+deployment of it is: its observation encoder's config was never published, so only the pin
+says that the file is the model the lab validated."""
+
+
 def is_legacy(ckpt: Mapping) -> bool:
-    """True when the checkpoint predates this layout (its embodiment ids are legacy ids)."""
+    """True when the checkpoint predates this layout and its embodiment ids are legacy ones.
+
+    Without `format_version` the ids decide: a checkpoint written after upstream collapsed its
+    ids (eva_bimanual = 6, human_bimanual = 3) carries only current ids and is taken as it is;
+    the legacy remap ({8: 6, 18: 3}) applies when any id is one of its legacy ids."""
     version = (ckpt.get("hyper_parameters") or {}).get("format_version")
     if version is None:
-        return True
+        stats = ((ckpt.get("hyper_parameters") or {}).get("norm_stats_state") or {}).get("norm_stats") or {}
+        ids = set()
+        for raw in stats:
+            try:
+                ids.add(int(raw))
+            except (TypeError, ValueError):
+                return True  # refused with its reason by the remap
+        return not ids or bool(ids & set(LEGACY_MIGRATION))
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise CheckpointError(
             f"checkpoint format_version {version!r} is newer than this code ({FORMAT_VERSION}); update it"
@@ -129,8 +146,9 @@ def _remap_norm_stats(state: Mapping, legacy: bool, record: MigrationRecord) -> 
     return stats_obj.to_state()
 
 
-def migrate_checkpoint(ckpt: Mapping, *, pin_config_sha256: str | None = None) -> tuple[dict, MigrationRecord]:
-    """A new dict in the current layout (the input is not modified) and the record of what changed."""
+def check_pin(ckpt: Mapping, pin_config_sha256: str | None) -> str:
+    """The checkpoint's config SHA-256, after refusing a pin it does not match and a legacy Fold
+    started without one (LEGACY_FOLD_TARGET). Called before anything is written."""
     source_config = model_config_of(ckpt)
     source_sha = sha256_of(source_config)
     if pin_config_sha256 is not None and pin_config_sha256.lower() != source_sha:
@@ -138,6 +156,22 @@ def migrate_checkpoint(ckpt: Mapping, *, pin_config_sha256: str | None = None) -
             f"model config fingerprint mismatch: pinned {pin_config_sha256}, checkpoint has {source_sha} "
             "(canonical-JSON SHA-256 of its model config); refusing to run a checkpoint you did not pin"
         )
+    if (
+        pin_config_sha256 is None
+        and is_legacy(ckpt)
+        and resolve_target(source_config["_target_"]) == LEGACY_FOLD_TARGET
+    ):
+        raise CheckpointError(
+            f"a legacy Fold checkpoint runs only pinned: pass config_sha256:={source_sha} if this is the model "
+            "you validated (the SHA-256 of its model config's canonical JSON, as upstream pins it)"
+        )
+    return source_sha
+
+
+def migrate_checkpoint(ckpt: Mapping, *, pin_config_sha256: str | None = None) -> tuple[dict, MigrationRecord]:
+    """A new dict in the current layout (the input is not modified) and the record of what changed."""
+    source_sha = check_pin(ckpt, pin_config_sha256)
+    source_config = model_config_of(ckpt)
     hp = ckpt["hyper_parameters"]
     legacy = is_legacy(ckpt)
     config = dict(source_config)

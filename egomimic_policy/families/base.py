@@ -32,7 +32,7 @@ from egomimic_hw.errors import ConfigError
 from egomimic_policy.checkpoints.cache import PreparedCheckpoint, prepare_cached
 from egomimic_policy.checkpoints.errors import CheckpointError
 from egomimic_policy.checkpoints.layout import load_checkpoint, model_config_of, model_state_dict
-from egomimic_policy.checkpoints.migrations import migrate_checkpoint
+from egomimic_policy.checkpoints.migrations import check_pin, migrate_checkpoint
 from egomimic_policy.features import ACTION_DIM, ACTION_KEY, EMBODIMENT, STATE_DIM, STATE_KEY
 from egomimic_policy.normalization import NormStats
 
@@ -261,6 +261,8 @@ class Algorithm(nn.Module):
             cls.check_structure(migrated)
             return migrated, record.to_json()
 
+        source_checkpoint = source_checkpoint if source_checkpoint is not None else load_checkpoint(path)
+        check_pin(source_checkpoint, pin_config_sha256)  # before the cache is touched
         return prepare_cached(
             path,
             compat_version=cls.compat_version,

@@ -250,6 +250,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--inject-latency-ms", type=float, default=0.0, help="extra latency per query (rehearse a slow model)"
     )
     p.add_argument("--cache-dir", default=None, help="checkpoint cache directory (families)")
+    p.add_argument(
+        "--config-sha256",
+        default="",
+        help="pin: refuse a checkpoint whose model config (canonical JSON) has another SHA-256 (a legacy Fold needs it)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed for untrained rehearsal weights (default: %(default)s)")
     p.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
     return p
@@ -269,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             cache_dir=args.cache_dir,
             seed=args.seed,
             device=args.device,
+            pin_config_sha256=args.config_sha256.strip().lower(),
         )
         server = PolicyServer(policy, args.bind, allow_remote=args.allow_remote)
     except (ConfigError, zmq.ZMQError) as exc:

@@ -20,7 +20,7 @@ import torch
 
 from egomimic_hw.embodiment import Embodiment
 from egomimic_policy.checkpoints import CheckpointError, load_checkpoint, save_checkpoint, sha256_of
-from egomimic_policy.checkpoints.layout import FORMAT_VERSION
+from egomimic_policy.checkpoints.layout import FORMAT_VERSION, model_config_of
 from egomimic_policy.families import FoldAlgorithm, PIAlgorithm, build_algorithm, make_policy
 from egomimic_policy.features import ACTION_KEY, STATE_KEY, neutral_norm_stats
 from egomimic_policy.normalization import KeyStats, NormStats
@@ -61,6 +61,11 @@ def legacy_checkpoint(algo, path: Path, *, ids=(8, 18), target="egomimic.pipelin
     return path
 
 
+def pin_of(path: Path) -> str:
+    """The config pin a legacy Fold checkpoint must be started with (migrations.LEGACY_FOLD_TARGET)."""
+    return sha256_of(model_config_of(load_checkpoint(path)))
+
+
 def snapshot(*dirs: Path) -> dict:
     """Every file under dirs with (size, mtime_ns, inode, sha256): equal snapshots = nothing written."""
     out = {}
@@ -80,7 +85,9 @@ def fold():
 def test_golden_legacy_migration(fold, tmp_path):
     source = legacy_checkpoint(fold, tmp_path / "src" / "fold_epoch3.ckpt")
     source_config = load_checkpoint(source)["hyper_parameters"]["config_tree"]["model"]["robomimic_model"]
-    prepared = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=tmp_path / "cache")
+    prepared = FoldAlgorithm.prepare_rollout_checkpoint(
+        source, cache_dir=tmp_path / "cache", pin_config_sha256=pin_of(source)
+    )
     assert not prepared.reused and prepared.rebuild_reason is None
     assert prepared.artifact_path.parent == tmp_path / "cache"
     assert prepared.artifact_path.name == f"fold_epoch3.rollout-fold-v1-{prepared.fingerprint[:16]}.ckpt"
@@ -124,7 +131,7 @@ def test_golden_legacy_migration(fold, tmp_path):
     assert prepared.artifact_path.stat().st_size < source.stat().st_size  # optimizer state gone
 
     # The migrated model runs and is the same network as the one that was saved.
-    policy = make_policy(str(source), cache_dir=tmp_path / "cache", seed=2)
+    policy = make_policy(str(source), cache_dir=tmp_path / "cache", seed=2, pin_config_sha256=pin_of(source))
     assert policy.spec.family == "fold" and policy.spec.extra["cache"] == "reused"
     assert policy.spec.fingerprint == prepared.fingerprint
     obs = make_observation()
@@ -136,7 +143,7 @@ def test_second_start_writes_nothing_and_source_is_untouched(fold, tmp_path):
     source = legacy_checkpoint(fold, tmp_path / "src" / "a.ckpt")
     cache = tmp_path / "cache"
     before_source = snapshot(source.parent)
-    first = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache)
+    first = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache, pin_config_sha256=pin_of(source))
     assert snapshot(source.parent) == before_source  # first start: nothing next to the source
     cache_after_first = snapshot(cache)
     assert {Path(p).name for p in cache_after_first} == {
@@ -145,11 +152,13 @@ def test_second_start_writes_nothing_and_source_is_untouched(fold, tmp_path):
         first.artifact_path.name + ".lock",
     }
     time.sleep(0.02)  # a rewrite would now get a different mtime
-    second = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache)
+    second = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache, pin_config_sha256=pin_of(source))
     assert second.reused and second.artifact_path == first.artifact_path
     assert snapshot(cache) == cache_after_first
     assert snapshot(source.parent) == before_source
-    policy = make_policy(str(source), cache_dir=cache)  # the full start path also reuses
+    policy = make_policy(
+        str(source), cache_dir=cache, pin_config_sha256=pin_of(source)
+    )  # the full start path also reuses
     assert policy.spec.extra["cache"] == "reused" and snapshot(cache) == cache_after_first
 
 
@@ -160,6 +169,7 @@ CHILD = textwrap.dedent(
     import egomimic_policy.families.base as base
     from egomimic_policy.families import FoldAlgorithm
     source, cache, go, log = map(Path, sys.argv[1:5])
+    pin = sys.argv[5]
     real = base.migrate_checkpoint
     def slow(ckpt, **kw):
         with open(log, "a") as f:
@@ -170,7 +180,7 @@ CHILD = textwrap.dedent(
     (Path(str(go) + f".ready.{os.getpid()}")).touch()
     while not go.exists():
         time.sleep(0.005)
-    p = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache)
+    p = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache, pin_config_sha256=pin)
     print(json.dumps({"reused": p.reused, "artifact": str(p.artifact_path)}))
     """
 )
@@ -182,7 +192,7 @@ def test_concurrent_starts_in_separate_processes_do_the_work_once(fold, tmp_path
     env = dict(os.environ, PYTHONPATH=str(REPO))
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(source), str(cache), str(go), str(log)],
+            [sys.executable, "-c", CHILD, str(source), str(cache), str(go), str(log), pin_of(source)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -203,7 +213,7 @@ def test_concurrent_starts_in_separate_processes_do_the_work_once(fold, tmp_path
     assert sorted(r["reused"] for r in results) == [False, True, True]
     assert len({r["artifact"] for r in results}) == 1
     assert len(log.read_text().split()) == 1  # the migration ran in exactly one process
-    assert FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache).reused
+    assert FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache, pin_config_sha256=pin_of(source)).reused
     assert not list(cache.glob(".*.partial"))
 
 
@@ -213,7 +223,7 @@ def test_concurrent_starts_in_separate_processes_do_the_work_once(fold, tmp_path
 def test_corrupt_or_mismatched_entry_is_rebuilt(fold, tmp_path, damage):
     source = legacy_checkpoint(fold, tmp_path / "src" / "a.ckpt")
     cache = tmp_path / "cache"
-    first = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache)
+    first = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache, pin_config_sha256=pin_of(source))
     good = first.artifact_path.read_bytes()
     if damage == "garbage marker":
         first.marker_path.write_text("{not json")
@@ -225,19 +235,19 @@ def test_corrupt_or_mismatched_entry_is_rebuilt(fold, tmp_path, damage):
         first.artifact_path.write_bytes(good[:100] + bytes([good[100] ^ 0xFF]) + good[101:])
     else:
         first.marker_path.unlink()
-    again = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache)
+    again = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache, pin_config_sha256=pin_of(source))
     assert not again.reused and again.rebuild_reason, again
     assert again.artifact_path.read_bytes() == good
-    assert FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache).reused
+    assert FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache, pin_config_sha256=pin_of(source)).reused
 
 
 def test_changed_source_gets_a_new_entry(fold, tmp_path):
     source = legacy_checkpoint(fold, tmp_path / "src" / "a.ckpt")
     cache = tmp_path / "cache"
-    first = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache)
+    first = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache, pin_config_sha256=pin_of(source))
     st = source.stat()
     os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
-    second = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache)
+    second = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=cache, pin_config_sha256=pin_of(source))
     assert second.fingerprint != first.fingerprint and not second.reused
 
 
@@ -246,7 +256,7 @@ READ_ONLY_CHILD = textwrap.dedent(
     import json, sys
     from egomimic_policy.families import make_policy
     from tests.unit.egomimic_policy.conftest import make_observation
-    policy = make_policy(sys.argv[1], cache_dir=sys.argv[2])
+    policy = make_policy(sys.argv[1], cache_dir=sys.argv[2], pin_config_sha256=sys.argv[3])
     chunk = policy.infer(make_observation())
     print(json.dumps({"rows": len(chunk), "cache": policy.spec.extra["cache"]}))
     """
@@ -276,7 +286,7 @@ def test_read_only_source_works(fold, tmp_path):
         )
         assert probe.returncode != 0 and "Permission denied" in probe.stderr  # the source dir really is read-only
         done = subprocess.run(
-            [*prefix, sys.executable, "-c", READ_ONLY_CHILD, str(source), str(cache)],
+            [*prefix, sys.executable, "-c", READ_ONLY_CHILD, str(source), str(cache), pin_of(source)],
             capture_output=True,
             text=True,
             timeout=180,
@@ -310,7 +320,7 @@ def test_pin_and_refusals_write_nothing(fold, tmp_path):
     wrong_family = legacy_checkpoint(fold, tmp_path / "bad" / "pi.ckpt", target="egomimic.algo.pi.PI")
     for path, message in cases.values():
         with pytest.raises(CheckpointError, match=message):
-            make_policy(str(path), cache_dir=tmp_path / "cache2")
+            make_policy(str(path), cache_dir=tmp_path / "cache2", pin_config_sha256=pin_of(path))
     with pytest.raises(CheckpointError, match="not a 'egomimic_policy.families.fold.FoldAlgorithm'"):
         FoldAlgorithm.prepare_rollout_checkpoint(wrong_family, cache_dir=tmp_path / "cache2")
     with pytest.raises(Exception, match="PIConfig has no field|does not support"):
@@ -351,3 +361,20 @@ def test_current_format_checkpoint_keeps_current_ids(tmp_path):
     assert policy.algorithm.config.flow_steps == 4 and policy.spec.fingerprint != prepared.fingerprint
     with pytest.raises(Exception, match="cannot change on trained weights"):
         make_policy(str(path), cache_dir=tmp_path / "cache", overrides={"d_model": 128})
+
+
+def test_a_legacy_fold_runs_only_pinned_and_the_refusal_gives_its_pin(fold, tmp_path):
+    source = legacy_checkpoint(fold, tmp_path / "src" / "a.ckpt")
+    with pytest.raises(CheckpointError, match=f"config_sha256:={pin_of(source)}"):
+        make_policy(str(source), cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()  # refused before anything is written
+
+
+def test_post_collapse_ids_without_format_version_are_taken_as_they_are(fold, tmp_path):
+    """A checkpoint written after upstream collapsed its ids (eva_bimanual 6, human_bimanual 3)
+    has no format_version but must not be remapped as legacy (nor refused)."""
+    source = legacy_checkpoint(fold, tmp_path / "src" / "a.ckpt", ids=(6, 3))
+    prepared = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=tmp_path / "cache")
+    art = load_checkpoint(prepared.artifact_path)
+    assert sorted(art["hyper_parameters"]["norm_stats_state"]["norm_stats"]) == [3, 6]
+    assert prepared.marker["migration"]["embodiment_remap"] == {}
