@@ -182,11 +182,9 @@ def norm_stats_of(state, domains: Sequence[str]) -> tuple[NormStats, list[str]]:
         raise CheckpointError(f"norm_stats_state: {exc}") from exc
 
 
-def load_strict(algo: nn.Module, state_dict) -> None:
-    """`load_state_dict(strict=True)`, with every missing, unexpected or reshaped tensor named."""
-    if not isinstance(state_dict, Mapping):
-        raise CheckpointError("the checkpoint has no state_dict")
-    own = algo.state_dict()
+def weight_problems(own: Mapping, state_dict: Mapping) -> list[str]:
+    """Every tensor a strict load would refuse: missing, unexpected, or of another shape (shapes
+    only, so it works on a model built on the meta device too)."""
     missing = sorted(set(own) - set(state_dict))
     unexpected = sorted(set(state_dict) - set(own))
     reshaped = sorted(
@@ -195,7 +193,14 @@ def load_strict(algo: nn.Module, state_dict) -> None:
         if tuple(own[k].shape) != tuple(state_dict[k].shape)
     )
     problems = [f"missing: {k}" for k in missing] + [f"unexpected: {k}" for k in unexpected]
-    problems += [f"shape: {r}" for r in reshaped]
+    return problems + [f"shape: {r}" for r in reshaped]
+
+
+def load_strict(algo: nn.Module, state_dict) -> None:
+    """`load_state_dict(strict=True)`, with every missing, unexpected or reshaped tensor named."""
+    if not isinstance(state_dict, Mapping):
+        raise CheckpointError("the checkpoint has no state_dict")
+    problems = weight_problems(algo.state_dict(), state_dict)
     if problems:
         more = f" (and {len(problems) - 8} more)" if len(problems) > 8 else ""
         raise CheckpointError(

@@ -198,7 +198,7 @@ UPSTREAM_MARKERS = (b"egomimic.pipeline.algo.PipelineAlgo", b"egomimic.pipeline.
 PipelineAlgo, with the project's own Fold config (checkpoints.migrations), but no stage classes."""
 
 
-def _pickle_text(path: str | Path) -> bytes:
+def pickle_text(path: str | Path) -> bytes:
     """data.pkl of a torch zip checkpoint (names and strings, no tensor data), or b""."""
     import zipfile
 
@@ -215,14 +215,14 @@ UPSTREAM_PI_MARKERS = (b"egomimic.algo", b"paligemma_with_expert")
 
 
 def is_upstream_pi_checkpoint(path: str | Path) -> bool:
-    data = _pickle_text(path)
+    data = pickle_text(path)
     return all(marker in data for marker in UPSTREAM_PI_MARKERS)
 
 
 def is_upstream_checkpoint(path: str | Path) -> bool:
     """Whether `path` is an upstream stage-pipeline checkpoint (read from the pickle's text,
     nothing unpickled): a Lightning zip whose data.pkl names UPSTREAM_MARKERS."""
-    data = _pickle_text(path)
+    data = pickle_text(path)
     return all(marker in data for marker in UPSTREAM_MARKERS)
 
 
