@@ -1,18 +1,33 @@
 """The EVA episode format: one zarr v3 store per episode, written at 30 Hz, read by training and replay.
 
-Layout (docs/eva.md "Episodes", plus what replay and crash recovery need):
+Layout (docs/eva.md "Episodes"; upstream EgoVerse's v3.1 contract where it applies, plus what
+replay and crash recovery need):
 
     <YYYY-mm-dd-HH-MM-SS-ffffff>.zarr/        group, zarr_format 3
       {left,right}.obs_ee_pose, .cmd_ee_pose  (T, 7) float32  [x, y, z, qw, qx, qy, qz], DATASET frame
       {left,right}.obs_joints, .cmd_joints    (T, 6) float32  rad
       {left,right}.obs_gripper, .cmd_gripper  (T, 1) float32  normalized, 0 closed .. 1 open
       images.<cam>                            (T,) variable-length bytes: one JPEG (q85, RGB 640x480) per frame
+      obs_rgb_timestamps_ns                   (T,) int64  capture stamp of the reference camera's (front_1)
+                                              frame: upstream's one RGB clock
       timestamps_ns                           (T,) int64  the step's stamp (observation time, ROS ns)
       stamps.<cam>                            (T,) int64  capture stamp of that camera's frame (ROS ns)
-    attributes: embodiment, total_frames, fps, task_name, task_description, features,
-      data_status ("recording" while open, then "complete" or "partial"), calibration,
-      format_version, frames_committed (the commit marker).
+    attributes: schema_version ("v3.1"), embodiment, total_frames, fps (int when integral),
+      task_name, task_description, features {key: {dtype (numpy dtype or "jpeg"), shape, names}},
+      data_status ("recording" while open, then "complete" or "partial"), calibration (upstream's
+      block, egomimic_data.calibration) with the legacy intrinsics/extrinsics derived from it,
+      and the project's own: format_version, cameras, jpeg_quality, frames_committed (the commit marker).
 Arm sides and default camera names are egomimic_hw.description's (ARMS, CAMERAS).
+
+Upstream interchange, both ways:
+- upstream's readers (ZarrEpisode/ZarrDataset) need `total_frames`, `embodiment` and `features`
+  and read every array only up to `total_frames`, so this writer trims its arrays to T at close
+  (no padding: a padded tail is allowed by the contract, never required).
+- episodes written by upstream's ZarrWriter have no commit marker, no `cameras`, no per-camera
+  stamps, and arrays padded to a multiple of 100: the reader takes `total_frames` as the length,
+  derives the cameras from `images.*`, and the RGB clock from `obs_rgb_timestamps_ns`
+  (an episode without a clock is taken at its declared fps). A missing data_status reads as
+  complete (upstream's rule).
 
 Why this layout (measured with zarr 3.1.6):
 - JPEG bytes encoded in the app (simplejpeg, ~0.7 ms per frame) in a variable-length-bytes
@@ -25,21 +40,27 @@ Why this layout (measured with zarr 3.1.6):
   chunks of 100 steps (docs/eva.md).
 - Arrays are preallocated in capacity steps (growing x2) instead of resized per block, so a
   block costs only data writes, no metadata rewrite per array.
-- Crash safety: each key is written atomically by zarr, but array shapes cannot be trusted
-  after a crash (a capacity, or a resize ahead of its data). The writer advances
-  `frames_committed` only after a block's data are written; the reader truncates every array
-  to it, and an episode whose data_status is not "complete" is reported partial. A crash
-  loses at most the unflushed block (<= 1 s).
+- Crash safety: each key is written atomically by zarr (temp file + rename), but array shapes
+  cannot be trusted after a crash (a capacity, or a resize ahead of its data). The writer
+  advances `frames_committed` only after a block's data are written; the reader truncates every
+  array to it, and an episode whose data_status is not "complete" is reported partial. A crash
+  loses at most the unflushed block (<= 1 s). `total_frames` stays 0 until close, so upstream's
+  tools refuse an unfinished episode; `egomimic-episodes repair` finalizes one (episode_check).
+  While open, the writer holds an exclusive flock on the store directory: the kernel drops it
+  when the process dies, which is how `repair` tells a crashed recording from a live one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import fcntl
 import json
 import math
+import os
 import shutil
 import warnings
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +71,7 @@ import simplejpeg
 import zarr
 from zarr.dtype import VariableLengthBytes
 
+from egomimic_data import calibration as calib
 from egomimic_hw.description import ARMS, CAMERAS
 
 NUMERIC_FIELDS: dict[str, int] = {
@@ -69,11 +91,27 @@ FIELD_NAMES = {
     "obs_gripper": ["gripper"],
     "cmd_gripper": ["gripper"],
 }
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""The project's own revision of this layout. 2: upstream's v3.1 attributes (schema_version, the
+calibration block, int fps, obs_rgb_timestamps_ns); 1: calibration in the project's form."""
+SCHEMA_VERSION = "v3.1"
+"""Upstream's contract version these episodes follow (egomimic/rldb/zarr/schema/episode_v3.yaml)."""
 NUMERIC_CHUNK_STEPS = 100
 INITIAL_CAPACITY_STEPS = 900
 """30 s at 30 Hz; doubled whenever an episode grows past it."""
 NAME_FORMAT = "%Y-%m-%d-%H-%M-%S-%f"
+RGB_CLOCK_KEY = "obs_rgb_timestamps_ns"
+"""Upstream's one RGB clock per episode: capture stamps (int64 ns) of the reference camera."""
+STEP_CLOCK_KEY = "timestamps_ns"
+IMAGE_PREFIX = "images."
+STAMPS_PREFIX = "stamps."
+ANNOTATIONS_KEY = "annotations"
+"""Upstream's optional language annotations: (N,) JSON bytes {text, start_idx, end_idx}."""
+STATUS_RECORDING = "recording"
+STATUS_COMPLETE = "complete"
+STATUS_PARTIAL = "partial"
+UPSTREAM_STATUSES = (STATUS_COMPLETE, "structural_sample")
+"""The data_status values upstream's schema accepts; "partial" and "recording" are the project's."""
 
 
 class EpisodeError(ValueError):
@@ -94,6 +132,41 @@ def numeric_keys() -> list[str]:
     return [f"{arm.value}.{name}" for arm in ARMS for name in NUMERIC_FIELDS]
 
 
+def fps_attribute(fps: float) -> int | float:
+    """fps as stored: an int when integral (upstream's schema types it int), else as given."""
+    return int(fps) if float(fps).is_integer() else float(fps)
+
+
+def _lock(path: Path) -> int | None:
+    """An exclusive flock on the store directory, held while a writer is open (None where the
+    file system has no flock: then nothing can tell a live recording from a crashed one)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def recording_in_progress(path: str | Path) -> bool:
+    """True while a live EpisodeWriter (any process) holds the store open. A writer killed with
+    SIGKILL holds nothing: its episode reads data_status "recording" but is not in progress."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing drops the shared lock taken above, if any
+    return False
+
+
 @dataclass(frozen=True)
 class EpisodeMeta:
     """What an episode declares about itself (written as attributes)."""
@@ -107,7 +180,10 @@ class EpisodeMeta:
     image_height: int = 480
     jpeg_quality: int = 85
     calibration: dict = field(default_factory=dict)
-    """Per camera: {width, height, fx, fy, cx, cy}; "extrinsics": {name: 4x4 list}."""
+    """Either the project's form, per camera egomimic_hw Intrinsics.as_dict() ({width, height, fx,
+    fy, cx, cy, distortion}) plus optional "extrinsics": {"<side>_base_T_<cam>": 4x4 list}, or
+    upstream's block ({reference_frame, cameras, arm_bases}); stored as upstream's block
+    (egomimic_data.calibration)."""
 
     def __post_init__(self) -> None:
         if not self.task_name:
@@ -119,19 +195,26 @@ class EpisodeMeta:
         if not 1 <= self.jpeg_quality <= 100:
             raise EpisodeError(f"jpeg_quality must be in [1, 100], got {self.jpeg_quality}")
 
+    @property
+    def reference_camera(self) -> str:
+        """The camera whose capture stamps are the RGB clock: front_1 when recorded, else the first."""
+        return calib.REFERENCE_CAMERA if calib.REFERENCE_CAMERA in self.cameras else self.cameras[0]
+
     def features(self) -> dict[str, dict[str, Any]]:
+        """Upstream's form: {key: {dtype (numpy dtype string, or "jpeg"), shape (per frame), names}}."""
         out: dict[str, dict[str, Any]] = {}
         for key in numeric_keys():
             name = key.split(".", 1)[1]
             out[key] = {"dtype": "float32", "shape": [NUMERIC_FIELDS[name]], "names": FIELD_NAMES[name]}
         for cam in self.cameras:
-            out[f"images.{cam}"] = {
+            out[IMAGE_PREFIX + cam] = {
                 "dtype": "jpeg",
                 "shape": [self.image_height, self.image_width, 3],
-                "names": ["height", "width", "rgb"],
+                "names": ["height", "width", "channel"],
             }
-            out[f"stamps.{cam}"] = {"dtype": "int64", "shape": [], "names": ["capture_stamp_ns"]}
-        out["timestamps_ns"] = {"dtype": "int64", "shape": [], "names": ["stamp_ns"]}
+            out[STAMPS_PREFIX + cam] = {"dtype": "int64", "shape": [], "names": []}
+        out[RGB_CLOCK_KEY] = {"dtype": "int64", "shape": [], "names": []}
+        out[STEP_CLOCK_KEY] = {"dtype": "int64", "shape": [], "names": []}
         return out
 
 
@@ -161,9 +244,15 @@ class EpisodeWriter:
             json.dumps(meta.calibration)
         except (TypeError, ValueError) as exc:
             raise EpisodeError(f"calibration must be JSON-serializable (lists, not numpy arrays): {exc}") from None
+        try:
+            block = calib.to_block(meta.calibration)
+        except calib.CalibrationError as exc:
+            raise EpisodeError(f"calibration: {exc}") from None
         if self.path.exists():
             if not overwrite:
                 raise EpisodeError(f"{self.path} exists; refusing to overwrite an episode")
+            if recording_in_progress(self.path):
+                raise EpisodeError(f"{self.path} is being recorded by a live writer; refusing to overwrite it")
             shutil.rmtree(self.path)
         self.meta = meta
         self.block_steps = block_steps
@@ -172,6 +261,8 @@ class EpisodeWriter:
         self._closed = False
         self._buffer: list[tuple[int, dict[str, bytes], dict[str, int], dict[str, np.ndarray]]] = []
         self._group = zarr.open_group(str(self.path), mode="w-", zarr_format=3)
+        fd = _lock(self.path)
+        self._unlock = weakref.finalize(self, os.close, fd) if fd is not None else None
         self._arrays: dict[str, zarr.Array] = {}
         with _vlen_bytes_accepted():
             for key in numeric_keys():
@@ -183,38 +274,45 @@ class EpisodeWriter:
                     dtype="float32",
                     fill_value=np.nan,
                 )
-            self._arrays["timestamps_ns"] = self._group.create_array(
-                "timestamps_ns", shape=(self._capacity,), chunks=(NUMERIC_CHUNK_STEPS,), dtype="int64", fill_value=0
-            )
+            for key in (STEP_CLOCK_KEY, RGB_CLOCK_KEY):
+                self._arrays[key] = self._group.create_array(
+                    key, shape=(self._capacity,), chunks=(NUMERIC_CHUNK_STEPS,), dtype="int64", fill_value=0
+                )
             for cam in meta.cameras:
-                self._arrays[f"stamps.{cam}"] = self._group.create_array(
-                    f"stamps.{cam}", shape=(self._capacity,), chunks=(NUMERIC_CHUNK_STEPS,), dtype="int64", fill_value=0
+                self._arrays[STAMPS_PREFIX + cam] = self._group.create_array(
+                    STAMPS_PREFIX + cam,
+                    shape=(self._capacity,),
+                    chunks=(NUMERIC_CHUNK_STEPS,),
+                    dtype="int64",
+                    fill_value=0,
                 )
                 # JPEG does not compress further: no compressor. One shard per block.
-                self._arrays[f"images.{cam}"] = self._group.create_array(
-                    f"images.{cam}",
+                self._arrays[IMAGE_PREFIX + cam] = self._group.create_array(
+                    IMAGE_PREFIX + cam,
                     shape=(self._capacity,),
                     chunks=(1,),
                     shards=(block_steps,),
                     dtype=VariableLengthBytes(),
                     compressors=None,
                 )
-        self._group.attrs.update(
-            {
-                "format_version": FORMAT_VERSION,
-                "embodiment": meta.embodiment,
-                "fps": meta.fps,
-                "task_name": meta.task_name,
-                "task_description": meta.task_description,
-                "cameras": list(meta.cameras),
-                "jpeg_quality": meta.jpeg_quality,
-                "features": meta.features(),
-                "calibration": meta.calibration,
-                "data_status": "recording",
-                "frames_committed": 0,
-                "total_frames": 0,
-            }
-        )
+        attrs: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "format_version": FORMAT_VERSION,
+            "embodiment": meta.embodiment,
+            "fps": fps_attribute(meta.fps),
+            "task_name": meta.task_name,
+            "task_description": meta.task_description,
+            "cameras": list(meta.cameras),
+            "jpeg_quality": meta.jpeg_quality,
+            "features": meta.features(),
+            "data_status": STATUS_RECORDING,
+            "frames_committed": 0,
+            "total_frames": 0,
+        }
+        if block is not None:
+            attrs["calibration"] = block
+            attrs.update(calib.legacy_attrs(block))
+        self._group.attrs.update(attrs)
 
     @property
     def frames(self) -> int:
@@ -284,15 +382,19 @@ class EpisodeWriter:
             return
         start, n = self._committed, len(self._buffer)
         stop = start + n
+        ref = self.meta.reference_camera
         with _vlen_bytes_accepted():
             if stop > self._capacity:
                 self._grow(stop)
-            self._arrays["timestamps_ns"][start:stop] = np.array([b[0] for b in self._buffer], dtype=np.int64)
+            self._arrays[STEP_CLOCK_KEY][start:stop] = np.array([b[0] for b in self._buffer], dtype=np.int64)
+            self._arrays[RGB_CLOCK_KEY][start:stop] = np.array([b[2][ref] for b in self._buffer], dtype=np.int64)
             for cam in self.meta.cameras:
                 blob = np.empty(n, dtype=object)
                 blob[:] = [b[1][cam] for b in self._buffer]
-                self._arrays[f"images.{cam}"][start:stop] = blob
-                self._arrays[f"stamps.{cam}"][start:stop] = np.array([b[2][cam] for b in self._buffer], dtype=np.int64)
+                self._arrays[IMAGE_PREFIX + cam][start:stop] = blob
+                self._arrays[STAMPS_PREFIX + cam][start:stop] = np.array(
+                    [b[2][cam] for b in self._buffer], dtype=np.int64
+                )
             for key in numeric_keys():
                 self._arrays[key][start:stop] = np.stack([b[3][key] for b in self._buffer])
         self._buffer.clear()
@@ -305,18 +407,23 @@ class EpisodeWriter:
         for arr in self._arrays.values():
             arr.resize((self._capacity, *arr.shape[1:]))
 
-    def close(self, status: str = "complete") -> int:
+    def close(self, status: str = STATUS_COMPLETE) -> int:
         """Flush, trim every array to the episode length, write the final attributes. Returns T."""
-        if status not in ("complete", "partial"):
+        if status not in (STATUS_COMPLETE, STATUS_PARTIAL):
             raise EpisodeError(f"status must be 'complete' or 'partial', got {status!r}")
         if self._closed:
             return self._committed
-        self.flush()
-        with _vlen_bytes_accepted():
-            for arr in self._arrays.values():
-                arr.resize((self._committed, *arr.shape[1:]))
-        self._group.attrs.update({"total_frames": self._committed, "data_status": status})
-        self._closed = True
+        try:
+            self.flush()
+            with _vlen_bytes_accepted():
+                for arr in self._arrays.values():
+                    arr.resize((self._committed, *arr.shape[1:]))
+            self._group.attrs.update({"total_frames": self._committed, "data_status": status})
+            self._closed = True
+        finally:  # a failed close leaves the episode to `repair` (a held lock would refuse it),
+            # unless steps are still buffered: a retried close may yet write them
+            if self._unlock is not None and not self._buffer:
+                self._unlock()
         return self._committed
 
     def __enter__(self) -> EpisodeWriter:
@@ -326,16 +433,27 @@ class EpisodeWriter:
         if self._closed:
             return
         if exc_type is None:
-            self.close("complete")
+            self.close(STATUS_COMPLETE)
             return
         try:  # keep what can be kept, but never hide the exception that ended the episode
-            self.close("partial")
+            self.close(STATUS_PARTIAL)
         except Exception as close_exc:  # noqa: BLE001
             warnings.warn(f"episode {self.path}: closing as partial failed too: {close_exc}", stacklevel=2)
 
 
+def _camera_order(cam: str) -> tuple[int, str]:
+    return (CAMERAS.index(cam) if cam in CAMERAS else len(CAMERAS), cam)
+
+
 class EpisodeReader:
-    """Reads one episode; every array is cut to the committed length (see module docstring)."""
+    """Reads one episode, this project's or upstream's; every array is cut to the episode length.
+
+    The length is the commit marker `frames_committed` when the episode has one (this project's
+    writer), else `total_frames` (upstream's writer, whose arrays may be padded past it).
+    `data_status`: "complete", "partial" (closed early, or never closed: a crash), or upstream's
+    "structural_sample"; an upstream episode without the attribute is complete (upstream's rule).
+    `finalized` is False for an episode never closed (stored data_status "recording").
+    """
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -344,13 +462,43 @@ class EpisodeReader:
         except (FileNotFoundError, zarr.errors.GroupNotFoundError) as exc:
             raise EpisodeError(f"{self.path} is not an EVA episode (no zarr v3 group): {exc}") from None
         self.attrs: dict[str, Any] = dict(self._group.attrs)
-        if "frames_committed" not in self.attrs or "cameras" not in self.attrs:
-            raise EpisodeError(f"{self.path} lacks the EVA episode attributes (frames_committed, cameras)")
-        self.length = int(self.attrs["frames_committed"])
-        self.data_status = "complete" if self.attrs.get("data_status") == "complete" else "partial"
-        self.cameras: tuple[str, ...] = tuple(self.attrs["cameras"])
-        self.fps = float(self.attrs["fps"])
+        a = self.attrs
+        self.has_commit_marker = "frames_committed" in a
+        length_key = "frames_committed" if self.has_commit_marker else "total_frames"
+        if length_key not in a:
+            raise EpisodeError(
+                f"{self.path} is not an episode: it has neither total_frames (upstream's length) "
+                "nor frames_committed (this project's commit marker)"
+            )
+        try:
+            self.length = int(a[length_key])
+            self.fps = float(a["fps"])
+        except KeyError:
+            raise EpisodeError(f"{self.path} lacks the fps attribute") from None
+        except (TypeError, ValueError) as exc:
+            raise EpisodeError(f"{self.path}: {length_key} or fps is not a number: {exc}") from None
+        if self.length < 0 or not (math.isfinite(self.fps) and self.fps > 0):
+            raise EpisodeError(f"{self.path}: {length_key} {self.length} or fps {self.fps} out of range")
+        stored = a.get("data_status") or None
+        self.stored_status: str | None = stored
+        if self.has_commit_marker:
+            self.data_status = STATUS_COMPLETE if stored == STATUS_COMPLETE else STATUS_PARTIAL
+        else:
+            self.data_status = str(stored) if stored else STATUS_COMPLETE
+        self.finalized = stored != STATUS_RECORDING
+        with _vlen_bytes_accepted():
+            self.array_keys: frozenset[str] = frozenset(self._group.array_keys())
+        self.cameras: tuple[str, ...] = tuple(a["cameras"]) if "cameras" in a else self._derive_cameras()
         self._cache: dict[str, zarr.Array] = {}
+        self._calibration: dict[str, Any] | None = None
+        self._calibration_read = False
+
+    def _derive_cameras(self) -> tuple[str, ...]:
+        """Upstream episodes name no cameras: every `images.<cam>` of the features or the store."""
+        features = self.attrs.get("features") or {}
+        keys = [k for k in features if k.startswith(IMAGE_PREFIX)]
+        keys += sorted(k for k in self.array_keys if k.startswith(IMAGE_PREFIX) and k not in features)
+        return tuple(sorted((k[len(IMAGE_PREFIX) :] for k in keys), key=_camera_order))
 
     def __len__(self) -> int:
         return self.length
@@ -364,26 +512,40 @@ class EpisodeReader:
                 raise EpisodeError(f"{self.path} has no array {key!r}") from None
             if not isinstance(node, zarr.Array):
                 raise EpisodeError(f"{self.path}: {key!r} is a group, not an array")
+            if key != ANNOTATIONS_KEY and node.shape[0] < self.length:
+                raise EpisodeError(f"{self.path}: {key!r} holds {node.shape[0]} frames, the episode {self.length}")
             self._cache[key] = node
         return self._cache[key]
 
     def array(self, key: str) -> np.ndarray:
-        """A whole numeric array, (T, ...) cut to the committed length."""
+        """A whole numeric array, (T, ...) cut to the episode length."""
         return np.asarray(self._array(key)[: self.length])
+
+    def _even_stamps(self) -> np.ndarray:
+        return np.round(np.arange(self.length) * (1e9 / self.fps)).astype(np.int64)
 
     @property
     def timestamps_ns(self) -> np.ndarray:
-        return self.array("timestamps_ns")
+        """The step stamps; an upstream episode's RGB clock; else evenly at fps (no clock stored)."""
+        for key in (STEP_CLOCK_KEY, RGB_CLOCK_KEY):
+            if key in self.array_keys:
+                return self.array(key)
+        return self._even_stamps()
 
     def image_stamps_ns(self, cam: str) -> np.ndarray:
-        return self.array(f"stamps.{cam}")
+        """Capture stamps of `cam`'s frames: its own (stamps.<cam>), else the episode's RGB
+        clock (upstream's frames are aligned to it), else the step stamps, else evenly at fps."""
+        for key in (STAMPS_PREFIX + cam, RGB_CLOCK_KEY, STEP_CLOCK_KEY):
+            if key in self.array_keys:
+                return self.array(key)
+        return self._even_stamps()
 
     def jpeg(self, cam: str, t: int) -> bytes:
         if cam not in self.cameras:
             raise EpisodeError(f"{self.path} has no camera {cam!r}; it has {list(self.cameras)}")
         if not 0 <= t < self.length:
             raise IndexError(f"frame {t} outside [0, {self.length})")
-        return bytes(np.asarray(self._array(f"images.{cam}")[t : t + 1])[0])  # arr[t] is a 0-d object array
+        return bytes(np.asarray(self._array(IMAGE_PREFIX + cam)[t : t + 1])[0])  # arr[t] is a 0-d object array
 
     def image(self, cam: str, t: int) -> np.ndarray:
         """RGB uint8 (H, W, 3)."""
@@ -399,17 +561,61 @@ class EpisodeReader:
             rows = np.concatenate([rows, np.repeat(rows[-1:], horizon - rows.shape[0], axis=0)])
         return rows
 
+    def image_hw(self, cam: str) -> tuple[int, int] | None:
+        """(height, width) the features declare for `cam`'s images."""
+        shape = ((self.attrs.get("features") or {}).get(IMAGE_PREFIX + cam) or {}).get("shape") or []
+        return (int(shape[0]), int(shape[1])) if len(shape) >= 2 else None
+
+    @property
+    def calibration(self) -> dict[str, Any] | None:
+        """The calibration as upstream's block, whichever form it was stored in (None: none)."""
+        if not self._calibration_read:
+            try:
+                self._calibration = calib.effective_block(self.attrs)
+            except calib.CalibrationError as exc:
+                raise EpisodeError(f"{self.path}: calibration: {exc}") from None
+            self._calibration_read = True
+        return self._calibration
+
+    def intrinsics(self, cam: str) -> dict | None:
+        """`cam`'s intrinsics as egomimic_hw Intrinsics.as_dict(), or None when not calibrated."""
+        try:
+            return calib.intrinsics_of(self.calibration, cam, self.image_hw(cam))
+        except calib.CalibrationError as exc:
+            raise EpisodeError(f"{self.path}: {exc}") from None
+
+    def annotations(self) -> list[dict[str, Any]]:
+        """Upstream's language annotations ({text, start_idx, end_idx}, end exclusive); [] if none."""
+        if ANNOTATIONS_KEY not in self.array_keys:
+            return []
+        out = []
+        for entry in np.asarray(self._array(ANNOTATIONS_KEY)[:]).reshape(-1):
+            value = entry.item() if isinstance(entry, np.void) else entry
+            if isinstance(value, (bytes, bytearray, memoryview)):
+                value = bytes(value).decode("utf-8")
+            try:
+                value = json.loads(value) if isinstance(value, str) else value
+            except json.JSONDecodeError as exc:
+                raise EpisodeError(f"{self.path}: annotation {entry!r} is not JSON: {exc}") from None
+            if isinstance(value, Mapping):
+                out.append(dict(value))
+        return out
+
     def meta(self) -> EpisodeMeta:
         a = self.attrs
-        shape = a["features"][f"images.{self.cameras[0]}"]["shape"]
+        if not self.cameras:
+            raise EpisodeError(f"{self.path} stores no images.* array")
+        hw = self.image_hw(self.cameras[0])
+        if hw is None:
+            hw = self.image(self.cameras[0], 0).shape[:2] if self.length else (480, 640)
         return EpisodeMeta(
-            task_name=a["task_name"],
+            task_name=a.get("task_name") or a.get("task") or "unnamed",
             cameras=self.cameras,
             fps=self.fps,
-            embodiment=a["embodiment"],
+            embodiment=a.get("embodiment") or a.get("robot_type") or "",
             task_description=a.get("task_description", ""),
-            image_width=shape[1],
-            image_height=shape[0],
+            image_width=int(hw[1]),
+            image_height=int(hw[0]),
             jpeg_quality=a.get("jpeg_quality", 85),
-            calibration=a.get("calibration", {}),
+            calibration=self.calibration or {},
         )

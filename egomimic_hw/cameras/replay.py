@@ -2,9 +2,10 @@
 at their recorded timing, so the whole graph runs on real recorded data without a robot.
 
 Sources:
-- an episode store (`*.zarr`, egomimic_data.episode_format): `images.<cam>` JPEG frames,
-  timing from `stamps.<cam>` (capture stamps; `timestamps_ns` if absent), intrinsics from the
-  episode's `calibration` attribute when it has this camera;
+- an episode store (`*.zarr`, egomimic_data.episode_format), this project's or one written by
+  upstream EgoVerse: `images.<cam>` JPEG frames, timing from `stamps.<cam>` (capture stamps;
+  else the episode's RGB clock `obs_rgb_timestamps_ns`, else `timestamps_ns`, else evenly at the
+  episode's fps), intrinsics from the episode's calibration when it has this camera;
 - a directory of images (`*.png`, `*.jpg`, `*.jpeg`, sorted by name): if it has a subdirectory
   named after the camera, that one is used; timing from `timestamps.txt` (one capture stamp
   in ns per line, one line per image) or else evenly at `fps`.
@@ -49,12 +50,11 @@ class _EpisodeSource:
         if len(self._reader) == 0:
             raise ConfigError(f"episode {path} has no committed frames")
         self._camera = camera
-        try:
-            stamps = self._reader.image_stamps_ns(camera)
-        except Exception:  # noqa: BLE001 - older stores: the step stamps
-            stamps = self._reader.timestamps_ns
-        self.stamps_ns = np.asarray(stamps, dtype=np.int64)
-        calibration = self._reader.attrs.get("calibration", {}).get(camera)
+        try:  # the reader falls back from the camera's own stamps to the episode's clock
+            self.stamps_ns = np.asarray(self._reader.image_stamps_ns(camera), dtype=np.int64)
+            calibration = self._reader.intrinsics(camera)
+        except EpisodeError as exc:
+            raise ConfigError(f"replay_path {path}: {exc}") from None
         first = self.image(0)
         h, w = first.shape[:2]
         self.intrinsics = Intrinsics.from_dict(calibration) if calibration else default_intrinsics(camera, w, h)

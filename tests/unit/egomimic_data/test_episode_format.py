@@ -38,11 +38,12 @@ def values(t):
     return out
 
 
+def meta_calibration():
+    return {"front_1": {"width": 640, "height": 480, "fx": 266.5, "fy": 266.5, "cx": 320.0, "cy": 240.0}}
+
+
 def write(path, n, **kw):
-    meta = EpisodeMeta(
-        task_name="unit",
-        calibration={"front_1": {"width": 640, "height": 480, "fx": 266.5, "fy": 266.5, "cx": 320, "cy": 240}},
-    )
+    meta = EpisodeMeta(task_name="unit", calibration=meta_calibration())
     with EpisodeWriter(path, meta, **kw) as w:
         for t in range(n):
             w.add(
@@ -60,16 +61,21 @@ def test_round_trip(tmp_path):
     r = EpisodeReader(path)
     assert len(r) == 75 and r.data_status == "complete" and r.cameras == CAMS
     a = r.attrs
-    assert a["embodiment"] == "eva_bimanual" and a["total_frames"] == 75 and a["fps"] == 30.0
+    assert a["embodiment"] == "eva_bimanual" and a["total_frames"] == 75
+    assert a["fps"] == 30 and isinstance(a["fps"], int)  # upstream's schema types fps int
     assert a["task_name"] == "unit" and a["features"]["left.obs_ee_pose"]["shape"] == [7]
     assert a["features"]["images.front_1"]["shape"] == [480, 640, 3]
-    assert a["calibration"]["front_1"]["fx"] == 266.5
+    assert a["calibration"]["cameras"]["front_1"]["K"][0][0] == 266.5  # upstream's block
+    assert r.intrinsics("front_1") == {**meta_calibration()["front_1"], "distortion": [0.0] * 5}
+    assert r.intrinsics("left_wrist") is None  # not calibrated
     for key in numeric_keys():
         arr = r.array(key)
         assert arr.dtype == np.float32 and arr.shape[0] == 75
         np.testing.assert_array_equal(arr[40], values(40)[key])
     np.testing.assert_array_equal(r.timestamps_ns, 1_000 + np.arange(75) * 33_333_333)
     np.testing.assert_array_equal(r.image_stamps_ns("left_wrist"), 901 + np.arange(75) * 33_333_333)
+    # upstream's RGB clock: the reference camera's (front_1) capture stamps
+    np.testing.assert_array_equal(r.array("obs_rgb_timestamps_ns"), 900 + np.arange(75) * 33_333_333)
     for t in (0, 31, 74):
         got = r.image("right_wrist", t)
         assert got.shape == (480, 640, 3)
