@@ -225,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             graph.namespace,
             scripted=policy == "scripted",
             expect_armed=graph.auto_arm and policy != "none",
+            expect_episode=graph.args.get("record") == "true",
         )
         if ns.summary
         else None

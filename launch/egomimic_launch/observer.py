@@ -21,7 +21,7 @@ from sensor_msgs.msg import Image
 
 from egomimic_hw.description import ARMS, CAMERAS
 from egomimic_launch.stats import StreamAccumulator
-from egomimic_msgs.msg import BimanualCommand, GateStatus
+from egomimic_msgs.msg import BimanualCommand, GateStatus, RecorderStatus
 from egomimic_nodes import topics
 
 _STAMP = struct.Struct("<iI")
@@ -75,6 +75,8 @@ class GraphObserver:
         self.streams: dict[str, StreamAccumulator] = {}
         self.topic_of: dict[str, topics.Topic] = {}
         self.gate_status: GateStatus | None = None
+        self.recorder_status: RecorderStatus | None = None
+        """The recorder's newest status (record:=true): its final one arrives while it shuts down."""
         self.gate_history: list[tuple[float, int, str]] = []
         self.driver_diag: dict[str, dict[str, str]] = {}
         self.node_diag: dict[str, dict[str, str]] = {}
@@ -112,6 +114,9 @@ class GraphObserver:
         node.create_subscription(
             GateStatus, topics.SAFETY_STATUS.resolve(namespace), self._on_status, topics.SAFETY_STATUS.qos
         )
+        node.create_subscription(
+            RecorderStatus, topics.RECORDER_STATUS.resolve(namespace), self._on_recorder, topics.RECORDER_STATUS.qos
+        )
         node.create_subscription(DiagnosticArray, topics.DIAGNOSTICS.name(), self._on_diag, 50)
 
     def poll(self) -> None:
@@ -132,6 +137,10 @@ class GraphObserver:
             if self.gate_status is None or msg.state != self.gate_status.state:
                 self.gate_history.append((time.time(), msg.state, msg.detail))
             self.gate_status = msg
+
+    def _on_recorder(self, msg: RecorderStatus) -> None:
+        with self.lock:
+            self.recorder_status = msg
 
     def _on_diag(self, msg: DiagnosticArray) -> None:
         for st in msg.status:

@@ -2,7 +2,8 @@
 
 The verdict answers "did the loop run?": every camera and joint-state stream within 5 % of its
 nominal rate, policy/action at 30 Hz, joint commands applied by both drivers, and each arm's
-measured path following the commanded one (RMS error under 10 % of the commanded motion).
+measured path following the commanded one (RMS error under 10 % of the commanded motion). With
+record:=true, also: the recorder committed an episode (its path, frames and drops are listed).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from egomimic_launch.stats import tracking_stats
 from egomimic_nodes import topics
 
 GATE_STATES = {0: "DISARMED", 1: "ARMING", 2: "ARMED", 3: "HOLD", 4: "ESTOP"}
+RECORDER_STATES = {0: "IDLE", 1: "RECORDING", 2: "ERROR"}
 RATE_TOLERANCE = 0.05
 TRACKING_MAX_FRACTION = 0.10
 SETTLE_S = 2.0
@@ -26,12 +28,16 @@ MAX_TRANSITIONS_SHOWN = 8
 
 
 class RunMonitor:
-    def __init__(self, node, namespace: str, scripted: bool = True, expect_armed: bool = True):
+    def __init__(
+        self, node, namespace: str, scripted: bool = True, expect_armed: bool = True, expect_episode: bool = False
+    ):
         """scripted: the policy is the scripted motion, so the measured path must follow the
         commanded one closely (a checked criterion); other policies get the tracking table only.
-        expect_armed: auto_arm with a policy: the gate must arm and never hold during the run."""
+        expect_armed: auto_arm with a policy: the gate must arm and never hold during the run.
+        expect_episode: record:=true: the recorder must commit an episode with frames in it."""
         self.scripted = scripted
         self.expect_armed = expect_armed
+        self.expect_episode = expect_episode
         self.ns = "/" + namespace.strip("/")
         self.obs = GraphObserver(node, namespace)
         self.t_begin = self.t_end = None
@@ -87,6 +93,10 @@ class RunMonitor:
                     False,
                 )
             )
+        rs = o.recorder_status
+        if self.expect_episode:
+            committed = rs.frames_committed if rs is not None and rs.state != 1 else 0
+            checks.append((f"recorder committed an episode ({committed} frames)", committed > 0, False))
         for t in tracks if self.scripted else ():  # only the scripted policy has a known smooth path
             ok = (
                 t.samples > 0
@@ -143,6 +153,14 @@ class RunMonitor:
             f"{gate_d.get('watchdog_late', '?')} (worst {gate_d.get('watchdog_late_max_ms', '?')} ms), "
             f"policy ticks {policy_d.get('late_ticks', '?')}"
         )
+        if rs is not None:
+            lines.append(
+                f"recorder: {RECORDER_STATES.get(rs.state, rs.state)}; episode {rs.episode_path or 'none'}: "
+                f"{rs.frames_committed} frames committed, camera frames dropped {rs.dropped}, steps skipped "
+                f"{rs.skipped}; {rs.detail}"
+            )
+        elif self.expect_episode:
+            lines.append("recorder: no status received")
         transitions = " -> ".join(GATE_STATES.get(s, str(s)) for _, s, _ in o.gate_history) or "none"
         lines.append(f"gate states seen: {transitions}")
         for _, state, detail in o.gate_history[
@@ -191,6 +209,17 @@ class RunMonitor:
                             "reasons": dict(zip(gs.reason_codes, map(int, gs.reason_counts))),
                         },
                         "drivers": o.driver_diag,
+                        "recorder": None
+                        if rs is None
+                        else {
+                            "state": RECORDER_STATES.get(rs.state),
+                            "episode_path": rs.episode_path,
+                            "frames": rs.frames,
+                            "frames_committed": rs.frames_committed,
+                            "dropped": rs.dropped,
+                            "skipped": rs.skipped,
+                            "detail": rs.detail,
+                        },
                         "gate_states_seen": [GATE_STATES.get(s, s) for _, s, _ in o.gate_history],
                         "dead_node": launcher.dead_node,
                         "safe_stop": launcher.safe_stop_detail,

@@ -7,7 +7,7 @@ environment (`pip install -e <repo> --no-deps`).
 
 from setuptools import setup
 
-NODES = ["driver_node", "camera_node", "frames_node", "gate_node", "policy_node"]
+NODES = ["driver_node", "camera_node", "frames_node", "gate_node", "policy_node", "recorder_node"]
 
 setup(
     name="egomimic_nodes",

@@ -27,9 +27,27 @@ def test_arx5_backend_does_not_auto_arm_and_policy_none_drops_the_node():
     assert "policy" not in [n.name for n in graph.nodes]
 
 
+def test_record_adds_the_recorder_last_at_the_stack_tier_with_an_absolute_record_dir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    graph = build_graph({"record": "true", "record_dir": "eps", "task_name": "fold_towel"})
+    rec = graph.nodes[-1]
+    assert rec.name == "recorder" and rec.module == "egomimic_nodes.recorder_node"
+    assert not rec.required and rec.priority == "stack", "a dead recorder must not stop the arms"
+    assert rec.parameters == {
+        "auto_start": True,
+        "record_dir": str(tmp_path / "eps"),
+        "task_name": "fold_towel",
+        "task_description": "",
+    }
+    assert build_graph({"record_dir": "eps"}).args["record_dir"] == str(tmp_path / "eps")
+    assert "recorder" not in [n.name for n in build_graph({}).nodes], "record defaults to false"
+
+
 @pytest.mark.parametrize(
     "args",
     [
+        {"record": "yes"},
+        {"task_name": " "},
         {"backend": "robot"},
         {"nope": "1"},
         {"params_file": "/does/not/exist.yaml"},

@@ -7,7 +7,7 @@ import pytest
 
 from egomimic_nodes.spin import wants_help
 
-NODES = ["driver_node", "frames_node", "camera_node", "gate_node", "policy_node"]
+NODES = ["driver_node", "frames_node", "camera_node", "gate_node", "policy_node", "recorder_node"]
 
 
 @pytest.mark.parametrize("node", NODES)
@@ -33,6 +33,11 @@ PARAMETERS_SHOWN = {
     ],
     "camera_node": ["inject_fault (str, default '', settable at runtime)", "<cam>.serial (str"],
     "policy_node": ["executor.cadence (str", "remote.timeout_s (", "scripted.chunk_length (int"],
+    "recorder_node": [
+        "task_name (str, default 'unlabeled', settable at runtime)",
+        "min_free_mb (float",
+        "sync.hold_back_s (",
+    ],
 }
 
 

@@ -8,7 +8,15 @@ from rclpy.serialization import deserialize_message, serialize_message
 from sensor_msgs.msg import CameraInfo, Image
 
 from egomimic_nodes.msg_convert import fill_image, ns_to_stamp
-from egomimic_nodes.serialized import SerializedImage, SerializedJointState, SerializedTemplate, read_joint_state
+from egomimic_nodes.serialized import (
+    JointStateLayout,
+    SerializedImage,
+    SerializedJointState,
+    SerializedTemplate,
+    read_image,
+    read_joint_state,
+    read_pose_stamped,
+)
 
 
 @pytest.mark.parametrize("height,width", [(480, 640), (7, 5)])  # 5 px: rows of 15 bytes, odd lengths
@@ -101,3 +109,58 @@ def test_read_joint_state_refuses_what_is_not_one():
     huge = raw[:names_count] + (10**6).to_bytes(4, "little") + raw[names_count + 4 :]
     with pytest.raises(ValueError, match="joint names"):
         read_joint_state(huge)
+
+
+@pytest.mark.parametrize("frame_id,height,width", [("front_1_optical", 480, 640), ("x", 7, 5), ("", 1, 1)])
+def test_read_image_returns_the_stamp_and_a_view_of_the_pixels(frame_id, height, width):
+    rgb = np.random.default_rng(2).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    msg = Image()
+    msg.header.frame_id = frame_id
+    msg.header.stamp = ns_to_stamp(1_796_321_441_837_479_832)
+    raw = serialize_message(fill_image(msg, rgb))
+    stamp_ns, pixels = read_image(raw)
+    assert stamp_ns == 1_796_321_441_837_479_832 and np.array_equal(pixels, rgb)
+    assert pixels.base is not None and not pixels.flags.writeable, "a view of the bytes, not a copy"
+
+
+def test_read_image_refuses_what_it_cannot_take_as_rgb8():
+    msg = Image(height=2, width=2, encoding="bgr8", step=6, data=bytes(12))
+    with pytest.raises(ValueError, match="encoding 'bgr8'"):
+        read_image(serialize_message(msg))
+    msg = Image(height=2, width=2, encoding="rgb8", step=8, data=bytes(16))  # padded rows
+    with pytest.raises(ValueError, match="step 8"):
+        read_image(serialize_message(msg))
+    raw = serialize_message(Image(height=2, width=2, encoding="rgb8", step=6, data=bytes(12)))
+    with pytest.raises(ValueError):
+        read_image(raw[:-3])
+    with pytest.raises(ValueError, match="little-endian"):
+        read_image(b"\x00\x00" + raw[2:])
+
+
+@pytest.mark.parametrize("frame_id", ["left_base_dataset", "", "abc"])  # lengths that move the pose's alignment
+def test_read_pose_stamped_matches_deserialization(frame_id):
+    from geometry_msgs.msg import PoseStamped
+
+    from egomimic_nodes.msg_convert import pose_stamped, pose_to_array
+
+    pose = np.array([0.1, -0.2, 0.3, 0.5, 0.5, -0.5, 0.5])
+    raw = serialize_message(pose_stamped(pose, frame_id, ns_to_stamp(1_796_321_441_837_479_832)))
+    stamp_ns, got_frame, got = read_pose_stamped(raw)
+    assert stamp_ns == 1_796_321_441_837_479_832 and got_frame == frame_id
+    np.testing.assert_array_equal(got, pose_to_array(deserialize_message(raw, PoseStamped).pose))
+    with pytest.raises(ValueError):
+        read_pose_stamped(raw[:30])
+
+
+def test_a_joint_state_layout_reads_like_read_joint_state_and_follows_a_change():
+    from sensor_msgs.msg import JointState
+
+    layout = JointStateLayout()
+    template = SerializedJointState("left_base", [f"left_joint{i}" for i in range(1, 7)] + ["left_gripper"])
+    for k in range(3):  # the driver's messages: the fast path after the first
+        raw = template.fill(1_000 + k, np.arange(7) * 0.1 + k, np.zeros(7))
+        assert layout.read(raw)[0] == read_joint_state(raw)[0]
+        np.testing.assert_array_equal(layout.read(raw)[2], read_joint_state(raw)[2])
+        assert layout.read(raw)[1] == read_joint_state(raw)[1]
+    other = serialize_message(JointState(name=["a", "b"], position=[1.0, 2.0]))  # another layout: read in full
+    assert layout.read(other)[1] == ["a", "b"] and list(layout.read(other)[2]) == [1.0, 2.0]

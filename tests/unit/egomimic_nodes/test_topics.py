@@ -18,6 +18,21 @@ def test_gate_states_are_the_status_message_constants():
     assert constants == {s.name: s.value for s in GateState}
 
 
+def test_recorder_states_are_the_status_message_constants():
+    from egomimic_data.recording import RecorderState
+    from egomimic_msgs.msg import RecorderStatus
+
+    constants = {
+        name: getattr(RecorderStatus, name)
+        for name in dir(RecorderStatus)
+        if name.isupper() and isinstance(getattr(RecorderStatus, name), int)
+    }
+    assert constants == {s.name: s.value for s in RecorderState}
+    assert topics.RECORDER_STATUS.resolve("eva") == "/eva/recorder/status"
+    assert topics.RECORDER_START.resolve("eva") == "/eva/recorder/start"
+    assert topics.RECORDER_STOP.resolve("eva") == "/eva/recorder/stop"
+
+
 def test_templates_expand_per_arm_and_camera_and_resolve_in_a_namespace():
     assert topics.JOINT_STATES.name(Arm.LEFT) == "left/joint_states"
     assert topics.JOINT_STATES.name("right") == "right/joint_states"

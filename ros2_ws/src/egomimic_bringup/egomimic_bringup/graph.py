@@ -6,8 +6,9 @@ launch_ros actions under a real ROS 2 install. Nothing about the graph is decide
 
 Start order is dependency order: drivers first (the arms must be held by their own watchdog
 before anything can command them), then the frames node, the safety gate (armed here when
-auto_arm is set: it then waits in ARMING for the first command), cameras, and the policy last.
-Teardown runs in reverse, so the policy stops first and the drivers last.
+auto_arm is set: it then waits in ARMING for the first command), cameras, the policy, and the
+recorder last (record:=true). Teardown runs in reverse, so the recorder commits its episode
+while every stream still runs, then the policy stops, and the drivers last.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from egomimic_bringup import CONFIG_DIR
+from egomimic_data.recording_config import RecorderConfig
 from egomimic_hw.description import ARMS, CAMERAS
 from egomimic_nodes.cpus import online_cpu_list
 
@@ -75,6 +77,22 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
         "0,2-3; e.g. cores kept free with isolcpus on a robot PC); '' = no pinning",
     ),
     LaunchArgument("stack_cpus", "", "pin the cameras and the policy to these CPUs (same syntax); '' = no pinning"),
+    LaunchArgument(
+        "record",
+        "false",
+        "run the episode recorder; true also opens an episode once every stream is live and commits it at "
+        "shutdown (recorder/start and recorder/stop work either way while it runs)",
+        ("true", "false"),
+    ),
+    LaunchArgument(
+        "record_dir",
+        RecorderConfig.record_dir,
+        "where episodes are written (<UTC start time>.zarr each); relative to the directory the launcher runs in",
+    ),
+    LaunchArgument("task_name", RecorderConfig.task_name, "recorded into episodes (also settable at run time)"),
+    LaunchArgument(
+        "task_description", RecorderConfig.task_description, "recorded into episodes (also settable at run time)"
+    ),
 )
 
 
@@ -169,6 +187,11 @@ def resolve_arguments(overrides: dict[str, str]) -> dict[str, str]:
                 online_cpu_list(args[name])
             except ValueError as exc:
                 raise LaunchArgumentError(f"{name}:={exc}") from None
+    if not args["task_name"].strip():
+        raise LaunchArgumentError("task_name:= must not be empty")
+    if not args["record_dir"].strip():
+        raise LaunchArgumentError("record_dir:= must name a directory")
+    args["record_dir"] = str(Path(args["record_dir"]).expanduser().resolve())  # the nodes' cwd may differ
     pin = args["config_sha256"].strip().lower()
     if pin and not re.fullmatch(r"[0-9a-f]{64}", pin):
         raise LaunchArgumentError(f"config_sha256:={args['config_sha256']!r} is not a SHA-256 (64 hex digits)")
@@ -285,6 +308,27 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                 priority="nice" if args["realtime"] == "true" else "",
                 cpus=args["stack_cpus"],
                 description=f"policy ({args['policy']})",
+            )
+        )
+    if args["record"] == "true":
+        # Not required: a recorder that dies must not stop the arms mid-task (the summary and
+        # the launcher's log say it exited). Stack tier: it must never delay the command path.
+        nodes.append(
+            NodeSpec(
+                "recorder",
+                f"{NODE_PACKAGE}.recorder_node",
+                ns,
+                {
+                    "auto_start": True,
+                    "record_dir": args["record_dir"],
+                    "task_name": args["task_name"],
+                    "task_description": args["task_description"],
+                },
+                **yaml_files,
+                required=False,
+                priority="stack" if args["realtime"] == "true" else "",
+                cpus=args["stack_cpus"],
+                description=f"episode recorder -> {args['record_dir']}",
             )
         )
     return Graph(tuple(nodes), ns, args["auto_arm"] == "true", args)

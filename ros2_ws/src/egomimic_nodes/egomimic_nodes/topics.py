@@ -19,7 +19,7 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image, JointState
 from std_srvs.srv import Trigger
 
 from egomimic_hw.description import CONTROL_RATE_HZ, Arm
-from egomimic_msgs.msg import ActionChunk, BimanualCommand, CameraHealth, GateStatus
+from egomimic_msgs.msg import ActionChunk, BimanualCommand, CameraHealth, GateStatus, RecorderStatus
 from egomimic_nodes import qos
 
 STATE_RATE_HZ = 100.0
@@ -70,6 +70,7 @@ POLICY_CHUNK = Topic("policy/chunk", ActionChunk, qos.COMMAND)
 COMMAND_PROPOSED = Topic("command/proposed", BimanualCommand, qos.COMMAND, CONTROL_RATE_HZ)
 JOINT_COMMAND = Topic("{arm}/joint_command", JointState, qos.COMMAND, CONTROL_RATE_HZ)
 SAFETY_STATUS = Topic("safety/status", GateStatus, qos.LATCHED)
+RECORDER_STATUS = Topic("recorder/status", RecorderStatus, qos.LATCHED)
 DIAGNOSTICS = Topic("/diagnostics", DiagnosticArray, QoSProfile(depth=10))
 
 SAFETY_ARM = Service("safety/arm", Trigger)
@@ -77,6 +78,8 @@ SAFETY_DISARM = Service("safety/disarm", Trigger)
 SAFETY_ESTOP = Service("safety/estop", Trigger)
 SAFETY_RESET = Service("safety/reset", Trigger)
 POLICY_RESET = Service("policy/reset", Trigger)
+RECORDER_START = Service("recorder/start", Trigger)
+RECORDER_STOP = Service("recorder/stop", Trigger)
 
 TOPICS = (
     IMAGE_RAW,
@@ -91,6 +94,7 @@ TOPICS = (
     COMMAND_PROPOSED,
     JOINT_COMMAND,
     SAFETY_STATUS,
+    RECORDER_STATUS,
     DIAGNOSTICS,
 )
-SERVICES = (SAFETY_ARM, SAFETY_DISARM, SAFETY_ESTOP, SAFETY_RESET, POLICY_RESET)
+SERVICES = (SAFETY_ARM, SAFETY_DISARM, SAFETY_ESTOP, SAFETY_RESET, POLICY_RESET, RECORDER_START, RECORDER_STOP)
