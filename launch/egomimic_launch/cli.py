@@ -203,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     from egomimic_launch.ros_client import LauncherClient  # rclpy after the environment is set
     from egomimic_launch.summary import RunMonitor
     from egomimic_nodes import topics
+    from egomimic_nodes.graph_settle import wait_settled
 
     clean_shared_memory(env)  # segments of processes that died without cleaning up
     client = LauncherClient()
@@ -251,6 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     def auto_arm() -> None:
         if not graph.auto_arm:
             return
+        settled, waited = wait_settled(client.node, stop=launcher.stop_event)
+        safe_print(
+            f"[launch] ROS graph {'settled' if settled else 'still changing'} after {waited:.1f} s "
+            "(arming waits for discovery: egomimic_nodes.graph_settle)"
+        )
         arm_until = time.monotonic() + ARM_TIMEOUT_S
         ok, msg = False, ""
         while time.monotonic() < arm_until and not launcher.stop_event.is_set():

@@ -53,14 +53,13 @@ from rclpy.executors import SingleThreadedExecutor
 from std_srvs.srv import Trigger
 
 from egomimic_nodes import topics
+from egomimic_nodes.graph_settle import wait_settled
 from egomimic_nodes.spin import raise_priority
 
 WARMUP_CALLS = 3
 RESEND_S = 0.015
 """An unanswered e-stop is sent again after this long (e-stop is idempotent)."""
 PARTICIPANTS = 2
-QUIET_S = 1.0
-"""Discovery has settled when no participant's endpoint view changed for this long."""
 GATE_TIMES = r"\[answered in ([0-9.]+) ms; in ([0-9.]+) out ([0-9.]+)\]"
 """The gate's handling time and its callback's entry and exit (wall clock) in each reply."""
 
@@ -86,13 +85,6 @@ class Participant:
                 warm.call_async(ListParameters.Request()).add_done_callback(lambda _f: done.set())
                 done.wait(2.0)
                 time.sleep(pause_s)
-
-    def endpoints(self) -> tuple:
-        """This participant's discovered endpoints: (topic, publishers, subscribers) per topic."""
-        n = self.node
-        return tuple(
-            (t, n.count_publishers(t), n.count_subscribers(t)) for t, _ in sorted(n.get_topic_names_and_types())
-        )
 
     def close(self) -> None:
         # Leave DDS cleanly: a process that dies with its spin thread still inside the middleware
@@ -122,20 +114,11 @@ def main() -> None:
             p.close()
 
 
-def wait_discovery_settled(participants, quiet_s: float = QUIET_S, timeout_s: float = 15.0) -> float:
-    """Wait until every participant's view of the graph (endpoints per topic) has not changed
-    for quiet_s; the time waited (s). Deadline timeout_s: measuring then is still valid, only
-    pessimistic."""
-    t0 = last_change = time.monotonic()
-    seen = None
-    while time.monotonic() - t0 < timeout_s:
-        now = [p.endpoints() for p in participants]
-        if now != seen:
-            seen, last_change = now, time.monotonic()
-        elif time.monotonic() - last_change >= quiet_s:
-            break
-        time.sleep(0.05)
-    return time.monotonic() - t0
+def wait_discovery_settled(participants) -> float:
+    """Seconds until every participant's view of the graph was quiet for graph_settle.QUIET_S
+    (deadline graph_settle.TIMEOUT_S: measuring then is still valid, only pessimistic)."""
+    _, waited = wait_settled([p.node for p in participants])
+    return waited
 
 
 def measure(clients, n: int, pause_s: float, scheduling: str, settle_s: float) -> None:

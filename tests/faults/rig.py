@@ -467,6 +467,8 @@ class Rig:
         return None
 
     def wait_ready(self, timeout_s: float) -> bool:
+        from egomimic_nodes.graph_settle import wait_settled
+
         deadline = time.time() + timeout_s
         while time.time() < deadline:
             if self.launcher.poll() is not None:
@@ -474,7 +476,9 @@ class Rig:
             with self.lock:
                 fresh = all(a in self.joints_recv and time.time() - self.joints_recv[a] < 0.2 for a in ARMS)
             if fresh and self.statuses and self.srv["arm"].service_is_ready():
-                return True
+                # Arm only once discovery has settled (egomimic_nodes.graph_settle), as the launcher does.
+                settled, _ = wait_settled(self.node, timeout_s=max(0.0, deadline - time.time()))
+                return settled
             time.sleep(0.1)
         return False
 
