@@ -114,9 +114,11 @@ goes out (observers count them)."""
 WATCHDOG_LATE_PERIODS = 5
 """A watchdog tick this many periods after the previous one is reported as the gate's own
 lateness (logged, counted in /diagnostics)."""
-EXIT_ACK_WAIT_S = 0.2
-"""On exit, how long the last hold and status may wait for the drivers' acknowledgements (all
-publishers together)."""
+EXIT_ACK_WAIT_S = 0.5
+"""On exit, how long the last status and hold may wait for their readers' acknowledgements (all
+publishers together). DDS delivery to a reader can pause ~300 ms (egomimic_nodes.graph_settle);
+a gate that exits first takes its ESTOP announcement with it (a fault-battery run saw the
+launcher's SIGKILL leave the last status received as ARMED). Exit still ends within ~0.9 s."""
 
 
 class GateNode(Node):
@@ -485,9 +487,17 @@ class GateNode(Node):
         # One deadline for all three: when the launcher dies the drivers are exiting too and
         # never acknowledge, and three waits of their own took 0.6 s of the 3 s teardown budget.
         deadline = time.monotonic() + EXIT_ACK_WAIT_S
-        for box in (*self._pub_cmd.values(), self._pub_status):
+        # Everything handed to the middleware first; then the status's acknowledgements, whose
+        # readers (monitors, consoles) outlive the drivers, which exit with the launcher and
+        # never acknowledge the hold.
+        boxes = (self._pub_status, *self._pub_cmd.values())
+        for box in boxes:
             try:
-                box.flush(max(deadline - time.monotonic(), 0.0))  # handed to the middleware
+                box.flush(max(deadline - time.monotonic(), 0.0))
+            except Exception:  # noqa: BLE001 - best effort on the way out (or a test's stand-in)
+                pass
+        for box in boxes:
+            try:
                 box.publisher.wait_for_all_acked(Duration(seconds=max(deadline - time.monotonic(), 0.0)))
             except Exception:  # noqa: BLE001 - best effort on the way out (or a test's stand-in)
                 pass
