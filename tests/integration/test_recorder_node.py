@@ -236,8 +236,10 @@ def test_record_true_records_one_episode_of_the_simulated_run(tmp_path):
     """make run RUN_ARGS='record:=true': the real drivers, frames node, gate and policy; the
     episode is opened once every stream is live and committed at shutdown."""
     record_dir = tmp_path / "episodes"
+    # 15 s: arming waits for discovery to settle (egomimic_nodes.graph_settle, 1-4 s here), and
+    # the arms must then move long enough for the FK check below to mean something.
     rc, summary, out = run_launch(
-        tmp_path, "record:=true", f"record_dir:={record_dir}", "task_name:=sim_run", "--duration", "10"
+        tmp_path, "record:=true", f"record_dir:={record_dir}", "task_name:=sim_run", "--duration", "15"
     )
     assert summary is not None, out[-3000:]
     rec = summary["recorder"]
