@@ -148,7 +148,7 @@ REPLAN_MS = 1000.0
 """Upstream's live rollout queries every 30 ticks (1 Hz replanning at 30 Hz, docs/eva.md)."""
 
 
-def bench_upstream(name: str, queries: int, threads: int, device: str) -> dict:
+def bench_upstream(name: str, queries: int, threads: int, device: str, profile_dir: Path | None = None) -> dict:
     """Upstream's real-size Fold or MoE (its own config tree, random weights) behind the same
     UpstreamRolloutPolicy the policy node runs, on 640x480 x3 cameras."""
     import yaml
@@ -190,6 +190,18 @@ def bench_upstream(name: str, queries: int, threads: int, device: str) -> dict:
             totals.append(dt)
             for k in phases:
                 phases[k].append(policy.last_timing_ms[k])
+    if profile_dir is not None:  # where the time goes: torch.profiler over 2 more queries
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+        with profile(activities=activities) as prof:
+            for obs in observations(2, seed=1):
+                policy.infer(obs)
+        sort = "self_cuda_time_total" if device.startswith("cuda") else "self_cpu_time_total"
+        table = prof.key_averages().table(sort_by=sort, row_limit=25)
+        profile_dir.mkdir(parents=True, exist_ok=True)
+        (profile_dir / f"profile_upstream_{name}_{device}.txt").write_text(table)
+        print(f"profile of 2 queries of upstream {name} on {device} (by {sort}):\n{table}")
     t = np.array(totals)
     sampler = algo.policy.stages[2]
     return {
@@ -219,6 +231,7 @@ def main() -> int:
     )
     ap.add_argument("--upstream-threads", type=int, default=2, help="torch threads for the real-size upstream models")
     ap.add_argument("--device", default="cpu", help="device of the real-size upstream models (cpu | cuda)")
+    ap.add_argument("--profile-dir", type=Path, help="also profile 2 queries of each upstream model (torch.profiler)")
     a = ap.parse_args()
 
     results = [bench_family(f, a.queries, a.warmup, a.threads) for f in FAMILIES]
@@ -238,7 +251,7 @@ def main() -> int:
             f"{ph['encode']:>9.1f}{ph['model']:>9.1f}{ph['decode']:>9.1f}"
         )
     upstream = [
-        bench_upstream(name, a.upstream_queries, a.upstream_threads, a.device)
+        bench_upstream(name, a.upstream_queries, a.upstream_threads, a.device, a.profile_dir)
         for name in (("fold", "moe") if a.upstream_queries > 0 else ())
     ]
     if upstream:

@@ -197,6 +197,10 @@ class MoEFFN(nn.Module):
         self.last_gate_entropy: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._route(x)[0]
+
+    def _route(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """The output, and the experts' weights stacked (w_in, b_in, w_out, b_out)."""
         shape = x.shape
         tokens = x.reshape(-1, shape[-1])
         probabilities = F.softmax(self.gate(tokens).float(), dim=-1)
@@ -221,7 +225,7 @@ class MoEFFN(nn.Module):
         self.last_expert_frac = fractions.detach()
         p = mean_probability.detach()
         self.last_gate_entropy = -torch.sum(p * p.clamp_min(1e-9).log())
-        return output.reshape(shape)
+        return output.reshape(shape), (w_in, b_in, w_out, b_out)
 
 
 class DDPSafeMoEFFN(MoEFFN):
@@ -229,10 +233,11 @@ class DDPSafeMoEFFN(MoEFFN):
     every expert used); the output is the same (unless a parameter is not finite)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        output = super().forward(x)
-        anchor = sum(
-            (p.reshape(-1)[0] * 0.0 for expert in self.experts for p in expert.parameters()), output.new_zeros(())
-        )
+        output, (w_in, b_in, w_out, b_out) = self._route(x)
+        # The first element of each expert parameter, from the stacks already made: one kernel
+        # instead of one multiply and one add per parameter (thousands per query on a GPU).
+        firsts = torch.cat([w_in[:, 0, 0], b_in[:, 0], w_out[:, 0, 0], b_out[:, 0]])
+        anchor = output.new_zeros(()) + (firsts * 0.0).sum()
         return output + anchor.to(output)
 
 

@@ -124,6 +124,7 @@ def rollout(
     if domain not in algo.domains:
         raise CheckpointError(f"the checkpoint is for {algo.domains}, not {domain}")
     steps = algo.observation_steps()
+    device = next(algo.parameters()).device  # inputs go where the weights are (cpu or cuda)
     seed: dict = {"embodiment": domain, "rollout_t": int(rollout_t)}
     normalized_keys = set(norm.stats.get(int(embodiment_id), {}))
     for key, value in observation.items():
@@ -132,9 +133,9 @@ def rollout(
             raise CheckpointError(f"observation {key!r} has {arr.shape[0]} steps, the checkpoint takes {steps}")
         if key in normalized_keys:
             arr = norm.normalize(embodiment_id, key, arr).astype(np.float32)
-        seed[f"obs/{key}"] = torch.from_numpy(np.ascontiguousarray(arr))[None]
+        seed[f"obs/{key}"] = torch.from_numpy(np.ascontiguousarray(arr))[None].to(device)
     if noise is not None:
-        seed[NOISE_KEY] = torch.as_tensor(np.asarray(noise, dtype=np.float32))[None]
+        seed[NOISE_KEY] = torch.as_tensor(np.asarray(noise, dtype=np.float32))[None].to(device)
     result = algo.policy(seed)
     normalized = result["pred_action"][0].detach().float().cpu().numpy().astype(np.float64)
     action_key = algo.ac_keys[domain]

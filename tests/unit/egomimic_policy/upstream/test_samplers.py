@@ -16,6 +16,7 @@ import yaml
 
 from egomimic_policy.upstream.denoisers import (
     CrossTransformer,
+    DDPSafeMoEFFN,
     MoECrossTransformer,
     MoEFFN,
     posemb_sincos,
@@ -287,6 +288,24 @@ def test_moe_ffn_routes_each_token_to_its_renormalized_top_k_experts():
     torch.testing.assert_close(got, want)
     assert moe.last_expert_frac.sum().item() == pytest.approx(1.0)
     assert moe.gate.bias is None
+
+
+def test_ddp_safe_moe_is_the_plain_moe_until_an_expert_parameter_is_not_finite():
+    """Upstream's anchor (0.0 x the first element of every expert parameter, summed): the same
+    output bit for bit, and NaN as soon as any of those elements is not finite."""
+    torch.manual_seed(4)
+    plain = MoEFFN(d_model=6, d_intermediate=5, num_experts=3, top_k=2)
+    safe = DDPSafeMoEFFN(d_model=6, d_intermediate=5, num_experts=3, top_k=2)
+    safe.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 4, 6)
+    with torch.no_grad():
+        assert torch.equal(safe(x), plain(x))
+        for index, (name, parameter) in enumerate(safe.experts.named_parameters()):
+            kept = parameter.reshape(-1)[0].item()
+            parameter.reshape(-1)[0] = (float("inf"), float("nan"))[index % 2]
+            assert torch.isnan(safe(x)).all(), f"a non-finite {name} left the output finite"
+            parameter.reshape(-1)[0] = kept
+        assert torch.equal(safe(x), plain(x))
 
 
 def test_moe_sampler_reports_the_router_loss_and_the_same_keys():

@@ -56,6 +56,21 @@ def test_upstream_tiny_fold_reproduces_upstreams_actions(tiny, tiny_path):
     assert hashlib.sha256(tiny_path.read_bytes()).hexdigest() == before, "the source checkpoint was modified"
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (runs on the GPU machine)")
+def test_on_cuda_the_tiny_fold_reproduces_upstreams_actions(tiny):
+    """The inputs follow the weights to the GPU; with TF32 off, fp32 on CUDA meets the same bound."""
+    algo, norm, _ = build(tiny)
+    obs, noise = observation()
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        out = rollout(algo.to("cuda"), norm, int(Embodiment.EVA_BIMANUAL), obs, noise=noise)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    ref = np.load(FIXTURES / "fold_tiny.ref.npz")
+    np.testing.assert_allclose(out.pred_action, ref["pred_action"], atol=TOLERANCE, rtol=0)
+
+
 def test_same_noise_same_actions_and_drawn_noise_differs(tiny):
     algo, norm, _ = build(tiny)
     obs, noise = observation()
