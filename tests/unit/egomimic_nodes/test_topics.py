@@ -18,6 +18,20 @@ def test_gate_states_are_the_status_message_constants():
     assert constants == {s.name: s.value for s in GateState}
 
 
+def test_reason_codes_are_the_status_message_constants():
+    from egomimic_msgs.msg import GateStatus
+
+    from egomimic_safety.reasons import Reason
+
+    constants = {
+        name.removeprefix("REASON_"): getattr(GateStatus, name)
+        for name in dir(GateStatus)
+        if name.startswith("REASON_")
+    }
+    assert constants == {r.name: r.value for r in Reason}
+    assert all(k == v for k, v in constants.items()), "a code's constant name is its value"
+
+
 def test_recorder_states_are_the_status_message_constants():
     from egomimic_data.recording import RecorderState
     from egomimic_msgs.msg import RecorderStatus
