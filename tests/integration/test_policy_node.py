@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
+from rclpy.qos import QoSProfile
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 
@@ -76,16 +77,18 @@ class ArmStatePublisher:
 
 
 class Recorder:
+    """Keeps every action and chunk. Its readers keep 100 samples, not the topics' 5: the tests
+    judge the node's tick from the stamps, so the instrument must not lose any when the test
+    process falls behind for a few periods (a reliable reader with 5 samples of history drops
+    the oldest and shows the node's regular tick as a gap)."""
+
     def __init__(self, node):
         self.actions: list[BimanualCommand] = []
         self.chunks: list[ActionChunk] = []
         self.diags: list[dict] = []
-        node.create_subscription(
-            BimanualCommand, topics.POLICY_ACTION.resolve("eva"), self.actions.append, topics.POLICY_ACTION.qos
-        )
-        node.create_subscription(
-            ActionChunk, topics.POLICY_CHUNK.resolve("eva"), self.chunks.append, topics.POLICY_CHUNK.qos
-        )
+        lossless = QoSProfile(depth=100, reliability=topics.POLICY_ACTION.qos.reliability)
+        node.create_subscription(BimanualCommand, topics.POLICY_ACTION.resolve("eva"), self.actions.append, lossless)
+        node.create_subscription(ActionChunk, topics.POLICY_CHUNK.resolve("eva"), self.chunks.append, lossless)
         node.create_subscription(DiagnosticArray, topics.DIAGNOSTICS.name(), self._on_diag, 10)
 
     def _on_diag(self, msg):
