@@ -20,7 +20,6 @@ def test_gate_states_are_the_status_message_constants():
 
 def test_reason_codes_are_the_status_message_constants():
     from egomimic_msgs.msg import GateStatus
-
     from egomimic_safety.reasons import Reason
 
     constants = {
