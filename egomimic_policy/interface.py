@@ -107,3 +107,10 @@ class ChunkPolicy(Protocol):
 
     def infer(self, observation: Observation) -> Chunk:
         """Return the chunk answering `observation`. Raise on failure; never return NaN rows."""
+
+
+def phase_timings_ms(t0: float, t1: float, t2: float, t3: float) -> dict[str, float]:
+    """A query's phases from four monotonic instants (s), as the local policies report them in
+    `last_timing_ms`: encode (inputs to model tensors), model (the network and its sampler),
+    decode (model output to an absolute Chunk) and total."""
+    return {"encode": 1e3 * (t1 - t0), "model": 1e3 * (t2 - t1), "decode": 1e3 * (t3 - t2), "total": 1e3 * (t3 - t0)}

@@ -41,7 +41,7 @@ from egomimic_policy.features import (
     encode_action_chunk,
     state_ee_pose,
 )
-from egomimic_policy.interface import Chunk, Observation, PolicySpec
+from egomimic_policy.interface import Chunk, Observation, PolicySpec, phase_timings_ms
 from egomimic_policy.normalization import NormStats
 
 
@@ -166,12 +166,7 @@ class FamilyRolloutPolicy:
         actions = self.norm_stats.unnormalize(EMBODIMENT, ACTION_KEY, actions_n)
         chunk = chunk_answering(observation, actions)
         t3 = time.monotonic()
-        self.last_timing_ms = {
-            "encode": 1e3 * (t1 - t0),
-            "model": 1e3 * (t2 - t1),
-            "decode": 1e3 * (t3 - t2),
-            "total": 1e3 * (t3 - t0),
-        }
+        self.last_timing_ms = phase_timings_ms(t0, t1, t2, t3)
         return chunk
 
     def _encoded_prefix(self, observation: Observation, current: dict[Arm, np.ndarray]) -> np.ndarray | None:

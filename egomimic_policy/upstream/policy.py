@@ -36,7 +36,7 @@ from egomimic_policy.features import (
     chunk_answering,
     state_ee_pose,
 )
-from egomimic_policy.interface import Chunk, Observation, PolicySpec
+from egomimic_policy.interface import Chunk, Observation, PolicySpec, phase_timings_ms
 from egomimic_policy.normalization import NormStats
 from egomimic_policy.upstream.pipeline import PipelineAlgo, domain_name, rollout
 from egomimic_policy.upstream.samplers import GaussianLatentNoise, MoEMultiJActionSampler
@@ -184,12 +184,7 @@ class UpstreamRolloutPolicy:
             raise PoseError(f"upstream policy returned {actions.shape} actions (finite: {np.isfinite(actions).all()})")
         chunk = chunk_answering(observation, actions)
         t3 = time.monotonic()
-        self.last_timing_ms = {
-            "encode": 1e3 * (t1 - t0),
-            "model": 1e3 * (t2 - t1),
-            "decode": 1e3 * (t3 - t2),
-            "total": 1e3 * (t3 - t0),
-        }
+        self.last_timing_ms = phase_timings_ms(t0, t1, t2, t3)
         return chunk
 
 
