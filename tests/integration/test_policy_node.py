@@ -97,6 +97,21 @@ class Recorder:
                 self.diags.append({"level": st.level, "message": st.message, **{kv.key: kv.value for kv in st.values}})
 
 
+def start_synthetic_cameras(node_process):
+    """The three synthetic cameras in /eva, as the graph runs them."""
+    return node_process(
+        "egomimic_nodes.camera_node",
+        "-r",
+        "__ns:=/eva",
+        "-r",
+        "__node:=cameras",
+        "-p",
+        "cameras:=[front_1,left_wrist,right_wrist]",
+        "-p",
+        "backend:=synthetic",
+    )
+
+
 def stamps_s(actions):
     return np.array([stamp_to_ns(a.header.stamp) for a in actions]) / 1e9
 
@@ -252,17 +267,7 @@ def test_killed_remote_server_drains_stops_and_reconnects(node_process, ros_node
 
 
 def test_a_model_family_takes_camera_frames_and_a_dead_camera_stops_it(node_process, ros_node):
-    cameras = node_process(
-        "egomimic_nodes.camera_node",
-        "-r",
-        "__ns:=/eva",
-        "-r",
-        "__node:=cameras",
-        "-p",
-        "cameras:=[front_1,left_wrist,right_wrist]",
-        "-p",
-        "backend:=synthetic",
-    )
+    cameras = start_synthetic_cameras(node_process)
     node_process(
         "egomimic_nodes.policy_node", "-r", "__ns:=/eva", "-p", "policy:=fold", "-p", "executor.max_dry_s:=0.5"
     )
@@ -360,17 +365,7 @@ def test_an_upstream_egoverse_checkpoint_runs_live(node_process, ros_node, tmp_p
         open(source, "wb") as out,
     ):
         shutil.copyfileobj(f, out, 1 << 20)
-    node_process(
-        "egomimic_nodes.camera_node",
-        "-r",
-        "__ns:=/eva",
-        "-r",
-        "__node:=cameras",
-        "-p",
-        "cameras:=[front_1,left_wrist,right_wrist]",
-        "-p",
-        "backend:=synthetic",
-    )
+    start_synthetic_cameras(node_process)
     node_process(
         "egomimic_nodes.policy_node",
         "-r",
