@@ -111,6 +111,7 @@ def build_checkpoint(
     epoch: int,
     global_step: int,
     optimizer_states: list | None = None,
+    loops: Mapping | None = None,
 ) -> dict:
     """The dict `save_checkpoint` writes (exposed for tests that build legacy variants of it)."""
     if "_target_" not in model_config:
@@ -127,6 +128,8 @@ def build_checkpoint(
     }
     if optimizer_states is not None:
         ckpt["optimizer_states"] = list(optimizer_states)
+    if loops is not None:
+        ckpt["loops"] = dict(loops)
     return ckpt
 
 
@@ -146,11 +149,19 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
 
 
 def save_checkpoint(
-    path: str | os.PathLike, algorithm, norm_stats, *, epoch: int, global_step: int, optimizer=None
+    path: str | os.PathLike,
+    algorithm,
+    norm_stats,
+    *,
+    epoch: int,
+    global_step: int,
+    optimizer=None,
+    loops: Mapping | None = None,
 ) -> Path:
     """Write a trained algorithm (a families Algorithm: `state_dict()`, `model_config()`) and its
-    NormStats as a current-format checkpoint; with `optimizer`, its state is kept too (as Lightning
-    does; rollout preparation drops it). Atomic: a crash leaves no half-written file."""
+    NormStats as a current-format checkpoint; with `optimizer`, its state is kept too, and `loops`
+    (plain data: the trainer's own state) under Lightning's key of that name; rollout preparation
+    drops both. Atomic: a crash leaves no half-written file."""
     path = Path(path)
     ckpt = build_checkpoint(
         model_state=algorithm.state_dict(),
@@ -159,6 +170,7 @@ def save_checkpoint(
         epoch=epoch,
         global_step=global_step,
         optimizer_states=None if optimizer is None else [optimizer.state_dict()],
+        loops=loops,
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_torch_save(ckpt, path)

@@ -185,9 +185,10 @@ class FoldAlgorithm(Algorithm):
     def diffusion_loss(self, batch: TrainBatch, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
         """(masked eps MSE, conditioning) with random levels and noise (DDPM training)."""
         cond = self.condition(self.window_features(batch.images), batch.state)
-        b = batch.actions.shape[0]
-        level = torch.randint(0, self.config.train_timesteps, (b,), generator=generator)
-        noise = torch.randn(batch.actions.shape, generator=generator)
+        b, device = batch.actions.shape[0], batch.actions.device
+        # drawn on the CPU generator, then moved: the same draws on every device
+        level = torch.randint(0, self.config.train_timesteps, (b,), generator=generator).to(device)
+        noise = torch.randn(batch.actions.shape, generator=generator).to(device)
         ab = self.alpha_bar[level][:, None, None]
         noisy = torch.sqrt(ab) * batch.actions + torch.sqrt(1 - ab) * noise
         err = (self.denoise(noisy, level, cond) - noise) ** 2

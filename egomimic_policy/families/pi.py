@@ -168,10 +168,11 @@ class PIAlgorithm(Algorithm):
     ) -> tuple[torch.Tensor, dict[str, float]]:
         memory = self.condition(self.window_features(batch.images), batch.state)
         actions = self._pad(batch.actions)
-        b = actions.shape[0]
-        u = torch.rand((b,), generator=generator)
+        b, device = actions.shape[0], actions.device
+        # drawn on the CPU generator, then moved: the same draws on every device
+        u = torch.rand((b,), generator=generator).to(device)
         t = u ** (1.0 / 1.5) * 0.999 + 0.001  # inverse CDF of Beta(1.5, 1)
-        noise = torch.randn(actions.shape, generator=generator)
+        noise = torch.randn(actions.shape, generator=generator).to(device)
         x_t = t[:, None, None] * noise + (1 - t[:, None, None]) * actions
         err = (self.velocity(x_t, t, memory) - (noise - actions))[..., :ACTION_DIM] ** 2
         if batch.action_mask is not None:
