@@ -1,10 +1,11 @@
 """The `policy` launch argument -> a ChunkPolicy. One explicit table, lazy imports.
 
-Values (docs/interfaces.md launch arguments): `scripted` (the known motion, no model), `fold` / `pi`
-/ `moe` (that family, seeded untrained weights: rehearsals and benchmarks), a checkpoint path,
-or a policy server address `tcp://host:port`. `none` means "no policy node" and is refused
+Values (docs/interfaces.md launch arguments): `scripted` (the known motion, no model), `expert`
+(the simulated box task's scripted expert, egomimic_policy.expert), `fold` / `pi` / `moe` (that
+family, seeded untrained weights: rehearsals and benchmarks), a checkpoint path, or a policy
+server address `tcp://host:port`. `none` means "no policy node" and is refused
 here: the graph does not start one. Families and the remote client are imported only when
-asked for, so the scripted run needs neither torch nor a server.
+asked for, so the scripted and expert runs need neither torch nor a server.
 
 `inject_latency_ms` wraps the result in DelayedPolicy: every query takes that much longer, so
 operators can rehearse a slow model (and the executor's hold/stop behaviour) in simulation.
@@ -20,7 +21,9 @@ from egomimic_hw.errors import ConfigError
 from egomimic_policy.interface import Chunk, ChunkPolicy, Observation
 
 FAMILIES = ("fold", "pi", "moe")
-CHOICES = ("scripted", *FAMILIES, "<checkpoint path>", "tcp://host:port")
+SCRIPTED = ("scripted", "expert")
+"""Policies that run no model: no torch, no device."""
+CHOICES = (*SCRIPTED, *FAMILIES, "<checkpoint path>", "tcp://host:port")
 
 
 class DelayedPolicy:
@@ -55,10 +58,10 @@ def choose_device(value: str, device: str, allow_cpu: bool = False) -> tuple[str
     """The torch device for policy `value` and a warning ("" if none). A model family asked to
     run on CUDA where there is none is refused unless `allow_cpu`: upstream's models take
     98-535 ms per chunk on a 4090, seconds on a CPU, so a robot that silently fell back would
-    run a policy far slower than it was trained to be queried. Scripted and remote policies run
-    no model here: their device is left as it is."""
+    run a policy far slower than it was trained to be queried. Scripted, expert and remote policies
+    run no model here: their device is left as it is."""
     value = value.strip()
-    if value == "scripted" or value.startswith("tcp://") or not device.startswith("cuda"):
+    if value in SCRIPTED or value.startswith("tcp://") or not device.startswith("cuda"):
         return device, ""
     import torch
 
@@ -81,6 +84,7 @@ def load_policy(
     *,
     inject_latency_ms: float = 0.0,
     scripted=None,
+    expert=None,
     remote=None,
     cache_dir: str | None = None,
     seed: int = 0,
@@ -90,6 +94,7 @@ def load_policy(
     """Build the policy named by `value`.
 
     scripted: a `ScriptedChunkPolicy` to use for `scripted` (default: the default motion).
+    expert: an `ExpertChunkPolicy` to use for `expert` (default: task seed 0).
     remote: a `RemoteConfig` template for `tcp://` values (its address is replaced).
     """
     value = value.strip()
@@ -99,6 +104,10 @@ def load_policy(
         from egomimic_policy.scripted import ScriptedChunkPolicy
 
         policy = scripted if scripted is not None else ScriptedChunkPolicy()
+    elif value == "expert":
+        from egomimic_policy.expert import ExpertChunkPolicy
+
+        policy = expert if expert is not None else ExpertChunkPolicy()
     elif value.startswith("tcp://"):
         from dataclasses import replace
 

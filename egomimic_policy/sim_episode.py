@@ -21,7 +21,7 @@ import numpy as np
 
 from egomimic_data.episode_format import EpisodeMeta, EpisodeWriter
 from egomimic_hw.cameras.base import default_intrinsics
-from egomimic_hw.cameras.synthetic import BASE_T_HEAD_CAMERA, SyntheticScene
+from egomimic_hw.cameras.synthetic import BASE_T_HEAD_CAMERA, SceneBox, SyntheticScene
 from egomimic_hw.description import ARMS, CAMERAS
 from egomimic_hw.driver.sim import SimConfig
 from egomimic_hw.errors import ConfigError
@@ -31,6 +31,33 @@ from egomimic_policy.scripted import ScriptedMotion, ScriptedMotionConfig
 
 START_STAMP_NS = 1_700_000_000_000_000_000
 """Episode stamps start here (ROS time of a fixed date), so renders are reproducible."""
+
+
+def sim_episode_setup(
+    task_name: str,
+    task_description: str,
+    *,
+    fps: float,
+    width: int,
+    height: int,
+    target: SceneBox | None = None,
+) -> tuple[EpisodeMeta, dict[str, SyntheticScene]]:
+    """The episode's metadata (the synthetic cameras' intrinsics and the head camera's
+    extrinsics as its calibration) and one synthetic scene per camera, showing `target`."""
+    intrinsics = {cam: default_intrinsics(cam, width, height) for cam in CAMERAS}
+    scenes = {cam: SyntheticScene(cam, intrinsics[cam], seed=CAMERAS.index(cam), target=target) for cam in CAMERAS}
+    calibration = {cam: k.as_dict() for cam, k in intrinsics.items()}
+    calibration["extrinsics"] = {f"{a.value}_base_T_front_1": BASE_T_HEAD_CAMERA[a].tolist() for a in ARMS}
+    meta = EpisodeMeta(
+        task_name=task_name,
+        cameras=CAMERAS,
+        fps=fps,
+        image_width=width,
+        image_height=height,
+        task_description=task_description,
+        calibration=calibration,
+    )
+    return meta, scenes
 
 
 def render_sim_episode(
@@ -53,18 +80,12 @@ def render_sim_episode(
     motion = ScriptedMotion(
         ScriptedMotionConfig(), {a: pose_ds_from_hw(anchor_hw) for a in ARMS}, dict.fromkeys(ARMS, 0.5)
     )
-    intrinsics = {cam: default_intrinsics(cam, width, height) for cam in CAMERAS}
-    scenes = {cam: SyntheticScene(cam, intrinsics[cam], seed=CAMERAS.index(cam)) for cam in CAMERAS}
-    calibration = {cam: k.as_dict() for cam, k in intrinsics.items()}
-    calibration["extrinsics"] = {f"{a.value}_base_T_front_1": BASE_T_HEAD_CAMERA[a].tolist() for a in ARMS}
-    meta = EpisodeMeta(
-        task_name=task_name,
-        cameras=CAMERAS,
+    meta, scenes = sim_episode_setup(
+        task_name,
+        "synthetic scene, scripted bimanual circle (egomimic_policy.scripted)",
         fps=fps,
-        image_width=width,
-        image_height=height,
-        task_description="synthetic scene, scripted bimanual circle (egomimic_policy.scripted)",
-        calibration=calibration,
+        width=width,
+        height=height,
     )
     joints = {a: q0.copy() for a in ARMS}
     n = int(round(seconds * fps))

@@ -42,6 +42,8 @@ class CameraSource:
     replay_loop: bool = True
     replay_fps: float = 30.0
     """Timing of an image directory without timestamps.txt (episodes carry their own)."""
+    task_seed: int = -1
+    """synthetic: the simulated task's box from this seed (egomimic_hw.sim_task); -1 = no task."""
 
 
 def _calibration(src: CameraSource) -> Intrinsics | None:
@@ -50,11 +52,19 @@ def _calibration(src: CameraSource) -> Intrinsics | None:
 
 def _open_synthetic(src, clock_ns, ee_positions, start_monotonic):
     from egomimic_hw.cameras.synthetic import SyntheticCamera
+    from egomimic_hw.sim_task import target_for
 
     if ee_positions is None:
         raise ConfigError("synthetic cameras need the arms' end-effector positions (ee_positions)")
     k = _calibration(src) or default_intrinsics(src.camera, src.width, src.height)
-    return SyntheticCamera(src.camera, k.scaled(src.width, src.height), src.rate_hz, ee_positions, clock_ns=clock_ns)
+    return SyntheticCamera(
+        src.camera,
+        k.scaled(src.width, src.height),
+        src.rate_hz,
+        ee_positions,
+        clock_ns=clock_ns,
+        target=target_for(src.task_seed),
+    )
 
 
 def _open_replay(src, clock_ns, ee_positions, start_monotonic):

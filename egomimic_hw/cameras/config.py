@@ -68,6 +68,14 @@ class CameraNodeConfig:
         default=30.0,
         metadata={"help": "replay: frame rate of an image directory without timestamps.txt", "range": RATE_RANGE_HZ},
     )
+    task_seed: int = field(
+        default=-1,
+        metadata={
+            "help": "synthetic: show the simulated task's box placed from this seed (egomimic_hw.sim_task; "
+            "the expert policy takes the same seed); -1 = no task",
+            "range": (-1, 2**31 - 1),
+        },
+    )
     inject_fault: str = field(
         default="", metadata={"help": SPEC_HELP + " (the only parameter settable at runtime)", "runtime": True}
     )
@@ -119,6 +127,7 @@ class CameraNodeConfig:
             replay_path=self.replay_path,
             replay_loop=self.replay_loop,
             replay_fps=self.replay_fps,
+            task_seed=self.task_seed,
         )
 
 

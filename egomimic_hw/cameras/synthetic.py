@@ -7,8 +7,15 @@ textured table that slides and scales with its own end effector. A
 small time code block changes every frame, as sensor noise does on a real camera, so a frozen
 renderer is distinguishable from a still scene.
 
+Optional `target` (the simulated task's box, egomimic_hw.sim_task): the head camera draws it
+through the same extrinsics and intrinsics as the markers, each wrist camera draws it from
+above, growing as the end effector comes down to it, when it falls in the view. The images are
+the only place a policy can learn where the box is.
+
 Cost: one precomputed texture per camera; each frame is a crop (a view) plus drawing two
 markers in their bounding boxes: well under a millisecond, so three streams fit on 2 cores.
+The box is static in the head camera, so it is drawn once into that camera's background; a
+wrist camera projects 8 corners and fills two polygons per frame.
 
 `SyntheticCamera` is the backend: it paces rendering at `rate_hz` (monotonic deadlines, a late
 frame skips ahead instead of bursting) and stamps each frame when it is rendered.
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Protocol
 
 import cv2
 import numpy as np
@@ -59,6 +67,24 @@ starts centred and keeps 0.2 m of travel (TEXTURE_MARGIN_PX / WRIST_PX_PER_M) ei
 
 HEAD_CAMERA_T_BASE = {arm: np.linalg.inv(t) for arm, t in BASE_T_HEAD_CAMERA.items()}
 
+TARGET_SIDE_COLOUR = (200, 170, 30)
+TARGET_TOP_COLOUR = (250, 225, 90)
+"""The box's sides and top face: a yellow unlike the markers, lit from above."""
+TARGET_FRAME_ARM = Arm.LEFT
+"""The head camera projects the box through this arm's extrinsics (the task frame's base)."""
+WRIST_REFERENCE_DEPTH_M = 0.3
+WRIST_MIN_DEPTH_M = 0.12
+"""A wrist view draws the box at WRIST_PX_PER_M where it lies this far below the end effector
+(about the start pose above the table), larger as it comes nearer, up to 2.5x at the minimum
+depth: the camera sits behind link6, so the box never fills its view."""
+
+
+class SceneBox(Protocol):
+    """A box in the scene (egomimic_hw.sim_task.TargetBox): 8 corners in an arm's base frame,
+    bottom face then top face, each face's corners in polygon order."""
+
+    def corners(self, arm: Arm) -> np.ndarray: ...
+
 
 def project_to_head_camera(
     arm: Arm, position_base_m: np.ndarray, intrinsics: Intrinsics
@@ -83,37 +109,82 @@ def _texture(height: int, width: int, seed: int, checker_px: int) -> np.ndarray:
 
 
 class SyntheticScene:
-    """Renders one camera's frame from the latest end-effector positions (hardware frame)."""
+    """Renders one camera's frame from the latest end-effector positions (hardware frame),
+    and the task's box where one is given (`target`, settable; None: no box)."""
 
-    def __init__(self, camera: str, intrinsics: Intrinsics, seed: int = 0):
+    def __init__(self, camera: str, intrinsics: Intrinsics, seed: int = 0, target: SceneBox | None = None):
         self.camera = camera
         self.intrinsics = intrinsics
         h, w = intrinsics.height, intrinsics.width
         m = TEXTURE_MARGIN_PX
         self._texture = _texture(h + 2 * m, w + 2 * m, seed, checker_px=max(8, w // 16))
         self._frame = np.empty((h, w, 3), dtype=np.uint8)
+        self._wrist_arm = Arm.LEFT if camera.startswith("left") else Arm.RIGHT
+        self.target = target
+
+    @property
+    def target(self) -> SceneBox | None:
+        return self._target
+
+    @target.setter
+    def target(self, target: SceneBox | None) -> None:
+        """Place (or remove) the box: the head camera's background is redrawn once here."""
+        self._target = target
+        h, w = self.intrinsics.height, self.intrinsics.width
+        m = TEXTURE_MARGIN_PX
+        self._head_background = self._texture[m : m + h, m : m + w]
+        self._target_corners = None  # a wrist camera's box, in its arm's base
+        if target is not None and self.camera != HEAD_CAMERA:
+            self._target_corners = np.asarray(target.corners(self._wrist_arm), float)
+        if target is not None and self.camera == HEAD_CAMERA:
+            corners = target.corners(TARGET_FRAME_ARM)
+            pixels = [project_to_head_camera(TARGET_FRAME_ARM, c, self.intrinsics) for c in corners]
+            if all(p is not None for p in pixels):
+                uv = np.array([p[:2] for p in pixels if p is not None])
+                self._frame[:] = self._head_background
+                self._fill_box(uv)
+                self._head_background = self._frame.copy()
 
     def render(self, ee_positions_m: dict[Arm, np.ndarray], frame_index: int) -> np.ndarray:
         """RGB frame (H, W, 3) uint8; the returned array is reused by the next call."""
         h, w = self.intrinsics.height, self.intrinsics.width
         m = TEXTURE_MARGIN_PX
         if self.camera == HEAD_CAMERA:
-            self._frame[:] = self._texture[m : m + h, m : m + w]
+            self._frame[:] = self._head_background
             for arm, pos in ee_positions_m.items():
                 pix = project_to_head_camera(arm, pos, self.intrinsics)
                 if pix is not None:
                     radius = int(np.clip(40.0 / pix[2], 6, 60))
                     self._draw_disc(pix[0], pix[1], radius, MARKER_COLOURS[arm])
         else:
-            arm = Arm.LEFT if self.camera.startswith("left") else Arm.RIGHT
-            pos = ee_positions_m.get(arm, np.zeros(3))
+            pos = ee_positions_m.get(self._wrist_arm, np.zeros(3))
             dx = int(np.clip(pos[1] * WRIST_PX_PER_M, -m, m))
             dy = int(np.clip((pos[0] - WRIST_SCENE_CENTRE_X_M) * WRIST_PX_PER_M, -m, m))
             self._frame[:] = self._texture[m + dy : m + dy + h, m + dx : m + dx + w]
+            if self._target_corners is not None:
+                self._draw_box_from_above(self._target_corners, np.asarray(pos, float))
             shade = int(np.clip(128 + (pos[2] - WRIST_SCENE_CENTRE_Z_M) * 400.0, 0, 255))
             self._frame[h - 24 :, :, 1] = shade  # a band whose brightness tracks the height
         self._draw_timecode(frame_index)
         return self._frame
+
+    def _draw_box_from_above(self, c: np.ndarray, ee: np.ndarray) -> None:
+        """The box as the wrist camera sees it looking down from link6: a table point (x, y)
+        lies where the sliding texture puts it (WRIST_PX_PER_M at the reference depth), scaled
+        by reference depth / depth, so the box grows as the end effector comes down."""
+        h, w = self.intrinsics.height, self.intrinsics.width
+        scale = WRIST_PX_PER_M * WRIST_REFERENCE_DEPTH_M / np.maximum(ee[2] - c[:, 2], WRIST_MIN_DEPTH_M)
+        u = 0.5 * w + (c[:, 1] - ee[1]) * scale
+        v = 0.5 * h + (c[:, 0] - ee[0]) * scale
+        if u.max() < 0 or v.max() < 0 or u.min() >= w or v.min() >= h:
+            return  # out of view
+        self._fill_box(np.stack([u, v], axis=1))
+
+    def _fill_box(self, uv: np.ndarray) -> None:
+        """Sides (the hull of all 8 corners), then the top face over them."""
+        pts = np.clip(np.rint(uv), -1e5, 1e5).astype(np.int32)  # cv2 wants int32 pixels
+        cv2.fillConvexPoly(self._frame, cv2.convexHull(pts), TARGET_SIDE_COLOUR, lineType=cv2.LINE_8)
+        cv2.fillConvexPoly(self._frame, pts[4:], TARGET_TOP_COLOUR, lineType=cv2.LINE_8)
 
     def _draw_disc(self, u: float, v: float, radius: int, colour: tuple[int, int, int]) -> None:
         """A filled disc centred on the pixel nearest (u, v) (OpenCV: a per-frame mgrid and
@@ -134,7 +205,8 @@ class SyntheticScene:
 
 class SyntheticCamera:
     """Backend `synthetic`: renders `camera` at `rate_hz` from `ee_positions()` (hardware frame,
-    per arm), i.e. the latest measured end-effector positions the node received."""
+    per arm), i.e. the latest measured end-effector positions the node received, with the
+    task's box `target` in view where one is given."""
 
     def __init__(
         self,
@@ -144,12 +216,13 @@ class SyntheticCamera:
         ee_positions: Callable[[], dict[Arm, np.ndarray]],
         *,
         clock_ns: ClockNs = wall_clock_ns,
+        target: SceneBox | None = None,
     ):
         if camera not in CAMERAS:
             raise ConfigError(f"unknown camera {camera!r}; choices: {list(CAMERAS)}")
         self.camera = camera
         self.intrinsics = intrinsics
-        self._scene = SyntheticScene(camera, intrinsics, seed=CAMERAS.index(camera))
+        self._scene = SyntheticScene(camera, intrinsics, seed=CAMERAS.index(camera), target=target)
         self._ee_positions = ee_positions
         self._clock_ns = clock_ns
         self._pacer = Pacer(rate_hz)

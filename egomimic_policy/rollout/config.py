@@ -20,7 +20,7 @@ AGE_MAX_S = 10.0
 @dataclass(frozen=True)
 class RolloutConfig:
     policy: str = field(
-        default="scripted", metadata={"help": "scripted | fold | pi | moe | <checkpoint> | tcp://host:port"}
+        default="scripted", metadata={"help": "scripted | expert | fold | pi | moe | <checkpoint> | tcp://host:port"}
     )
     rate_hz: float = field(
         default=30.0,
