@@ -227,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
             scripted=policy == "scripted",
             expect_armed=graph.auto_arm and policy != "none",
             expect_episode=graph.args.get("record") == "true",
+            task_seed=int(graph.args.get("task_seed", "-1")),
+            expect_task=policy == "expert" and graph.auto_arm,
         )
         if ns.summary
         else None

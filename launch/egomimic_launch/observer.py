@@ -17,9 +17,9 @@ from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from rclpy.qos import QoSProfile
 from rclpy.serialization import deserialize_message
-from sensor_msgs.msg import Image
+from sensor_msgs.msg import Image, JointState
 
-from egomimic_hw.description import ARMS, CAMERAS
+from egomimic_hw.description import ARMS, CAMERAS, JOINTS_PER_ARM
 from egomimic_launch.stats import StreamAccumulator
 from egomimic_msgs.msg import BimanualCommand, GateStatus, RecorderStatus
 from egomimic_nodes import topics
@@ -69,8 +69,16 @@ class GraphObserver:
     """Bounded memory however long the run (a soak is ten minutes): per-stream accumulators
     (stats.StreamAccumulator) and the last TRACK_KEEP_S of the paths."""
 
-    def __init__(self, node, namespace: str):
+    def __init__(self, node, namespace: str, task=None):
+        """task: an egomimic_hw.sim_task.TaskSuccess to feed once per policy action (the control
+        step) with the newest measured poses and grippers; None without the simulated task."""
         self.node = node
+        self.task = task
+        self.task_first_action_s: float | None = None
+        self.task_success_s: float | None = None
+        """Stamps (s) of the first action fed to the task and of the action it succeeded at."""
+        self._meas_now: dict[str, tuple[float, float, float]] = {}
+        self._gripper_now: dict[str, float] = {}
         self.lock = threading.Lock()
         self.streams: dict[str, StreamAccumulator] = {}
         self.topic_of: dict[str, topics.Topic] = {}
@@ -98,6 +106,8 @@ class GraphObserver:
         content = {topics.POLICY_ACTION.resolve(namespace): (BimanualCommand, self._on_action)}
         for arm in ARMS:
             content[topics.EE_POSE_DATASET.resolve(namespace, arm=arm)] = (PoseStamped, self._meas_cb(arm.value))
+            if task is not None:
+                content[topics.JOINT_STATES.resolve(namespace, arm=arm)] = (JointState, self._gripper_cb(arm.value))
         for name, topic in watched_streams(namespace):
             self.streams[name] = StreamAccumulator(name, topic.rate_hz)
             self.topic_of[name] = topic
@@ -160,6 +170,16 @@ class GraphObserver:
             ts, xs = self.cmd_path[arm]
             ts.append(t)
             xs.append((p.x, p.y, p.z))
+        if self.task is not None and len(self._meas_now) == len(self._gripper_now) == len(ARMS):
+            left, right = (a.value for a in ARMS)
+            if self.task_first_action_s is None:
+                self.task_first_action_s = t
+            done = self.task.succeeded
+            self.task.update(
+                self._meas_now[left], self._gripper_now[left], self._meas_now[right], self._gripper_now[right]
+            )
+            if self.task.succeeded and not done:
+                self.task_success_s = t
 
     def _meas_cb(self, arm: str):
         def cb(msg: PoseStamped) -> None:
@@ -168,6 +188,14 @@ class GraphObserver:
             ts, xs = self.meas_path[arm]
             ts.append(t)
             xs.append((p.x, p.y, p.z))
+            self._meas_now[arm] = (p.x, p.y, p.z)
+
+        return cb
+
+    def _gripper_cb(self, arm: str):
+        def cb(msg: JointState) -> None:
+            if len(msg.position) > JOINTS_PER_ARM:  # the gripper follows the six joints, normalized
+                self._gripper_now[arm] = float(msg.position[JOINTS_PER_ARM])
 
         return cb
 

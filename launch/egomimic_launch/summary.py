@@ -29,17 +29,33 @@ MAX_TRANSITIONS_SHOWN = 8
 
 class RunMonitor:
     def __init__(
-        self, node, namespace: str, scripted: bool = True, expect_armed: bool = True, expect_episode: bool = False
+        self,
+        node,
+        namespace: str,
+        scripted: bool = True,
+        expect_armed: bool = True,
+        expect_episode: bool = False,
+        task_seed: int = -1,
+        expect_task: bool = False,
     ):
         """scripted: the policy is the scripted motion, so the measured path must follow the
         commanded one closely (a checked criterion); other policies get the tracking table only.
         expect_armed: auto_arm with a policy: the gate must arm and never hold during the run.
-        expect_episode: record:=true: the recorder must commit an episode with frames in it."""
+        expect_episode: record:=true: the recorder must commit an episode with frames in it.
+        task_seed: the simulated box task's seed (-1: none); its success is reported, and is a
+        checked criterion with expect_task (the scripted expert must solve it)."""
         self.scripted = scripted
         self.expect_armed = expect_armed
         self.expect_episode = expect_episode
+        self.task_seed = int(task_seed)
+        self.expect_task = expect_task and self.task_seed >= 0
         self.ns = "/" + namespace.strip("/")
-        self.obs = GraphObserver(node, namespace)
+        task = None
+        if self.task_seed >= 0:
+            from egomimic_hw.sim_task import TaskSuccess, place_target
+
+            task = TaskSuccess(place_target(self.task_seed))
+        self.obs = GraphObserver(node, namespace, task=task)
         self.t_begin = self.t_end = None
         self._next_progress = 0.0
 
@@ -129,6 +145,22 @@ class RunMonitor:
             lines.append(
                 f"{t.arm:<28}{t.commanded_span_m * 1e3:>20.1f}{t.rms_error_m * 1e3:>15.2f}{t.lag_s:>8.2f}{t.samples:>9d}"
             )
+        task = o.task
+        if task is not None:
+            from egomimic_hw.sim_task import TASK_NAME
+
+            left, right = (task.errors_m[a] * 1e3 for a in ARMS)
+            if task.succeeded:
+                after = (o.task_success_s or 0.0) - (o.task_first_action_s or 0.0)
+                outcome = f"SUCCESS at control step {task.success_step} ({after:.1f} s after the first action)"
+            else:
+                outcome = f"not reached in {task.steps} control steps"
+            lines.append(
+                f"task {TASK_NAME} seed {self.task_seed}: {outcome}; last distance to the grasp points "
+                f"left {left:.1f} mm, right {right:.1f} mm (tolerance {task.tolerance_m * 1e3:.0f} mm)"
+            )
+            if self.expect_task:
+                checks.append((f"the expert grasps the box (seed {self.task_seed})", task.succeeded, False))
         lines.append("-" * 96)
         if gs:
             codes = ", ".join(f"{c}={n}" for c, n in zip(gs.reason_codes, gs.reason_counts)) or "none"
@@ -209,6 +241,15 @@ class RunMonitor:
                             "reasons": dict(zip(gs.reason_codes, map(int, gs.reason_counts))),
                         },
                         "drivers": o.driver_diag,
+                        "task": None
+                        if o.task is None
+                        else {
+                            "seed": self.task_seed,
+                            "succeeded": o.task.succeeded,
+                            "success_step": o.task.success_step,
+                            "steps": o.task.steps,
+                            "errors_m": {a.value: o.task.errors_m[a] for a in ARMS},
+                        },
                         "recorder": None
                         if rs is None
                         else {

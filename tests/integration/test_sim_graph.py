@@ -21,6 +21,20 @@ def test_closed_loop_arms_forwards_and_tracks(tmp_path):
         assert track["rms_error_m"] < 0.005 and track["commanded_span_m"] > 0.05
 
 
+def test_the_expert_grasps_the_box_through_the_whole_graph(tmp_path):
+    """The simulated task end to end: the cameras draw the box of seed 3, the expert reaches for
+    it through frames, the gate and the drivers, and the launcher's monitor sees the grasp in the
+    measured poses and grippers."""
+    rc, summary, out = run_launch(tmp_path, "policy:=expert", "task_seed:=3", "--duration", "20", timeout_s=120)
+    assert summary is not None, out[-3000:]
+    failed = [c["check"] for c in summary["checks"] if not c["ok"]]
+    assert rc == 0 and summary["loop_ran"], f"failed checks: {failed}\n{out[-3000:]}"
+    task = summary["task"]
+    assert task["seed"] == 3 and task["succeeded"], (task, out[-3000:])
+    assert max(task["errors_m"].values()) <= 0.02
+    assert summary["gate"]["rejected"] == 0
+
+
 @pytest.mark.parametrize("victim", ["policy", "driver_right"])
 def test_killing_a_node_ends_in_a_safe_stop(tmp_path, victim):
     rc, summary, out = run_launch(tmp_path, "--duration", "30", "--kill-after", f"{victim}:5", timeout_s=90)

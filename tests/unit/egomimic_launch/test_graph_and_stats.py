@@ -53,6 +53,9 @@ def test_record_adds_the_recorder_last_at_the_stack_tier_with_an_absolute_record
         {"params_file": "/does/not/exist.yaml"},
         {"inject_latency_ms": "fast"},
         {"config_sha256": "d71510d2"},  # a prefix is not a pin
+        {"task_seed": "one"},
+        {"task_seed": "-2"},
+        {"task_seed": "3", "backend": "arx5"},  # the box exists only in the synthetic images
     ],
 )
 def test_bad_launch_arguments_are_refused(args):
@@ -64,6 +67,18 @@ def test_config_pin_reaches_the_policy_node_normalized():
     pin = "AB" * 32
     spec = next(n for n in build_graph({"config_sha256": pin}).nodes if n.name == "policy")
     assert spec.parameters["config_sha256"] == pin.lower()
+
+
+def test_task_seed_reaches_the_cameras_and_the_expert_and_expert_alone_takes_seed_0():
+    def params(graph, name):
+        return next(n for n in graph.nodes if n.name == name).parameters
+
+    graph = build_graph({"task_seed": "7", "policy": "expert"})
+    assert params(graph, "cameras")["task_seed"] == 7 and params(graph, "policy")["expert.task_seed"] == 7
+    graph = build_graph({"policy": "expert"})
+    assert graph.args["task_seed"] == "0" and params(graph, "cameras")["task_seed"] == 0
+    plain = build_graph({})
+    assert "task_seed" not in params(plain, "cameras") and "expert.task_seed" not in params(plain, "policy")
 
 
 def test_node_command_runs_module_with_ros_args(tmp_path):

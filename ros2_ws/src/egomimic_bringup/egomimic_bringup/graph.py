@@ -14,11 +14,12 @@ while every stream still runs, then the policy stops, and the drivers last.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from egomimic_bringup import CONFIG_DIR
 from egomimic_data.recording_config import RecorderConfig
+from egomimic_hw.cameras.config import CameraNodeConfig
 from egomimic_hw.description import ARMS, CAMERAS
 from egomimic_nodes.cpus import online_cpu_list
 
@@ -49,7 +50,14 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
         "camera_backend:=replay: an episode store (*.zarr) or a directory of images "
         "(tools/make_sim_episode.py writes one)",
     ),
-    LaunchArgument("policy", "scripted", "none | scripted | fold | pi | moe | <checkpoint> | tcp://host:port"),
+    LaunchArgument("policy", "scripted", "none | scripted | expert | fold | pi | moe | <checkpoint> | tcp://host:port"),
+    LaunchArgument(
+        "task_seed",
+        "-1",
+        "the simulated box task (synthetic cameras only): the seed that places the box the cameras draw "
+        "and policy:=expert reaches for; the summary reports the task's success. -1 = no task "
+        "(policy:=expert then takes seed 0)",
+    ),
     LaunchArgument("inject_latency_ms", "0", "extra latency added to every policy query"),
     LaunchArgument(
         "config_sha256",
@@ -196,6 +204,21 @@ def resolve_arguments(overrides: dict[str, str]) -> dict[str, str]:
     if pin and not re.fullmatch(r"[0-9a-f]{64}", pin):
         raise LaunchArgumentError(f"config_sha256:={args['config_sha256']!r} is not a SHA-256 (64 hex digits)")
     try:
+        seed = int(args["task_seed"])
+    except ValueError:
+        raise LaunchArgumentError(f"task_seed:={args['task_seed']!r} is not an integer") from None
+    low, high = next(f for f in fields(CameraNodeConfig) if f.name == "task_seed").metadata["range"]
+    if not low <= seed <= high:
+        raise LaunchArgumentError(f"task_seed:={seed} is outside [{low}, {high}]")
+    if seed == -1 and args["policy"].strip() == "expert":
+        seed = 0
+    if seed >= 0 and args["camera_backend"] != "synthetic":
+        raise LaunchArgumentError(
+            f"task_seed:={seed} needs the synthetic cameras (the box exists only in their images), "
+            f"not camera_backend {args['camera_backend']}"
+        )
+    args["task_seed"] = str(seed)
+    try:
         float(args["inject_latency_ms"])
     except ValueError:
         raise LaunchArgumentError(f"inject_latency_ms:={args['inject_latency_ms']!r} is not a number") from None
@@ -245,6 +268,8 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
         # One process serves all three (one render/decode loop per camera, cameras in step;
         # on 2 cores every process counts): see camera_node's docstring.
         params = {"cameras": list(cameras), "backend": camera_backend}
+        if int(args["task_seed"]) >= 0:
+            params["task_seed"] = int(args["task_seed"])
         if camera_backend == "replay":
             params["replay_path"] = args["replay_path"]
         nodes.append(
@@ -303,6 +328,7 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                     "policy": args["policy"],
                     "inject_latency_ms": float(args["inject_latency_ms"]),
                     "config_sha256": args["config_sha256"].strip().lower(),
+                    **({"expert.task_seed": int(args["task_seed"])} if int(args["task_seed"]) >= 0 else {}),
                 },
                 **yaml_files,
                 priority="nice" if args["realtime"] == "true" else "",

@@ -6,7 +6,7 @@
        policy/chunk (ActionChunk, every chunk the model produced), /diagnostics (1 Hz)
   srv  policy/reset (clear the action queue and the policy's observation window)
 
-`policy` (docs/interfaces.md): scripted | fold | pi | moe | <checkpoint path> | tcp://host:port,
+`policy` (docs/interfaces.md): scripted | expert | fold | pi | moe | <checkpoint path> | tcp://host:port,
 built by egomimic_policy.loading; `inject_latency_ms` delays every query (rehearse a slow
 model). The tick only evaluates the executor's queue; the model runs in the executor's worker
 (egomimic_policy/rollout), so a slow model or a dead server never delays the tick: the queue
@@ -23,11 +23,14 @@ Observations come from egomimic_hw.sync.ObservationSynchronizer: a query is made
 every input is fresh (`max_input_age_s` for arm state, `max_image_age_s` for cameras) and the
 inputs agree in time (`sync_tolerance_s`); otherwise it is skipped and the reason reported.
 With `policy:=scripted` the executor runs the scripted motion (no model, no cameras): anchored
-at the measured poses and grippers, as before this node went through the executor.
+at the measured poses and grippers, as before this node went through the executor. With
+`policy:=expert` it runs the simulated box task's scripted expert (`expert.task_seed`: the
+box the synthetic cameras draw; privileged: it reads no camera).
 
 Parameters (read-only; `ros2 param describe` shows each one's text and range): the fields of
 egomimic_policy.rollout.config.RolloutConfig (top level), ExecutorConfig (`executor.*`),
-ScriptedMotionConfig and ScriptedChunkConfig (`scripted.*`) and RemoteConfig (`remote.*`).
+ScriptedMotionConfig and ScriptedChunkConfig (`scripted.*`), ExpertConfig (`expert.*`) and
+RemoteConfig (`remote.*`).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from egomimic_nodes.outbox import Outbox
 from egomimic_nodes.params import declare_config
 from egomimic_nodes.spin import lower_this_thread, run_node
 from egomimic_nodes.taken import TakenSubscriptions
+from egomimic_policy.expert import ExpertChunkPolicy, ExpertConfig
 from egomimic_policy.interface import Observation
 from egomimic_policy.loading import choose_device, load_policy
 from egomimic_policy.remote.client import RemoteConfig
@@ -98,6 +102,7 @@ class PolicyNode(Node):
         (ExecutorConfig, "executor.", ("rate_hz",)),
         (ScriptedChunkConfig, "scripted.", ()),
         (ScriptedMotionConfig, "scripted.", ()),
+        (ExpertConfig, "expert.", ()),
         (RemoteConfig, "remote.", ("address", "rate_hz")),
     )
     """What --help lists (declared in __init__; the skipped fields come from other parameters)."""
@@ -113,6 +118,7 @@ class PolicyNode(Node):
         self.executor_config = declare_config(self, ExecutorConfig, prefix="executor.", rate_hz=rate_hz)
         motion = declare_config(self, ScriptedMotionConfig, prefix="scripted.")
         remote = declare_config(self, RemoteConfig, prefix="remote.", address=RemoteConfig.address, rate_hz=rate_hz)
+        expert = declare_config(self, ExpertConfig, prefix="expert.")
 
         self.policy = load_policy(
             config.policy,
@@ -123,6 +129,7 @@ class PolicyNode(Node):
             device=device,
             remote=remote,
             scripted=ScriptedChunkPolicy(motion, chunk_length=chunking.chunk_length, rate_hz=rate_hz),
+            expert=ExpertChunkPolicy(expert, rate_hz=rate_hz) if config.policy.strip() == "expert" else None,
         )
         spec = self.policy.spec
         if abs(spec.rate_hz - rate_hz) > 1e-6:
