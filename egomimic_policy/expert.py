@@ -39,7 +39,7 @@ from egomimic_hw.errors import ConfigError
 from egomimic_hw.rotations import quat_angle, quat_rotate_toward
 from egomimic_hw.sim_task import APPROACH_HEIGHT_M, TargetBox, place_target
 from egomimic_policy.interface import Chunk, Observation, PolicySpec
-from egomimic_policy.scripted import SCRIPTED_ACTION_LAYOUT
+from egomimic_policy.scripted import SCRIPTED_ACTION_LAYOUT, sampled_chunk
 
 SMOOTHSTEP_PEAK_RATE = 1.5
 """Peak of d/dx (3x^2 - 2x^3): a smoothstep segment of length D in T peaks at 1.5 D / T."""
@@ -198,18 +198,4 @@ class ExpertChunkPolicy:
                 {Arm.LEFT: observation.left_gripper, Arm.RIGHT: observation.right_gripper},
             )
             self._anchor_ns = observation.stamp_ns
-        n = self.spec.chunk_length
-        poses = {arm: np.empty((n, 7)) for arm in ARMS}
-        grippers = {arm: np.empty(n) for arm in ARMS}
-        t0_s = (observation.stamp_ns - self._anchor_ns) * 1e-9
-        for i in range(n):
-            for arm, (pose, gripper) in self.plan.sample(t0_s + i * self.period_s).items():
-                poses[arm][i], grippers[arm][i] = pose, gripper
-        return Chunk(
-            observation_stamp_ns=observation.stamp_ns,
-            period_s=self.period_s,
-            left_pose=poses[Arm.LEFT],
-            right_pose=poses[Arm.RIGHT],
-            left_gripper=grippers[Arm.LEFT],
-            right_gripper=grippers[Arm.RIGHT],
-        )
+        return sampled_chunk(self.plan.sample, observation, self._anchor_ns, self.spec.chunk_length, self.period_s)

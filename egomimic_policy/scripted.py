@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -108,6 +109,32 @@ class ScriptedMotion:
         return out
 
 
+def sampled_chunk(
+    sample: Callable[[float], Mapping[Arm, tuple[np.ndarray, float]]],
+    observation: Observation,
+    anchor_ns: int,
+    rows: int,
+    period_s: float,
+) -> Chunk:
+    """The chunk answering `observation` from a motion defined in time: row i is
+    `sample(t)` at t = (observation stamp - anchor) + i * period, per arm (pose (7,), gripper).
+    Time-anchored, so a query made late still answers the rows of its own stamp."""
+    poses = {arm: np.empty((rows, 7)) for arm in ARMS}
+    grippers = {arm: np.empty(rows) for arm in ARMS}
+    t0_s = (observation.stamp_ns - anchor_ns) * 1e-9
+    for i in range(rows):
+        for arm, (pose, gripper) in sample(t0_s + i * period_s).items():
+            poses[arm][i], grippers[arm][i] = pose, gripper
+    return Chunk(
+        observation_stamp_ns=observation.stamp_ns,
+        period_s=period_s,
+        left_pose=poses[Arm.LEFT],
+        right_pose=poses[Arm.RIGHT],
+        left_gripper=grippers[Arm.LEFT],
+        right_gripper=grippers[Arm.RIGHT],
+    )
+
+
 class ScriptedChunkPolicy:
     """The scripted motion as a ChunkPolicy: needs no cameras, answers in microseconds."""
 
@@ -151,18 +178,4 @@ class ScriptedChunkPolicy:
                 {Arm.LEFT: observation.left_gripper, Arm.RIGHT: observation.right_gripper},
             )
             self._anchor_ns = observation.stamp_ns
-        n = self.spec.chunk_length
-        poses = {arm: np.empty((n, 7)) for arm in ARMS}
-        grippers = {arm: np.empty(n) for arm in ARMS}
-        t0_s = (observation.stamp_ns - self._anchor_ns) * 1e-9
-        for i in range(n):
-            for arm, (pose, gripper) in self._motion.sample(t0_s + i * self.period_s).items():
-                poses[arm][i], grippers[arm][i] = pose, gripper
-        return Chunk(
-            observation_stamp_ns=observation.stamp_ns,
-            period_s=self.period_s,
-            left_pose=poses[Arm.LEFT],
-            right_pose=poses[Arm.RIGHT],
-            left_gripper=grippers[Arm.LEFT],
-            right_gripper=grippers[Arm.RIGHT],
-        )
+        return sampled_chunk(self._motion.sample, observation, self._anchor_ns, self.spec.chunk_length, self.period_s)
