@@ -76,3 +76,61 @@ def test_the_middleware_threads_are_raised_to_the_control_tier_and_the_rest_stay
     assert int(main) == stack, "the node's own (main) thread keeps the stack tier"
     assert f"{len(dds)} middleware thread(s) at niceness {control}" in did
     assert again == "''", "nothing left to raise"
+
+
+TEARDOWN_CHILD = """
+import os, signal, sys, threading, time
+import rclpy
+from rclpy.node import Node
+from egomimic_nodes import spin
+
+class Node_(Node):
+    def __init__(self):
+        super().__init__("teardown_test", start_parameter_services=False)
+        self.exited = False
+        print("ready", flush=True)
+
+    def on_exit(self):
+        time.sleep(0.3)  # the node's own exit work runs to its end, whatever the deadline
+        print("on_exit done", flush=True)
+
+    def destroy_node(self):
+        t0 = time.monotonic()
+        if BLOCK:
+            threading.Event().wait()  # a writer stuck in a dead subscriber's port
+        super().destroy_node()
+        print(f"destroyed in {(time.monotonic() - t0) * 1e3:.1f} ms", flush=True)
+
+BLOCK = sys.argv[1] == "block"
+spin.TEARDOWN_DEADLINE_S = 0.5
+signal.signal(signal.SIGALRM, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
+signal.setitimer(signal.ITIMER_REAL, 1.0)
+t0 = time.monotonic()
+code = spin.run_node(Node_, ["node", "--ros-args"])
+print(f"returned {code} after {time.monotonic() - t0:.2f} s", flush=True)
+"""
+
+
+@pytest.mark.parametrize("block", [False, True])
+def test_a_blocked_teardown_ends_the_process_at_its_deadline_after_on_exit(block):
+    """The node's on_exit always finishes; a middleware teardown stuck for good (a publish into
+    the port of a subscriber that died holding it) is cut at TEARDOWN_DEADLINE_S with the code
+    the node would have exited with, and says so; an unblocked one never meets the guard."""
+    import subprocess
+    import sys
+    import time
+
+    t0 = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-c", TEARDOWN_CHILD, "block" if block else "free"], capture_output=True, text=True, timeout=60
+    )
+    took = time.monotonic() - t0
+    assert out.returncode == 0, out.stderr
+    assert "on_exit done" in out.stdout, out.stdout
+    if block:
+        assert "did not finish within 0.5 s" in out.stderr, out.stderr
+        assert "returned" not in out.stdout and "destroyed" not in out.stdout, out.stdout
+    else:
+        assert "did not finish" not in out.stderr, out.stderr
+        assert "destroyed in" in out.stdout and "returned 0" in out.stdout, out.stdout
+    assert took < 30, f"the child took {took:.1f} s"
