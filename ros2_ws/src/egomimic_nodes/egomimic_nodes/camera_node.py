@@ -48,6 +48,7 @@ from geometry_msgs.msg import PoseStamped
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.serialization import serialize_message
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 
 from egomimic_hw.cameras.backends import open_camera
@@ -185,7 +186,9 @@ class _Stream:
             if self.pub_compressed is not None:
                 self.compressed.header.stamp = ns_to_stamp(capture_ns)
                 self.compressed.data = simplejpeg.encode_jpeg(rgb, quality=self.jpeg_quality, colorspace="RGB")
-                self.pub_compressed.publish(self.compressed)
+                sent = publish_serialized(self.pub_compressed, serialize_message(self.compressed))
+                if not sent:
+                    raise RuntimeError("rcl refused the compressed image")
         except Exception as exc:  # noqa: BLE001 - a reliable writer can refuse under overload
             if not self.node.context.ok():  # shutting down: stop capturing quietly
                 self.node.stopping.set()
@@ -200,8 +203,12 @@ class _Stream:
             changed = report.state != self.last_state
             self.last_state = report.state
             self.last_health_ns = now_ns
+        # Without the GIL, like the images: rclpy's publish() keeps it while a subscriber's
+        # shared-memory port is locked (a process that died holding it: 1 s per push), and the
+        # node's other threads, its exit included, would stop with this one.
         try:
-            self.pub_health.publish(health_message(report, ns_to_stamp(now_ns)))
+            if not publish_serialized(self.pub_health, serialize_message(health_message(report, ns_to_stamp(now_ns)))):
+                self.publish_errors += 1
         except Exception:  # noqa: BLE001 - counted like image publish failures
             self.publish_errors += 1
         if changed:
