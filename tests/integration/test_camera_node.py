@@ -264,3 +264,30 @@ def test_the_arx5_yaml_names_the_head_cameras_device():
         "-r", "__node:=camera_front_1", "-p", "cameras:=[front_1]", "-p", "backend:=v4l2", "--params-file", str(config)
     )
     assert proc.returncode == 1 and f"cannot open '{device}'" in proc.stderr, proc.stderr
+
+
+def test_compressed_images_decode_to_the_raw_frames(node_process, ros_node):
+    """publish_compressed: a JPEG per frame on image_raw/compressed, stamped like its raw image,
+    that a standard decoder turns back into that image (within JPEG's loss)."""
+    import simplejpeg
+    from sensor_msgs.msg import CompressedImage
+
+    from egomimic_nodes import qos, topics
+
+    start_cameras(node_process, "-p", "backend:=synthetic", "-p", "publish_compressed:=true", "-p", "jpeg_quality:=90")
+    probe = Probe(ros_node)
+    jpegs = []
+    ros_node.create_subscription(
+        CompressedImage, topics.IMAGE_COMPRESSED.resolve(NS, cam="front_1"), jpegs.append, qos.SENSOR
+    )
+    assert wait_for(lambda: len(jpegs) >= 10 and all_ok(probe), 30.0), (len(jpegs), probe.latest_health("front_1"))
+    with probe.lock:
+        raw = {stamp_ns(m.header.stamp): m for _, m in probe.images["front_1"]}
+    matched = [(j, raw[stamp_ns(j.header.stamp)]) for j in list(jpegs) if stamp_ns(j.header.stamp) in raw]
+    assert matched, "no compressed frame has the stamp of a raw frame"
+    jpeg, image = matched[-1]
+    assert jpeg.format == "rgb8; jpeg compressed bgr8" and jpeg.header.frame_id == image.header.frame_id
+    decoded = simplejpeg.decode_jpeg(bytes(jpeg.data), colorspace="RGB")
+    original = np.frombuffer(image.data, np.uint8).reshape(image.height, image.width, 3)
+    assert decoded.shape == original.shape
+    assert np.mean(np.abs(decoded.astype(int) - original.astype(int))) < 4.0
