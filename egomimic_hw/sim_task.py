@@ -94,6 +94,11 @@ class TargetBox:
     depth_m: float = BOX_DEPTH_M
     height_m: float = BOX_HEIGHT_M
 
+    def describe(self) -> str:
+        """One line for logs: where the box stands and how wide it is."""
+        x, y, _ = self.centre_m
+        return f"at x {x:.3f} y {y:.3f} m, yaw {self.yaw_rad:+.2f} rad, width {self.width_m:.3f} m"
+
     def task_t_box(self) -> np.ndarray:
         c, s = np.cos(self.yaw_rad), np.sin(self.yaw_rad)
         t = np.eye(4)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -58,8 +58,10 @@ class ExpertConfig:
     task_seed: int = field(
         default=0,
         metadata={
-            "help": "the task's seed: where the box is (egomimic_hw.sim_task); the synthetic cameras need the same",
+            "help": "the task's seed: where the box is (egomimic_hw.sim_task); the synthetic cameras need the same; "
+            "settable at runtime (a new trial: then call policy/reset)",
             "range": (0, 2**31 - 1),
+            "runtime": True,
         },
     )
     speed_m_s: float = field(
@@ -188,6 +190,15 @@ class ExpertChunkPolicy:
     def reset(self) -> None:
         """Start the task over from the next observation's pose."""
         self.plan = None
+
+    def set_task_seed(self, task_seed: int) -> TargetBox:
+        """Go for the box of `task_seed` from the next plan on (a new trial); returns it. The
+        plan in progress is dropped; the policy node's policy/reset also clears its queue."""
+        target = place_target(task_seed)
+        self.config = replace(self.config, task_seed=int(task_seed))
+        self.target = target
+        self.plan = None
+        return target
 
     def infer(self, observation: Observation) -> Chunk:
         if self.plan is None:

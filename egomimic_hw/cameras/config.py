@@ -72,13 +72,12 @@ class CameraNodeConfig:
         default=-1,
         metadata={
             "help": "synthetic: show the simulated task's box placed from this seed (egomimic_hw.sim_task; "
-            "the expert policy takes the same seed); -1 = no task",
+            "the expert policy takes the same seed); -1 = no task; settable at runtime (a new trial)",
             "range": (-1, 2**31 - 1),
+            "runtime": True,
         },
     )
-    inject_fault: str = field(
-        default="", metadata={"help": SPEC_HELP + " (the only parameter settable at runtime)", "runtime": True}
-    )
+    inject_fault: str = field(default="", metadata={"help": SPEC_HELP + " (settable at runtime)", "runtime": True})
     """The fault at start; the node applies later values of the parameter as they come."""
 
     def __post_init__(self) -> None:

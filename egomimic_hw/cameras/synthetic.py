@@ -24,6 +24,7 @@ frame skips ahead instead of bursting) and stamps each frame when it is rendered
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from typing import Protocol
 
@@ -227,10 +228,26 @@ class SyntheticCamera:
         self._clock_ns = clock_ns
         self._pacer = Pacer(rate_hz)
         self._index = 0
+        self._new_target: tuple[SceneBox | None] | None = None
+        self._target_lock = threading.Lock()
+
+    @property
+    def target(self) -> SceneBox | None:
+        return self._scene.target
+
+    def set_target(self, target: SceneBox | None) -> None:
+        """Show `target` (None: no box) from the next frame on. Safe from any thread: the box is
+        placed by the capture thread before it renders, never under a frame being published."""
+        with self._target_lock:
+            self._new_target = (target,)
 
     def read(self, timeout_s: float) -> Frame | None:
         if not self._pacer.wait(timeout_s):
             return None
+        with self._target_lock:
+            new, self._new_target = self._new_target, None
+        if new is not None:
+            self._scene.target = new[0]
         image = self._scene.render(self._ee_positions(), self._index)
         frame = Frame(image, self._clock_ns(), self._index)
         self._index += 1

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from egomimic_hw.description import CONTROL_RATE_HZ, JOINTS_PER_ARM, VALUES_PER_ARM, X5_LIMITS, Arm, GripperCalibration
-from egomimic_hw.driver.base import ArmController, ArmReading
+from egomimic_hw.driver.base import ArmController, ArmReading, home_pose
 from egomimic_hw.driver.joint_order import in_arm_order
 from egomimic_hw.errors import ConfigError
 from egomimic_hw.kinematics import ArmKinematics
@@ -260,11 +260,13 @@ class ArmDriver:
         self._ctrl.close()
 
     def home(self, now_s: float, duration_s: float = 3.0) -> str:
-        """Drive to the all-zero home pose over `duration_s` (operator-authorized only)."""
+        """Drive to the home pose over `duration_s` (operator-authorized only): all joints at zero
+        on the hardware, the start pose in simulation (base.home_pose)."""
         if self.fault:
             return f"refused: controller fault latched: {self.fault}"
         reading = self._ctrl.read(now_s)
-        self._ctrl.command(np.zeros(JOINTS_PER_ARM), reading.gripper_m, now_s, duration_s)
+        joints, gripper_m = home_pose(self._ctrl)
+        self._ctrl.command(joints, reading.gripper_m if gripper_m is None else gripper_m, now_s, duration_s)
         self._last_command_s = now_s + duration_s  # the watchdog starts after the move's end
         self._holding = False
         return f"homing over {duration_s:.1f} s"

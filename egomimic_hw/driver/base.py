@@ -13,6 +13,8 @@ from typing import Protocol
 
 import numpy as np
 
+from egomimic_hw.description import JOINTS_PER_ARM
+
 
 @dataclass(frozen=True)
 class ArmReading:
@@ -41,3 +43,12 @@ class ArmController(Protocol):
 
     def close(self) -> None:
         """Release the hardware (the SDK goes to damping)."""
+
+
+def home_pose(controller: ArmController) -> tuple[np.ndarray, float | None]:
+    """Where `home` drives an arm: the controller's `home_joints_rad` / `home_gripper_m` when it
+    names them (the simulated arm: its start pose, where a simulated trial begins), else the
+    SDK's home, all joints at zero, with the gripper left where it is (None)."""
+    joints = getattr(controller, "home_joints_rad", None)
+    gripper = getattr(controller, "home_gripper_m", None)
+    return (np.zeros(JOINTS_PER_ARM) if joints is None else np.asarray(joints, float)), gripper

@@ -108,6 +108,15 @@ class SimArx5Controller:
         """Substeps in which the speed or position clip changed the output (what the SDK did)."""
         self._gain: dict[float, float] = {}  # first-order tracking gain per substep length
 
+    @property
+    def home_joints_rad(self) -> np.ndarray:
+        """`home` brings the simulated arm back to where it started (a new simulated trial)."""
+        return np.asarray(self.config.initial_joints_rad, float)
+
+    @property
+    def home_gripper_m(self) -> float:
+        return float(self.config.initial_gripper_m)
+
     # -- SDK-like API -------------------------------------------------------------------------
     def command(self, joints_rad, gripper_m: float, now_s: float, preview_s: float) -> None:
         target = np.append(np.asarray(joints_rad, dtype=float), float(gripper_m))

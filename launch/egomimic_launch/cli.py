@@ -90,7 +90,28 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
         help="a gate status or driver joint_states stream silent this long is a dead node "
         f"(safe stop; default {HEARTBEAT_TIMEOUT_S})",
     )
+    parser.add_argument(
+        "--trials",
+        metavar="SEEDS",
+        help="run trials of the simulated box task instead of a timed run, one per seed (a:b or 3,5,9), "
+        "in this one graph: each homes the arms, sets the box, resets the policy, arms, and ends on "
+        "success, a gate HOLD or --trial-timeout (egomimic_launch.trials); needs task_seed:= and the "
+        "synthetic cameras; with record:=true each trial is one episode",
+    )
+    parser.add_argument(
+        "--trial-timeout", type=float, default=20.0, metavar="S", help="seconds per trial after arming (default 20)"
+    )
+    parser.add_argument("--trials-json", type=Path, help="write the trials' results as JSON here")
     ns = parser.parse_args(argv)
+    if ns.trials:
+        from egomimic_launch.trials import parse_seeds
+
+        try:
+            ns.trial_seeds = parse_seeds(ns.trials)
+        except ValueError as exc:
+            parser.error(str(exc))
+        if not ns.trial_timeout > 0:
+            parser.error("--trial-timeout must be > 0")
     overrides = {}
     for item in ns.launch_args:
         if ":=" not in item:
@@ -189,6 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     except LaunchArgumentError as exc:
         safe_print(f"egomimic-launch: {exc}", err=True)
         return EXIT_USAGE
+    if ns.trials:
+        for spec in graph.nodes:
+            if spec.name == "recorder":
+                spec.parameters["auto_start"] = False  # one episode per trial, opened by the runner
     env = apply_to_this_process()
     run_dir = ns.run_dir or Path(tempfile.mkdtemp(prefix=f"egomimic-{datetime.now(UTC):%Y%m%d-%H%M%S}-"))
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -217,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         client.close()
         return EXIT_ALREADY_RUNNING
+    if ns.trials and int(graph.args.get("task_seed", "-1")) < 0:
+        safe_print("egomimic-launch: --trials needs task_seed:= (the first trial's box)", err=True)
+        client.close()
+        return EXIT_USAGE
     launcher = Launcher(graph, run_dir, echo=not ns.quiet)
     heartbeats = Heartbeats(client.node, graph)
     policy = graph.args.get("policy")
@@ -225,14 +254,16 @@ def main(argv: list[str] | None = None) -> int:
             client.node,
             graph.namespace,
             scripted=policy == "scripted",
-            expect_armed=graph.auto_arm and policy != "none",
-            expect_episode=graph.args.get("record") == "true",
+            # Trials hold, fail and re-arm by design: their table is the verdict, not these checks.
+            expect_armed=graph.auto_arm and policy != "none" and not ns.trials,
+            expect_episode=graph.args.get("record") == "true" and not ns.trials,
             task_seed=int(graph.args.get("task_seed", "-1")),
-            expect_task=policy == "expert" and graph.auto_arm,
+            expect_task=policy == "expert" and graph.auto_arm and not ns.trials,
         )
-        if ns.summary
+        if ns.summary or ns.trials
         else None
     )
+    trials_thread, trials_out = None, []
     if graph.args.get("realtime") == "true":
         from egomimic_nodes.spin import raise_middleware_threads
 
@@ -280,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
             safe_print(f"[launch] all {len(graph.nodes)} nodes up")
             if monitor:
                 monitor.begin(t_up)
+            if ns.trials and monitor:
+                trials_thread = _start_trials(ns, graph, client, monitor, launcher, trials_out)
             kill_spec = _parse_kill(ns.kill_after)
             deadline = time.monotonic() + ns.duration if ns.duration > 0 else None
             t_start = time.monotonic()
@@ -312,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
                 if deadline and time.monotonic() >= deadline:
                     launcher.stop_reason = f"duration {ns.duration:.0f} s elapsed"
                     break
+                if trials_thread is not None and not trials_thread.is_alive():
+                    launcher.stop_reason = f"{len(trials_out)} trials done"
+                    break
         if monitor and t_up:
             monitor.end(time.time())
         if exit_code == EXIT_OK and not launcher.dead_node:
@@ -323,11 +359,48 @@ def main(argv: list[str] | None = None) -> int:
         if launcher.killed_any or launcher.dead_node:
             clean_shared_memory(env)
     safe_print(f"[launch] stopped: {launcher.stop_reason or 'done'}")
+    if ns.trials:
+        from egomimic_launch.trials import TrialsReport
+
+        report = TrialsReport(str(graph.args.get("policy")), trials_out)
+        for line in report.lines():
+            safe_print(line)
+        if ns.trials_json:
+            report.write(ns.trials_json)
+        if exit_code == EXIT_OK and len(trials_out) < len(ns.trial_seeds):
+            exit_code = EXIT_LOOP_DID_NOT_RUN
     if monitor and t_up:
         verdict_ok = monitor.report(launcher, run_dir, ns.summary_json)
         if exit_code == EXIT_OK and not verdict_ok:
             exit_code = EXIT_LOOP_DID_NOT_RUN
     return exit_code
+
+
+def _start_trials(ns, graph, client, monitor, launcher, out: list) -> threading.Thread:
+    """The trials in a thread of their own; the main loop goes on supervising the graph."""
+    from egomimic_launch.trials import TrialRunner
+
+    runner = TrialRunner(
+        client,
+        monitor.obs,
+        graph.namespace,
+        ns.trial_seeds,
+        expert=graph.args.get("policy") == "expert",
+        record=graph.args.get("record") == "true",
+        timeout_s=ns.trial_timeout,
+        stopped=launcher.stop_event.is_set,
+        log=safe_print,
+    )
+
+    def run() -> None:
+        try:
+            runner.run(out)
+        except Exception as exc:  # noqa: BLE001 - the launcher stops the graph and reports
+            safe_print(f"[trials] stopped by an error: {type(exc).__name__}: {exc}", err=True)
+
+    thread = threading.Thread(target=run, name="trials", daemon=True)
+    thread.start()
+    return thread
 
 
 def _parse_kill(spec: str | None):

@@ -181,6 +181,15 @@ class GraphObserver:
             if self.task.succeeded and not done:
                 self.task_success_s = t
 
+    def measured_positions(self):
+        """(2, 3) newest measured link6 positions, left then right (None before both are seen);
+        call with `lock` held."""
+        if len(self._meas_now) < len(ARMS):
+            return None
+        import numpy as np
+
+        return np.array([self._meas_now[arm.value] for arm in ARMS], dtype=float)
+
     def _meas_cb(self, arm: str):
         def cb(msg: PoseStamped) -> None:
             t = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9

@@ -89,6 +89,18 @@ class LauncherClient:
             return False, f"{service}: no answer within {timeout_s} s"
         return bool(result.success), result.message
 
+    def set_parameter(self, node_fqn: str, name: str, value, timeout_s: float = 2.0) -> tuple[bool, str]:
+        """Set one parameter of a running node (what `ros2 param set` does); (ok, why not)."""
+        from rcl_interfaces.srv import SetParameters
+        from rclpy.parameter import Parameter
+
+        request = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
+        result = self._call(SetParameters, f"{node_fqn}/set_parameters", request, timeout_s)
+        if result is None:
+            return False, f"{node_fqn}/set_parameters: no answer within {timeout_s} s"
+        outcome = result.results[0]
+        return bool(outcome.successful), outcome.reason
+
     def lifecycle_transition(self, fqn: str, transition_id: int, timeout_s: float = 10.0) -> bool:
         req = ChangeState.Request()
         req.transition.id = transition_id

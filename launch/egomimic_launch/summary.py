@@ -156,7 +156,7 @@ class RunMonitor:
             else:
                 outcome = f"not reached in {task.steps} control steps"
             lines.append(
-                f"task {TASK_NAME} seed {self.task_seed}: {outcome}; last distance to the grasp points "
+                f"task {TASK_NAME} seed {task.target.seed}: {outcome}; last distance to the grasp points "
                 f"left {left:.1f} mm, right {right:.1f} mm (tolerance {task.tolerance_m * 1e3:.0f} mm)"
             )
             if self.expect_task:
@@ -244,7 +244,7 @@ class RunMonitor:
                         "task": None
                         if o.task is None
                         else {
-                            "seed": self.task_seed,
+                            "seed": o.task.target.seed,
                             "succeeded": o.task.succeeded,
                             "success_step": o.task.success_step,
                             "steps": o.task.steps,

@@ -223,8 +223,7 @@ def test_killed_remote_server_drains_stops_and_reconnects(node_process, ros_node
 
     server = start_server()
     try:
-        time.sleep(1.0)
-        node_process(
+        node_process(  # connects when the server is up (remote.connect_timeout_s)
             "egomimic_nodes.policy_node",
             "-r",
             "__ns:=/eva",

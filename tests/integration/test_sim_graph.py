@@ -1,5 +1,6 @@
 """The whole simulated EVA graph as real processes over DDS, started by egomimic-launch."""
 
+import numpy as np
 import pytest
 
 from .conftest import run_launch
@@ -114,3 +115,42 @@ def test_a_node_that_stops_answering_is_a_dead_node(tmp_path):
     out = "".join(lines)
     assert "required node safety_gate stopped answering" in out, out[-3000:]
     print(f"frozen gate detected {detected_s:.2f} s after SIGSTOP")
+
+
+def test_trials_reset_the_task_in_one_graph_and_record_one_episode_each(tmp_path):
+    """`--trials`: between two trials the arms go home, the cameras draw the next seed's box,
+    the expert goes for it and the policy is reset; each trial is judged on the measured poses
+    and grippers, and with record:=true each is one committed episode (no auto-started one)."""
+    import json
+
+    from egomimic_data.episode_format import EpisodeReader
+
+    episodes = tmp_path / "episodes"
+    trials_json = tmp_path / "trials.json"
+    rc, summary, out = run_launch(
+        tmp_path,
+        "policy:=expert",
+        "task_seed:=3",
+        "record:=true",
+        f"record_dir:={episodes}",
+        "--trials",
+        "3,4",
+        "--trials-json",
+        str(trials_json),
+        timeout_s=180,
+    )
+    assert rc == 0, out[-3000:]
+    report = json.loads(trials_json.read_text())
+    assert report["seeds"] == [3, 4] and report["successes"] == 2, (report, out[-3000:])
+    for result in report["results"]:
+        assert result["recorded"] and result["rejected"] == 0, result
+        assert max(result["final_errors_mm"].values()) <= 20.0, result
+    stores = sorted(episodes.glob("*.zarr"))
+    assert len(stores) == 2, [p.name for p in stores]
+    starts = []
+    for store in stores:
+        reader = EpisodeReader(store)
+        assert reader.data_status == "complete" and len(reader) > 150, (store, reader.data_status, len(reader))
+        starts.append(reader.image("front_1", 0))
+    # the head camera saw two different boxes: the first frames differ where the box stands
+    assert float(np.mean(np.abs(starts[0].astype(int) - starts[1].astype(int)))) > 1.0

@@ -277,3 +277,31 @@ def test_head_camera_draws_each_arm_where_it_projects():
         ys, xs = np.nonzero(np.all(image == np.array(MARKER_COLOURS[arm], np.uint8), axis=-1))
         assert abs(xs.mean() - u) <= 0.6 and abs(ys.mean() - v) <= 0.6, (arm, xs.mean(), u, ys.mean(), v)
         assert abs(xs.size / (np.pi * radius**2) - 1.0) < 0.05, (arm, xs.size, radius)
+
+
+def test_synthetic_box_changes_at_run_time_from_the_next_frame():
+    """set_target (the camera node's task_seed parameter, a new trial) places another box from
+    the next frame on, and None removes it; the frame in the caller's hands is never redrawn."""
+    from egomimic_hw.sim_task import place_target
+
+    ee = {arm: np.array([0.3, 0.0, 0.3]) for arm in ARMS}
+    cam = open_camera("synthetic", CameraSource("front_1", rate_hz=100.0, task_seed=1), ee_positions=lambda: ee)
+    try:
+        box1 = cam.read(1.0).image.copy()
+        held = cam.read(1.0).image
+        before = held.copy()
+        cam.set_target(place_target(2))
+        assert np.array_equal(held, before), "set_target drew into the frame being published"
+        box2 = cam.read(1.0).image.copy()
+        cam.set_target(None)
+        none = cam.read(1.0).image.copy()
+        cam.set_target(place_target(1))
+        again = cam.read(1.0).image.copy()
+    finally:
+        cam.close()
+
+    def differ(a, b):  # rows below the time code, which changes every frame
+        return float(np.mean(np.any(a[8:] != b[8:], axis=-1)))
+
+    assert differ(box1, box2) > 0.005 and differ(box1, none) > 0.005 and differ(box2, none) > 0.005
+    assert differ(box1, again) == 0.0, "the same seed draws the same box"

@@ -97,3 +97,26 @@ def test_a_refusal_decided_before_the_values_is_counted_as_received_and_holds(dr
     assert c.refusals["gate_not_armed"] == 1 and d.refusal == "the gate is not commanding (state 0)"
     assert d.tick(0.03).holding, "a refused stream is no longer trusted: the arm holds where it is"
     assert np.allclose(ctrl.targets[-1], d.tick(0.03).reading.joints_rad, atol=1e-3)
+
+
+def test_home_brings_the_simulated_arm_back_to_its_start_pose_and_gripper(driver):
+    """A new simulated trial starts where the first did: the sim's home is its start pose (the
+    hardware's is all-zero joints, base.home_pose), reached within the move's duration at the
+    arm's speed limits, and held there by the watchdog afterwards."""
+    from egomimic_hw.driver.base import home_pose
+
+    d, ctrl = driver
+    t = 0.0
+    for k in range(60):  # move away for 2 s, gripper closing
+        t = 0.01 + k / 30.0
+        d.on_command(np.append(START + np.r_[0.3, -0.2, 0.2, 0.0, 0.1, 0.0] * min(1.0, k / 45.0), 0.0), t)
+        d.tick(t)
+    away = d.tick(t).reading
+    assert np.max(np.abs(away.joints_rad - START)) > 0.15 and away.gripper_m < 0.02
+    assert d.home(t, duration_s=3.0) == "homing over 3.0 s"
+    for k in range(1, 121):
+        state = d.tick(t + k / 30.0)
+    assert np.allclose(state.reading.joints_rad, START, atol=2e-3), state.reading.joints_rad - START
+    assert state.reading.gripper_m == pytest.approx(SimConfig().initial_gripper_m, abs=1e-3)
+    joints, gripper = home_pose(object())  # a controller that names no home: the SDK's
+    assert np.array_equal(joints, np.zeros(6)) and gripper is None

@@ -181,3 +181,19 @@ def test_expert_is_a_chunk_policy_the_loader_builds_without_cameras():
     assert load_policy("expert").spec.extra["task_seed"] == "0"
     assert choose_device("expert", "cuda") == ("cuda", "")  # no model, no torch
     assert ExpertChunkPolicy(ExpertConfig(task_seed=1)).spec.fingerprint != ExpertChunkPolicy().spec.fingerprint
+
+
+def test_a_new_task_seed_at_run_time_is_the_next_plan_s_box(kinematics):
+    """expert.task_seed set while running (a new trial): the next chunk goes for the new box,
+    from the pose the arm is at, as a fresh expert of that seed would."""
+    seeds = (4, 9)
+    poses = {arm: pose_ds_from_hw(kinematics[arm].forward(Q0)) for arm in ARMS}
+    grippers = dict.fromkeys(ARMS, 0.5)
+    moved = ExpertChunkPolicy(ExpertConfig(task_seed=seeds[0]))
+    moved.infer(_observation(0.0, poses, grippers))
+    assert moved.set_task_seed(seeds[1]) == place_target(seeds[1]) and moved.config.task_seed == seeds[1]
+    fresh = ExpertChunkPolicy(ExpertConfig(task_seed=seeds[1]))
+    a, b = moved.infer(_observation(5.0, poses, grippers)), fresh.infer(_observation(5.0, poses, grippers))
+    assert np.allclose(a.left_pose, b.left_pose) and np.allclose(a.right_pose, b.right_pose)
+    with pytest.raises(ConfigError):
+        moved.set_task_seed(-1)

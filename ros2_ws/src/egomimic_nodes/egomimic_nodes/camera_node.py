@@ -59,6 +59,7 @@ from egomimic_hw.cameras.health import CameraHealthMonitor, HealthConfig, Health
 from egomimic_hw.cameras.processing import FrameShaper
 from egomimic_hw.description import ARMS
 from egomimic_hw.errors import ConfigError
+from egomimic_hw.sim_task import target_for
 from egomimic_msgs.msg import CameraHealth
 from egomimic_nodes import diagnostics, topics
 from egomimic_nodes.msg_convert import ns_to_stamp, pose_to_array
@@ -301,8 +302,17 @@ class CameraNode(Node):
             return self._ee
 
     def _on_set_parameters(self, params) -> SetParametersResult:
-        new_fault = self.fault
+        """`inject_fault` and `task_seed` (synthetic cameras: the box of a new trial) apply at
+        once; every other parameter is read at start only."""
+        new_fault, new_seed = self.fault, None
         for p in params:
+            if p.name == "task_seed":
+                if self._backend_name != "synthetic":
+                    return SetParametersResult(
+                        successful=False, reason=f"task_seed needs the synthetic cameras (backend {self._backend_name})"
+                    )
+                new_seed = int(p.value)  # the declared range is checked by rclpy before this callback
+                continue
             if p.name != "inject_fault":
                 return SetParametersResult(successful=False, reason=f"{p.name} is read at start only; restart the node")
             try:
@@ -314,6 +324,11 @@ class CameraNode(Node):
         self.fault = new_fault
         for s in self._streams:
             s.backend.fault = new_fault
+        if new_seed is not None:
+            target = target_for(new_seed)
+            for s in self._streams:
+                s.backend.wrapped.set_target(target)
+            self.get_logger().info(f"task_seed {new_seed}: " + (f"box {target.describe()}" if target else "no box"))
         return SetParametersResult(successful=True)
 
     def _check_health(self) -> None:

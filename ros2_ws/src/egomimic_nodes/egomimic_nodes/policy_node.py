@@ -41,6 +41,7 @@ import time
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
@@ -119,6 +120,7 @@ class PolicyNode(Node):
         motion = declare_config(self, ScriptedMotionConfig, prefix="scripted.")
         remote = declare_config(self, RemoteConfig, prefix="remote.", address=RemoteConfig.address, rate_hz=rate_hz)
         expert = declare_config(self, ExpertConfig, prefix="expert.")
+        self._expert = ExpertChunkPolicy(expert, rate_hz=rate_hz) if config.policy.strip() == "expert" else None
 
         self.policy = load_policy(
             config.policy,
@@ -129,7 +131,7 @@ class PolicyNode(Node):
             device=device,
             remote=remote,
             scripted=ScriptedChunkPolicy(motion, chunk_length=chunking.chunk_length, rate_hz=rate_hz),
-            expert=ExpertChunkPolicy(expert, rate_hz=rate_hz) if config.policy.strip() == "expert" else None,
+            expert=self._expert,
         )
         spec = self.policy.spec
         if abs(spec.rate_hz - rate_hz) > 1e-6:
@@ -167,6 +169,7 @@ class PolicyNode(Node):
             self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos)
         )
         self.create_service(topics.POLICY_RESET.type, topics.POLICY_RESET.name, self._on_reset)
+        self.add_on_set_parameters_callback(self._on_set_parameters)
 
         self._period_ns = int(1e9 / rate_hz)
         # The model's observation window: one synchronized observation per control tick.
@@ -368,6 +371,19 @@ class PolicyNode(Node):
         return msg
 
     # ------------------------------------------------------------- services
+    def _on_set_parameters(self, params) -> SetParametersResult:
+        """`expert.task_seed` (policy:=expert) is the one parameter applied while running: the
+        box of a new trial (then call policy/reset). The others are declared read-only."""
+        for p in params:
+            if p.name != "expert.task_seed":
+                return SetParametersResult(successful=False, reason=f"{p.name} is read at start only; restart the node")
+            if self._expert is None:
+                return SetParametersResult(successful=False, reason="expert.task_seed applies only with policy:=expert")
+        for p in params:
+            target = self._expert.set_task_seed(int(p.value))
+            self.get_logger().info(f"expert.task_seed {int(p.value)}: box {target.describe()}")
+        return SetParametersResult(successful=True)
+
     def _on_reset(self, request, response):
         self.rollout.reset()
         self.history.clear()

@@ -54,8 +54,9 @@ class Service:
     name: str
     type: type
 
-    def resolve(self, namespace: str) -> str:
-        return f"/{namespace.strip('/')}/{self.name}".replace("//", "/")
+    def resolve(self, namespace: str, arm: Arm | str | None = None) -> str:
+        name = self.name.format(arm=Arm(arm).value) if arm is not None else self.name
+        return f"/{namespace.strip('/')}/{name}".replace("//", "/")
 
 
 IMAGE_RAW = Topic("cameras/{cam}/image_raw", Image, qos.SENSOR, CAMERA_RATE_HZ)
@@ -80,6 +81,8 @@ SAFETY_RESET = Service("safety/reset", Trigger)
 POLICY_RESET = Service("policy/reset", Trigger)
 RECORDER_START = Service("recorder/start", Trigger)
 RECORDER_STOP = Service("recorder/stop", Trigger)
+ARM_HOME = Service("{arm}/home", Trigger)
+"""A driver's operator action (not in the contract's table): drive the arm to its home pose."""
 
 TOPICS = (
     IMAGE_RAW,

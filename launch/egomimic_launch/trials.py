@@ -1,0 +1,289 @@
+"""Trials of the simulated box task in one running graph (`egomimic-launch ... --trials 100:120`).
+
+Why in one graph: starting the graph costs ~15 s, a trial ~10 s; twenty trials per policy fit
+in minutes only if the graph stays up and each trial resets what a new trial needs:
+
+1. the gate is disarmed (from HOLD or ESTOP: reset), so the arms hold where they are;
+2. both drivers drive their arms home (the simulated arm's start pose, `<arm>/home`), and the
+   runner waits until both measured positions have come to rest there;
+3. the cameras draw the box of the trial's seed (`task_seed`, a run-time parameter), and with
+   `policy:=expert` the expert goes for the same box (`expert.task_seed`);
+4. the policy is reset (`policy/reset`: queue and observation window cleared), so its first
+   command answers the homed arm and the new images;
+5. optionally an episode is opened (`recorder/start`, with `record:=true`);
+6. the gate is armed; the trial runs until the task succeeds (egomimic_hw.sim_task.TaskSuccess,
+   fed by the run monitor per policy action from the measured poses and grippers), the gate
+   holds, or `timeout_s` passes; then the gate is disarmed and the episode committed.
+
+Every trial is judged the same way whatever the policy: the gate's own state and counts, the
+measured poses. A policy that the gate refuses to arm (its first command far from the arm)
+fails its trial with the gate's reason.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+GATE_DISARMED, GATE_ARMED, GATE_HOLD, GATE_ESTOP = 0, 2, 3, 4
+HOME_SETTLE_MM = 1.0
+"""Both measured link6 positions moved less than this over HOME_SETTLE_S: the arms are home."""
+HOME_SETTLE_S = 0.3
+HOME_TIMEOUT_S = 8.0
+"""The drivers' home move takes 3 s; past this the trial is not run (the arm did not get home)."""
+ARM_TIMEOUT_S = 5.0
+RECORD_START_TIMEOUT_S = 2.0
+"""recorder/start is retried this long after arming, until the commanded joints are live."""
+SUCCESS_MARGIN_S = 0.2
+"""Keep running this long after success (the recorded episode shows the grasp held)."""
+
+
+def parse_seeds(text: str) -> list[int]:
+    """`a:b` (b excluded), or a comma list `3,5,9`."""
+    text = text.strip()
+    try:
+        if ":" in text:
+            a, b = (int(x) for x in text.split(":", 1))
+            seeds = list(range(a, b))
+        else:
+            seeds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--trials {text!r}: expected a:b or a comma list of seeds") from None
+    if not seeds or min(seeds) < 0:
+        raise ValueError(f"--trials {text!r}: need at least one seed, all >= 0")
+    return seeds
+
+
+@dataclass
+class TrialResult:
+    seed: int
+    success: bool
+    outcome: str
+    """success | hold: <gate detail> | timeout | not armed: <why> | not homed | aborted"""
+    success_after_s: float | None = None
+    """From the gate's ARMED to the latched success."""
+    duration_s: float = 0.0
+    final_errors_mm: dict[str, float] = field(default_factory=dict)
+    forwarded: int = 0
+    rejected: int = 0
+    recorded: bool = False
+
+
+@dataclass
+class TrialsReport:
+    policy: str
+    trials: list[TrialResult]
+
+    @property
+    def successes(self) -> int:
+        return sum(t.success for t in self.trials)
+
+    def lines(self) -> list[str]:
+        out = [f"[trials] policy {self.policy}: {self.successes}/{len(self.trials)} succeeded"]
+        for t in self.trials:
+            errs = " ".join(f"{a} {e:.1f}" for a, e in t.final_errors_mm.items())
+            when = f" at {t.success_after_s:.1f} s" if t.success_after_s is not None else ""
+            out.append(
+                f"[trials]   seed {t.seed:4d}: {t.outcome}{when}; final error mm {errs or '-'}; "
+                f"forwarded {t.forwarded}, rejected {t.rejected}"
+            )
+        return out
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        body = {
+            "policy": self.policy,
+            "successes": self.successes,
+            "trials": len(self.trials),
+            "success_rate": self.successes / len(self.trials) if self.trials else 0.0,
+            "seeds": [t.seed for t in self.trials],
+            "results": [asdict(t) for t in self.trials],
+        }
+        path.write_text(json.dumps(body, indent=1) + "\n")
+
+
+class TrialRunner:
+    """Runs the trials against a running graph through `client` (LauncherClient: services and
+    parameters) and `observer` (the run monitor's GraphObserver: gate status, measured poses,
+    the task's success). `stopped()` ends the series early (the launcher is stopping)."""
+
+    def __init__(
+        self,
+        client,
+        observer,
+        namespace: str,
+        seeds: Sequence[int],
+        *,
+        expert: bool,
+        record: bool,
+        timeout_s: float,
+        stopped: Callable[[], bool],
+        log: Callable[[str], None] = print,
+    ):
+        from egomimic_nodes import topics
+
+        self.client, self.obs, self.ns = client, observer, "/" + namespace.strip("/")
+        self.seeds = list(seeds)
+        self.expert, self.record, self.timeout_s = expert, record, timeout_s
+        self.stopped, self.log = stopped, log
+        self.topics = topics
+
+    # -- one trial ---------------------------------------------------------------------------------
+    def run(self, results: list[TrialResult] | None = None) -> list[TrialResult]:
+        """Every seed in turn (appended to `results` as each ends); the gate is left disarmed."""
+        results = [] if results is None else results
+        for i, seed in enumerate(self.seeds):
+            if self.stopped():
+                break
+            result = self.trial(seed)
+            results.append(result)
+            self.log(
+                f"[trials] {i + 1}/{len(self.seeds)} seed {seed}: {result.outcome}"
+                + (f" after {result.success_after_s:.1f} s" if result.success_after_s is not None else "")
+            )
+        self._disarm()
+        return results
+
+    def trial(self, seed: int) -> TrialResult:
+        from egomimic_hw.description import ARMS
+        from egomimic_hw.sim_task import TaskSuccess, place_target
+
+        t = self.topics
+        self._disarm()
+        for arm in ARMS:
+            ok, msg = self.client.trigger(t.ARM_HOME.resolve(self.ns, arm=arm))
+            if not ok:
+                return TrialResult(seed, False, f"not homed: {arm.value}: {msg}")
+        if not self._wait_home():
+            return TrialResult(seed, False, f"not homed: the arms did not come to rest within {HOME_TIMEOUT_S:.0f} s")
+        for node, name in (("cameras", "task_seed"),) + ((("policy", "expert.task_seed"),) if self.expert else ()):
+            ok, why = self.client.set_parameter(f"{self.ns}/{node}", name, int(seed))
+            if not ok:
+                return TrialResult(seed, False, f"not set up: {node} {name}: {why}")
+        ok, msg = self.client.trigger(t.POLICY_RESET.resolve(self.ns))
+        if not ok:
+            return TrialResult(seed, False, f"not set up: policy/reset: {msg}")
+        task = TaskSuccess(place_target(seed))
+        recording = [False]
+        try:
+            return self._run_armed(seed, task, recording)
+        finally:
+            self._disarm()
+            if recording[0]:
+                ok, msg = self.client.trigger(t.RECORDER_STOP.resolve(self.ns), timeout_s=10.0)
+                if not ok:
+                    self.log(f"[trials] seed {seed}: recorder/stop: {msg}")
+
+    def _run_armed(self, seed: int, task, recording: list[bool]) -> TrialResult:
+        base = self._gate_counts()
+        ok, msg = self._arm()
+        if not ok:
+            return TrialResult(seed, False, f"not armed: {msg}")
+        with self.obs.lock:
+            self.obs.task = task  # fed from here on, per policy action
+            self.obs.task_first_action_s = self.obs.task_success_s = None
+        t_armed = time.monotonic()
+        if self.record:
+            # The recorder opens an episode only once every stream is live, the commanded joints
+            # included, which flow only while the gate is armed: the episode starts here.
+            recording[0] = self._start_recording(seed)
+        recorded = recording[0]
+        outcome, success_after = "timeout", None
+        while True:
+            time.sleep(0.05)
+            now = time.monotonic()
+            with self.obs.lock:
+                status = self.obs.gate_status
+                done = task.succeeded
+            if done and success_after is None:
+                success_after = now - t_armed
+            if success_after is not None and now - t_armed >= success_after + SUCCESS_MARGIN_S:
+                outcome = "success"
+                break
+            if status is not None and status.state in (GATE_HOLD, GATE_ESTOP):
+                outcome = f"{'hold' if status.state == GATE_HOLD else 'estop'}: {status.reason}: {status.detail}"
+                break
+            if now - t_armed >= self.timeout_s:
+                break
+            if self.stopped():
+                outcome = "aborted"
+                break
+        counts = self._gate_counts()
+        with self.obs.lock:
+            errors = {arm.value: round(1e3 * e, 1) for arm, e in task.errors_m.items() if np.isfinite(e)}
+        return TrialResult(
+            seed,
+            outcome == "success",
+            outcome,
+            success_after_s=None if success_after is None else round(success_after, 2),
+            duration_s=round(time.monotonic() - t_armed, 2),
+            final_errors_mm=errors,
+            forwarded=counts[0] - base[0],
+            rejected=counts[1] - base[1],
+            recorded=recorded,
+        )
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def _start_recording(self, seed: int) -> bool:
+        deadline = time.monotonic() + RECORD_START_TIMEOUT_S
+        ok, msg = False, ""
+        while time.monotonic() < deadline and not self.stopped():
+            ok, msg = self.client.trigger(self.topics.RECORDER_START.resolve(self.ns))
+            if ok:
+                return True
+            time.sleep(0.05)
+        self.log(f"[trials] seed {seed}: recorder/start refused: {msg}")
+        return False
+
+    def _state(self) -> int | None:
+        with self.obs.lock:
+            return None if self.obs.gate_status is None else int(self.obs.gate_status.state)
+
+    def _gate_counts(self) -> tuple[int, int]:
+        with self.obs.lock:
+            s = self.obs.gate_status
+            return (0, 0) if s is None else (int(s.forwarded), int(s.rejected))
+
+    def _disarm(self) -> None:
+        t = self.topics
+        if self._state() in (GATE_HOLD, GATE_ESTOP):
+            self.client.trigger(t.SAFETY_RESET.resolve(self.ns))
+        self.client.trigger(t.SAFETY_DISARM.resolve(self.ns))
+
+    def _arm(self) -> tuple[bool, str]:
+        deadline = time.monotonic() + ARM_TIMEOUT_S
+        ok, msg = False, "no answer"
+        while time.monotonic() < deadline and not self.stopped():
+            ok, msg = self.client.trigger(self.topics.SAFETY_ARM.resolve(self.ns))
+            if ok:
+                return True, msg
+            if "START_TOO_FAR" in msg or "too far" in msg:
+                return False, msg  # the policy's first command is not where the arm is: its answer
+            time.sleep(0.1)
+        return False, msg
+
+    def _wait_home(self) -> bool:
+        """Until both measured positions have rested (HOME_SETTLE_MM over HOME_SETTLE_S), after
+        the move has had time to start; False past HOME_TIMEOUT_S."""
+        start = time.monotonic()
+        deadline = start + HOME_TIMEOUT_S
+        window: list[tuple[float, np.ndarray]] = []
+        while time.monotonic() < deadline and not self.stopped():
+            time.sleep(0.05)
+            with self.obs.lock:
+                now_pos = self.obs.measured_positions()
+            if now_pos is None:
+                continue
+            now = time.monotonic()
+            window = [(t, p) for t, p in window if now - t <= HOME_SETTLE_S] + [(now, now_pos)]
+            if now - start < 0.5 or now - window[0][0] < HOME_SETTLE_S * 0.8:
+                continue
+            spread = np.max(np.linalg.norm(np.stack([p for _, p in window]) - now_pos, axis=-1))
+            if spread * 1e3 <= HOME_SETTLE_MM:
+                return True
+        return False
