@@ -134,3 +134,33 @@ def test_a_blocked_teardown_ends_the_process_at_its_deadline_after_on_exit(block
         assert "did not finish" not in out.stderr, out.stderr
         assert "destroyed in" in out.stdout and "returned 0" in out.stdout, out.stdout
     assert took < 30, f"the child took {took:.1f} s"
+
+
+def test_a_node_gives_its_autogroup_its_niceness():
+    """With autogroups (one per session; each node is a session of its own), the group's
+    niceness is what ranks a node against other sessions' processes: set and read back in a
+    child that is alone in its session (so the test runner's own group is untouched)."""
+    import os
+    import subprocess
+    import sys
+
+    if not os.path.exists("/proc/self/autogroup"):
+        pytest.skip("this kernel has no autogroups")
+    code = (
+        "from egomimic_nodes.spin import set_autogroup_nice\n"
+        "print(set_autogroup_nice(3)); print(open('/proc/self/autogroup').read().split()[-1])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, start_new_session=True
+    )
+    assert out.returncode == 0, out.stderr
+    said, now = out.stdout.strip().splitlines()
+    assert said.startswith(", autogroup niceness 3 (was ") and now == "3", out.stdout
+
+
+def test_without_autogroups_nothing_is_said_and_a_refusal_is_reported(tmp_path):
+    from egomimic_nodes.spin import set_autogroup_nice
+
+    assert set_autogroup_nice(-5, str(tmp_path / "missing")) == ""
+    said = set_autogroup_nice(-5, str(tmp_path))  # a path that cannot be written (a directory)
+    assert said.startswith(", autogroup niceness unchanged"), said
