@@ -55,7 +55,9 @@ def main() -> int:
         os.environ, ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", ROS_DOMAIN_ID=os.environ.get("ROS_DOMAIN_ID", "44")
     )
     env.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(REPO / "config" / "fastdds_local.xml"))
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(a.hogs)]
+    # Each hog in a session of its own, as a browser or a training run beside the robot is: with
+    # autogroups the kernel shares the CPU between sessions first (spin.set_autogroup_nice).
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(a.hogs)]
     run_dir = Path(tempfile.mkdtemp(prefix="egomimic_soak_"))
     summary_path = run_dir / "summary.json"
     cmd = [
