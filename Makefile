@@ -21,6 +21,7 @@ DURATION    ?= 20
 SOAK_DURATION := $(if $(filter command line environment,$(origin DURATION)),$(DURATION),600)
 RUN_ARGS    ?=
 PYTEST_ARGS ?=
+DEMO_ARGS   ?=
 
 export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
 export ROS_DOMAIN_ID ?= 42
@@ -30,7 +31,7 @@ MSG_SOURCES := $(wildcard ros2_ws/src/egomimic_msgs/msg/*.msg) ros2_ws/src/egomi
                ros2_ws/src/egomimic_msgs/package.xml ros2_ws/src/egomimic_msgs/pyproject.toml
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test lint test-unit test-integration test-properties test-faults test-py312 bench soak clean-venv shm-clean
+.PHONY: help setup run test lint test-unit test-integration test-properties test-faults test-py312 bench soak demo-learn clean-venv shm-clean
 
 help: ## list the targets
 	@echo "EVA control service"
@@ -45,9 +46,10 @@ help: ## list the targets
 	@echo "  make test-py312   kinematics (Pinocchio), sim driver and gate unit tests on Python 3.12 without the ARX SDK"
 	@echo "  make bench        benchmarks under bench/ (not part of make test)"
 	@echo "  make soak         the sim graph for DURATION s (default 600 here) beside a one-core CPU hog: HOLDs, rejections, rates, CPU, RSS"
+	@echo "  make demo-learn   record expert episodes through the graph, train, deploy: trained vs untrained vs expert success (DEMO_ARGS)"
 	@echo "  make shm-clean    remove Fast DDS shared memory left by killed processes"
 	@echo "  make clean-venv   delete .venv"
-	@echo "variables: DURATION=<s>  RUN_ARGS='policy:=scripted ...'  PYTEST_ARGS=...  ROS_DOMAIN_ID=<0-232>"
+	@echo "variables: DURATION=<s>  RUN_ARGS='policy:=scripted ...'  PYTEST_ARGS=...  DEMO_ARGS='--demos 0:40 ...'  ROS_DOMAIN_ID=<0-232>"
 
 setup: $(STAMP) ## idempotent; a no-op when nothing changed
 
@@ -115,6 +117,9 @@ bench: $(STAMP) ## benchmarks print ratios and absolute figures and write JSON u
 
 soak: $(STAMP) ## not part of make test: 10 minutes by default
 	$(PY) tools/soak.py --duration $(SOAK_DURATION) --hogs 1 --out out/soak.json
+
+demo-learn: $(STAMP) ## record expert episodes through the graph, train, deploy, compare (not in make test)
+	$(PY) tools/demo_learn.py --out out/demo_learn $(DEMO_ARGS)
 
 shm-clean:
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/fastdds shm clean

@@ -371,7 +371,9 @@ def main(argv: list[str] | None = None) -> int:
             exit_code = EXIT_LOOP_DID_NOT_RUN
     if monitor and t_up:
         verdict_ok = monitor.report(launcher, run_dir, ns.summary_json)
-        if exit_code == EXIT_OK and not verdict_ok:
+        # With --trials the trials' table is the verdict: a policy that never arms has applied
+        # no command, and that is its result, not a run that failed.
+        if exit_code == EXIT_OK and not verdict_ok and not ns.trials:
             exit_code = EXIT_LOOP_DID_NOT_RUN
     return exit_code
 

@@ -37,6 +37,9 @@ HOME_SETTLE_S = 0.3
 HOME_TIMEOUT_S = 8.0
 """The drivers' home move takes 3 s; past this the trial is not run (the arm did not get home)."""
 ARM_TIMEOUT_S = 5.0
+SERVICE_TIMEOUT_S = 5.0
+"""A loaded machine can keep a node's executor from answering for a while; a trial's set-up
+calls wait this long (the launcher's own calls keep their shorter timeouts)."""
 RECORD_START_TIMEOUT_S = 2.0
 """recorder/start is retried this long after arming, until the commanded joints are live."""
 SUCCESS_MARGIN_S = 0.2
@@ -156,16 +159,16 @@ class TrialRunner:
         t = self.topics
         self._disarm()
         for arm in ARMS:
-            ok, msg = self.client.trigger(t.ARM_HOME.resolve(self.ns, arm=arm))
+            ok, msg = self.client.trigger(t.ARM_HOME.resolve(self.ns, arm=arm), timeout_s=SERVICE_TIMEOUT_S)
             if not ok:
                 return TrialResult(seed, False, f"not homed: {arm.value}: {msg}")
         if not self._wait_home():
             return TrialResult(seed, False, f"not homed: the arms did not come to rest within {HOME_TIMEOUT_S:.0f} s")
         for node, name in (("cameras", "task_seed"),) + ((("policy", "expert.task_seed"),) if self.expert else ()):
-            ok, why = self.client.set_parameter(f"{self.ns}/{node}", name, int(seed))
+            ok, why = self.client.set_parameter(f"{self.ns}/{node}", name, int(seed), timeout_s=SERVICE_TIMEOUT_S)
             if not ok:
                 return TrialResult(seed, False, f"not set up: {node} {name}: {why}")
-        ok, msg = self.client.trigger(t.POLICY_RESET.resolve(self.ns))
+        ok, msg = self.client.trigger(t.POLICY_RESET.resolve(self.ns), timeout_s=SERVICE_TIMEOUT_S)
         if not ok:
             return TrialResult(seed, False, f"not set up: policy/reset: {msg}")
         task = TaskSuccess(place_target(seed))
@@ -252,19 +255,29 @@ class TrialRunner:
     def _disarm(self) -> None:
         t = self.topics
         if self._state() in (GATE_HOLD, GATE_ESTOP):
-            self.client.trigger(t.SAFETY_RESET.resolve(self.ns))
-        self.client.trigger(t.SAFETY_DISARM.resolve(self.ns))
+            self.client.trigger(t.SAFETY_RESET.resolve(self.ns), timeout_s=SERVICE_TIMEOUT_S)
+        self.client.trigger(t.SAFETY_DISARM.resolve(self.ns), timeout_s=SERVICE_TIMEOUT_S)
 
     def _arm(self) -> tuple[bool, str]:
+        """safety/arm, then the gate's verdict: `arm` answers at ARMING; the gate is ARMED once
+        its shadow commands pass, or back to DISARMED with why not (the policy's answer)."""
         deadline = time.monotonic() + ARM_TIMEOUT_S
         ok, msg = False, "no answer"
         while time.monotonic() < deadline and not self.stopped():
-            ok, msg = self.client.trigger(self.topics.SAFETY_ARM.resolve(self.ns))
-            if ok:
-                return True, msg
-            if "START_TOO_FAR" in msg or "too far" in msg:
-                return False, msg  # the policy's first command is not where the arm is: its answer
-            time.sleep(0.1)
+            t_call = time.time()
+            ok, msg = self.client.trigger(self.topics.SAFETY_ARM.resolve(self.ns), timeout_s=SERVICE_TIMEOUT_S)
+            if not ok:
+                time.sleep(0.1)  # e.g. a camera still coming back: the gate says why
+                continue
+            while time.monotonic() < deadline and not self.stopped():
+                with self.obs.lock:
+                    seen = [(state, detail) for t, state, detail in self.obs.gate_history if t >= t_call - 0.05]
+                for state, detail in seen:
+                    if state == GATE_ARMED:
+                        return True, detail
+                    if state in (GATE_DISARMED, GATE_HOLD, GATE_ESTOP) and any(s == 1 for s, _ in seen):
+                        return False, detail  # left ARMING without arming
+                time.sleep(0.02)
         return False, msg
 
     def _wait_home(self) -> bool:
