@@ -99,6 +99,13 @@ class DriverState:
     """One line for /diagnostics: why the driver does what it does."""
 
 
+HOME_SPEED_RAD_S = 0.5
+"""Average speed of the farthest joint on a `home` move: a tenth of the X5's slowest joint
+limit (5 rad/s), slow enough to watch and stop."""
+HOME_DURATION_S = (1.0, 10.0)
+"""A home move takes at least 1 s (a short move is still a gentle one) and at most 10 s."""
+
+
 class ArmDriver:
     def __init__(self, config: DriverConfig, controller: ArmController, kinematics: ArmKinematics):
         self.config = config
@@ -259,13 +266,17 @@ class ArmDriver:
     def close(self) -> None:
         self._ctrl.close()
 
-    def home(self, now_s: float, duration_s: float = 3.0) -> str:
-        """Drive to the home pose over `duration_s` (operator-authorized only): all joints at zero
-        on the hardware, the start pose in simulation (base.home_pose)."""
+    def home(self, now_s: float, duration_s: float | None = None) -> str:
+        """Drive to the home pose (operator-authorized only): all joints at zero on the hardware,
+        the start pose in simulation (base.home_pose). The move takes `duration_s`, by default
+        the farthest joint's distance at HOME_SPEED_RAD_S, within HOME_DURATION_S."""
         if self.fault:
             return f"refused: controller fault latched: {self.fault}"
         reading = self._ctrl.read(now_s)
         joints, gripper_m = home_pose(self._ctrl)
+        if duration_s is None:
+            farthest = float(np.max(np.abs(joints - reading.joints_rad)))
+            duration_s = float(np.clip(farthest / HOME_SPEED_RAD_S, *HOME_DURATION_S))
         self._ctrl.command(joints, reading.gripper_m if gripper_m is None else gripper_m, now_s, duration_s)
         self._last_command_s = now_s + duration_s  # the watchdog starts after the move's end
         self._holding = False

@@ -34,9 +34,12 @@ GATE_DISARMED, GATE_ARMED, GATE_HOLD, GATE_ESTOP = 0, 2, 3, 4
 HOME_SETTLE_MM = 1.0
 """Both measured link6 positions moved less than this over HOME_SETTLE_S: the arms are home."""
 HOME_SETTLE_S = 0.3
-HOME_TIMEOUT_S = 8.0
-"""The drivers' home move takes 3 s; past this the trial is not run (the arm did not get home)."""
+HOME_TIMEOUT_S = 12.0
+"""A home move takes 1-10 s (driver: the farthest joint at 0.5 rad/s); past this the trial is not run."""
 ARM_TIMEOUT_S = 5.0
+FRESH_ACTION_TIMEOUT_S = 5.0
+ACTION_SETTLE_S = 0.1
+"""An action stamped this long after the reset: anything of the old plan is delivered by then."""
 SERVICE_TIMEOUT_S = 5.0
 """A loaded machine can keep a node's executor from answering for a while; a trial's set-up
 calls wait this long (the launcher's own calls keep their shorter timeouts)."""
@@ -168,9 +171,14 @@ class TrialRunner:
             ok, why = self.client.set_parameter(f"{self.ns}/{node}", name, int(seed), timeout_s=SERVICE_TIMEOUT_S)
             if not ok:
                 return TrialResult(seed, False, f"not set up: {node} {name}: {why}")
+        t_reset = time.time()
         ok, msg = self.client.trigger(t.POLICY_RESET.resolve(self.ns), timeout_s=SERVICE_TIMEOUT_S)
         if not ok:
             return TrialResult(seed, False, f"not set up: policy/reset: {msg}")
+        if not self._wait_fresh_action(t_reset):
+            return TrialResult(
+                seed, False, f"not set up: no policy action within {FRESH_ACTION_TIMEOUT_S:.0f} s of the reset"
+            )
         task = TaskSuccess(place_target(seed))
         recording = [False]
         try:
@@ -257,6 +265,19 @@ class TrialRunner:
         if self._state() in (GATE_HOLD, GATE_ESTOP):
             self.client.trigger(t.SAFETY_RESET.resolve(self.ns), timeout_s=SERVICE_TIMEOUT_S)
         self.client.trigger(t.SAFETY_DISARM.resolve(self.ns), timeout_s=SERVICE_TIMEOUT_S)
+
+    def _wait_fresh_action(self, since_s: float) -> bool:
+        """Until an action stamped after `since_s` (the reset) arrives: the gate validates the
+        newest commands when it arms, and one of the old plan still on its way (it held the
+        last trial's grasp) would be judged in place of the new plan's first."""
+        deadline = time.monotonic() + FRESH_ACTION_TIMEOUT_S
+        while time.monotonic() < deadline and not self.stopped():
+            with self.obs.lock:
+                stamps = [ts[-1] for ts, _ in self.obs.cmd_path.values() if ts]
+            if len(stamps) == len(self.obs.cmd_path) and min(stamps) > since_s + ACTION_SETTLE_S:
+                return True
+            time.sleep(0.02)
+        return False
 
     def _arm(self) -> tuple[bool, str]:
         """safety/arm, then the gate's verdict: `arm` answers at ARMING; the gate is ARMED once

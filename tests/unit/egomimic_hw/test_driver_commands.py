@@ -118,5 +118,6 @@ def test_home_brings_the_simulated_arm_back_to_its_start_pose_and_gripper(driver
         state = d.tick(t + k / 30.0)
     assert np.allclose(state.reading.joints_rad, START, atol=2e-3), state.reading.joints_rad - START
     assert state.reading.gripper_m == pytest.approx(SimConfig().initial_gripper_m, abs=1e-3)
+    assert d.home(t + 5.0) == "homing over 1.0 s", "already home: the shortest move"
     joints, gripper = home_pose(object())  # a controller that names no home: the SDK's
     assert np.array_equal(joints, np.zeros(6)) and gripper is None

@@ -206,30 +206,34 @@ def test_never_builds_from_a_stale_or_disagreeing_stream(events, now_offset_ms, 
 
 
 def test_concurrent_updates_and_builds_do_not_corrupt_state():
+    """Builds while two threads update: every built observation pairs each stream's value with
+    its own stamp. The writers stop at a bound (stamps up to T0 + 5 ms, all before `now`), so a
+    loaded machine that lets them run ahead of the builder cannot turn them into future samples;
+    builds go on until both are done, and once more after."""
     sync = ObservationSynchronizer({"a": 1.0, "b": 1.0}, 1.0, history_depth=4)
-    stop = threading.Event()
+    updates = 5000
 
     def writer(stream):
-        stamp = T0
-        while not stop.is_set():
-            stamp += 1000
-            sync.update(stream, stamp, stamp)
+        for k in range(1, updates + 1):
+            sync.update(stream, T0 + 1000 * k, T0 + 1000 * k)
 
     threads = [threading.Thread(target=writer, args=(s,)) for s in ("a", "b")]
     for t in threads:
         t.start()
-    built = 0
-    try:
-        for _ in range(2000):
-            result = sync.build(T0 + 10_000_000)
-            if result.ok:
-                built += 1
-                assert all(result.values[s] == result.stamps[s] for s in ("a", "b"))
-    finally:
-        stop.set()
-        for t in threads:
-            t.join()
-    assert built > 0
+    built, builds = 0, 0
+    while True:
+        writing = any(t.is_alive() for t in threads)
+        result = sync.build(T0 + 10_000_000)
+        builds += 1
+        if result.ok:
+            built += 1
+            assert all(result.values[s] == result.stamps[s] for s in ("a", "b"))
+        if not writing:
+            break
+    for t in threads:
+        t.join()
+    assert result.ok and result.stamps == {"a": T0 + 1000 * updates, "b": T0 + 1000 * updates}, result
+    assert built >= 1 and builds >= 1
 
 
 def test_a_late_message_is_out_of_order_not_a_clock_jump():
