@@ -180,6 +180,18 @@ class Algorithm(nn.Module):
 
     # --- shared pipeline ---------------------------------------------------------------------
 
+    def input_frame_size(self) -> tuple[int, int] | None:
+        """(height, width) a family whose `image_input` starts with `resize_area` to its config's
+        `image_height` x `image_width` shrinks every frame to, else None. Training may keep frames
+        prepared at this size (`resize_area` to it, as `image_input` does): `image_input` of such
+        a frame is that of the full frame (its resize to the same size returns the frame as is),
+        so the prepared path and rollout's full frames give the model identical input."""
+        height = getattr(self.config, "image_height", None)
+        width = getattr(self.config, "image_width", None)
+        if isinstance(height, int) and isinstance(width, int):
+            return height, width
+        return None
+
     def frame_features(self, images: Mapping[str, np.ndarray]) -> torch.Tensor:
         """Per-frame features (1, ...) of one observation's camera images (rollout path)."""
         missing = [c for c in self.cameras if c not in images]
@@ -194,8 +206,9 @@ class Algorithm(nn.Module):
     def batch_from_raw(
         self, images: Mapping[str, np.ndarray], state_raw, actions_raw, norm_stats: NormStats, action_mask=None
     ) -> TrainBatch:
-        """Training batch from raw data: images cam -> (B, T, H, W, 3) uint8 RGB, state (B, T, 20)
-        and actions (B, H, 20) in raw units; the same preprocessing as rollout."""
+        """Training batch from raw data: images cam -> (B, T, H, W, 3) uint8 RGB, full camera frames
+        or frames already prepared at `input_frame_size` (then the resize is a no-op), state
+        (B, T, 20) and actions (B, H, 20) in raw units; the same preprocessing as rollout."""
         state = np.asarray(state_raw, dtype=np.float64)
         actions = np.asarray(actions_raw, dtype=np.float64)
         b, t = state.shape[:2]

@@ -27,6 +27,7 @@ from egomimic_hw.config_fields import check_ranges
 from egomimic_hw.errors import ConfigError
 
 DEVICES = ("auto", "cpu", "cuda")
+LR_SCHEDULES = ("constant", "cosine")
 FIELD_TYPES: dict[str, type | tuple[type, ...]] = {"int": int, "float": (int, float), "bool": bool, "str": str}
 """What each annotated field accepts (a bool is refused where a number is meant)."""
 TOP_LEVEL_KEYS = ("family", "model", "train")
@@ -45,6 +46,9 @@ class TrainConfig:
     epochs: int = _field(0, "passes over every window (steps = epochs x batches per epoch); needs steps 0", (0, 10**6))
     batch_size: int = _field(8, "windows per optimizer step", (1, 4096))
     lr: float = _field(1e-4, "AdamW learning rate (constant after warmup)", (0.0, 1.0))
+    lr_schedule: str = _field(
+        "constant", "constant (after warmup), or cosine: from lr down to 0 at the last step (smoother late updates)"
+    )
     weight_decay: float = _field(1e-6, "AdamW decoupled weight decay", (0.0, 1.0))
     warmup_steps: int = _field(0, "linear learning-rate warmup from 0 over these steps", (0, 10**9))
     grad_clip_norm: float = _field(1.0, "clip the gradient's global norm to this; 0: no clipping", (0.0, 1e6))
@@ -62,7 +66,17 @@ class TrainConfig:
     norm_mode: str = _field("quantile", "quantile, minmax or zscore (quantile: upstream's Fold experiments)")
     stats_max_windows: int = _field(5000, "windows sampled for the action statistics", (1, 10**9))
     include_partial: bool = _field(False, "also train on episodes closed early (data_status partial)")
-    frame_cache_mb: float = _field(64.0, "decoded frames kept per process (LRU), MiB", (0.0, 1e6))
+    frame_cache_mb: float = _field(
+        64.0, "full-size decoded frames kept per process (LRU), MiB; unused with prepare_frames", (0.0, 1e6)
+    )
+    prepare_frames: bool = _field(
+        True,
+        "keep every frame decoded once, resized to the model's input size as the family does "
+        "(families with image_height/image_width, e.g. fold): no JPEG decode after the first pass",
+    )
+    preload_workers: int = _field(
+        0, "with prepare_frames: decode every frame before the first step in N processes; 0: on first use", (0, 64)
+    )
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -71,6 +85,8 @@ class TrainConfig:
             if isinstance(value, bool) and want is not bool or not isinstance(value, want):
                 raise ConfigError(f"train.{f.name} must be {str(f.type)}, got {value!r}")
         check_ranges(self)
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ConfigError(f"train.lr_schedule must be one of {list(LR_SCHEDULES)}, got {self.lr_schedule!r}")
         if self.device not in DEVICES:
             raise ConfigError(f"train.device must be one of {list(DEVICES)}, got {self.device!r}")
         if (self.steps > 0) == (self.epochs > 0):

@@ -14,9 +14,17 @@ One window per episode step t (the "current" step, the query tick of a rollout):
   before the current one: the same rows). Past the episode end the last command repeats
   (upstream's padding) and `action_mask` is 0 there, so the loss ignores those rows.
 
-Memory: the numeric arrays (a few floats per step) are read into RAM once; images are decoded
-per item, with a small LRU of decoded frames bounded in bytes (neighbouring windows share
-frames). Readers open lazily in each process, so DataLoader workers each hold their own.
+Memory: the numeric arrays (a few floats per step) are read into RAM once. Images, two ways:
+- full size (`image_size` None): decoded per item, with a small LRU of decoded frames bounded in
+  bytes (neighbouring windows share frames);
+- prepared (`image_size` (h, w), what `Algorithm.input_frame_size` names): each frame is decoded
+  once and kept, resized with the family's own `resize_area` to the model's input size, in one
+  uint8 array per episode (T, cameras, h, w, 3): 9 KiB a frame at 48x64, so every frame of 60
+  episodes fits in ~0.4 GiB and steps after the first pass decode nothing. The family's
+  `image_input` of a prepared frame equals that of the full frame (its resize to the same size
+  is a no-op), so training sees exactly what rollout feeds the model. `preload(workers)` fills
+  every frame up front, decoding in parallel processes.
+Readers open lazily in each process, so DataLoader workers each hold their own.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +44,7 @@ from egomimic_data.episode_format import STATUS_COMPLETE, EpisodeError, EpisodeR
 from egomimic_hw.description import ARMS, CAMERAS, Arm
 from egomimic_hw.embodiment import embodiment_by_name
 from egomimic_hw.errors import ConfigError, PoseError
+from egomimic_policy.families.base import resize_area
 from egomimic_policy.features import EMBODIMENT, encode_action_chunk, state_ee_pose
 
 
@@ -245,6 +255,7 @@ class EpisodeWindows(torch.utils.data.Dataset):
         cameras: Sequence[str] = CAMERAS,
         include_partial: bool = False,
         frame_cache_mb: float = 64.0,
+        image_size: tuple[int, int] | None = None,
     ):
         if int(n_obs_steps) < 1 or int(chunk_length) < 1:
             raise ConfigError(f"n_obs_steps and chunk_length must be >= 1, got {n_obs_steps}, {chunk_length}")
@@ -254,6 +265,11 @@ class EpisodeWindows(torch.utils.data.Dataset):
         self.chunk_length = int(chunk_length)
         self.cameras = tuple(cameras)
         self.frame_cache_bytes = int(frame_cache_mb * 2**20)
+        if image_size is not None:
+            if len(image_size) != 2 or any(int(v) < 2 for v in image_size):
+                raise ConfigError(f"image_size must be (height, width) >= 2, got {image_size!r}")
+            image_size = (int(image_size[0]), int(image_size[1]))
+        self.image_size: tuple[int, int] | None = image_size
         self.episodes: list[EpisodeArrays] = []
         self.skipped: list[Skipped] = []
         for path in discover_episodes(paths):
@@ -272,6 +288,8 @@ class EpisodeWindows(torch.utils.data.Dataset):
         self._starts = np.cumsum([0] + [e.length for e in self.episodes])
         self._readers: dict[int, EpisodeReader] = {}
         self._cache = _FrameCache(self.frame_cache_bytes)
+        self._prepared: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        """episode -> (frames (T, cameras, h, w, 3) uint8, filled (T, cameras) bool)."""
 
     def __getstate__(self) -> dict:
         """Pickled into DataLoader workers without open readers or cached frames (each worker
@@ -279,7 +297,7 @@ class EpisodeWindows(torch.utils.data.Dataset):
         state = dict(self.__dict__)
         state["_readers"] = {}
         state["_cache"] = _FrameCache(self.frame_cache_bytes)
-        return state
+        return state  # prepared frames travel along (a worker does not decode them again)
 
     def __len__(self) -> int:
         return int(self._starts[-1])
@@ -317,23 +335,61 @@ class EpisodeWindows(torch.utils.data.Dataset):
         episode, step = self.locate(index)
         return self.episodes[episode].state[self.observation_steps(step)]
 
+    def _reader(self, episode: int) -> EpisodeReader:
+        reader = self._readers.get(episode)
+        if reader is None:
+            reader = self._readers[episode] = EpisodeReader(self.episodes[episode].path)
+        return reader
+
+    def _decode(self, episode: int, camera: str, step: int) -> np.ndarray:
+        return _decode_frame(self._reader(episode), camera, step, self.image_size)
+
+    def _prepared_of(self, episode: int) -> tuple[np.ndarray, np.ndarray]:
+        store = self._prepared.get(episode)
+        if store is None:
+            assert self.image_size is not None
+            h, w = self.image_size
+            n, c = self.episodes[episode].length, len(self.cameras)
+            store = self._prepared[episode] = (np.zeros((n, c, h, w, 3), np.uint8), np.zeros((n, c), bool))
+        return store
+
     def frame(self, episode: int, camera: str, step: int) -> np.ndarray:
-        """RGB uint8 (H, W, 3) of `camera` at `step`, decoded (or from the LRU)."""
+        """RGB uint8 of `camera` at `step`: (h, w, 3) at `image_size` when prepared (decoded once,
+        then kept), else the full (H, W, 3) frame, decoded or from the LRU."""
+        if self.image_size is not None:
+            frames, filled = self._prepared_of(episode)
+            c = self.cameras.index(camera)
+            if not filled[step, c]:
+                frames[step, c] = self._decode(episode, camera, step)
+                filled[step, c] = True
+            return frames[step, c]
         key = (episode, camera, step)
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        reader = self._readers.get(episode)
-        if reader is None:
-            reader = self._readers[episode] = EpisodeReader(self.episodes[episode].path)
-        try:
-            frame = reader.image(camera, step)
-        except Exception as exc:  # a corrupt JPEG or store: named with its episode and frame
-            raise TrainingDataError(
-                f"{reader.path}: cannot decode {camera} frame {step}: {type(exc).__name__}: {exc}"
-            ) from exc
+        frame = self._decode(episode, camera, step)
         self._cache.put(key, frame)
         return frame
+
+    @property
+    def prepared_bytes(self) -> int:
+        """Bytes of prepared frames held (allocated) in this process."""
+        return sum(frames.nbytes for frames, _ in self._prepared.values())
+
+    def preload(self, workers: int = 1) -> None:
+        """Decode and prepare every frame not yet held, `workers` processes (1: in this one).
+        Only with `image_size`: full-size frames of a whole dataset do not fit in RAM."""
+        if self.image_size is None:
+            raise ConfigError("preload needs image_size (prepared frames); full-size frames are decoded per item")
+        todo = [e for e in range(len(self.episodes)) if e not in self._prepared or not self._prepared[e][1].all()]
+        jobs = [(str(self.episodes[e].path), self.cameras, self.image_size) for e in todo]
+        if workers <= 1 or len(todo) <= 1:
+            results = [_prepare_episode(*job) for job in jobs]
+        else:
+            with ProcessPoolExecutor(max_workers=min(int(workers), len(todo))) as pool:
+                results = list(pool.map(_prepare_episode, *zip(*jobs, strict=True)))
+        for e, frames in zip(todo, results, strict=True):
+            self._prepared[e] = (frames, np.ones(frames.shape[:2], bool))
 
     def __getitem__(self, index: int) -> Window:
         episode, step = self.locate(int(index))
@@ -342,3 +398,25 @@ class EpisodeWindows(torch.utils.data.Dataset):
         images = {cam: np.stack([self.frame(episode, cam, int(s)) for s in obs]) for cam in self.cameras}
         state = self.episodes[episode].state[obs]
         return Window(images=images, state=state, actions=actions, action_mask=mask, episode=episode, step=step)
+
+
+def _decode_frame(reader: EpisodeReader, camera: str, step: int, size: tuple[int, int] | None) -> np.ndarray:
+    """RGB uint8 of `camera` at `step`, full size or resized to `size` (h, w) as the family does."""
+    try:
+        frame = reader.image(camera, step)
+    except Exception as exc:  # a corrupt JPEG or store: named with its episode and frame
+        raise TrainingDataError(
+            f"{reader.path}: cannot decode {camera} frame {step}: {type(exc).__name__}: {exc}"
+        ) from exc
+    return frame if size is None else resize_area(frame, *size)
+
+
+def _prepare_episode(path: str, cameras: Sequence[str], size: tuple[int, int]) -> np.ndarray:
+    """(T, cameras, h, w, 3) uint8: every frame of the episode at `path`, prepared (module-level,
+    so a process pool runs it by name)."""
+    reader = EpisodeReader(path)
+    out = np.empty((len(reader), len(cameras), size[0], size[1], 3), np.uint8)
+    for step in range(len(reader)):
+        for c, camera in enumerate(cameras):
+            out[step, c] = _decode_frame(reader, camera, step, size)
+    return out

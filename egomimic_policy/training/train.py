@@ -93,10 +93,19 @@ class WindowBatches(torch.utils.data.Sampler[list[int]]):
         return max(0, self.stop - self.start)
 
 
-def learning_rate(config: TrainConfig, step: int) -> float:
-    """The rate of step `step` (0-based): linear warmup over warmup_steps, then constant."""
+def learning_rate(config: TrainConfig, step: int, total: int | None = None) -> float:
+    """The rate of step `step` (0-based): linear warmup over warmup_steps, then constant, or with
+    lr_schedule cosine a half cosine from lr after the warmup to 0 at step `total` (the run's
+    step count; train.steps when not given)."""
     if config.warmup_steps and step < config.warmup_steps:
         return config.lr * (step + 1) / config.warmup_steps
+    if config.lr_schedule == "cosine":
+        total = config.steps if total is None else int(total)
+        if total < 1:
+            raise ConfigError("lr_schedule cosine needs the run's step count")
+        span = max(1, total - config.warmup_steps)
+        progress = min(1.0, max(0.0, (step - config.warmup_steps) / span))
+        return config.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
     return config.lr
 
 
@@ -228,7 +237,10 @@ def prepare_run(
         cameras=algorithm.cameras,
         include_partial=config.include_partial,
         frame_cache_mb=config.frame_cache_mb,
+        image_size=algorithm.input_frame_size() if config.prepare_frames else None,
     )
+    if config.preload_workers and dataset.image_size is not None:
+        dataset.preload(config.preload_workers)
     norm = (
         resumed.norm_stats
         if resumed is not None
@@ -339,12 +351,12 @@ def train(run: Run, out_dir: str | os.PathLike, *, stream: TextIO | None = None)
         with open(out / METRICS, "a") as metrics:
             progress.start(step)
             for raw in loader:
-                loss, logs = _step(run, optimizer, raw, step)
+                loss, logs = _step(run, optimizer, raw, step, total)
                 step += 1
                 losses.append(loss)
                 progress.update(step, loss)
                 if step % config.log_every == 0 or step == total:
-                    row = {"step": step, "loss": loss, "lr": learning_rate(config, step - 1)}
+                    row = {"step": step, "loss": loss, "lr": learning_rate(config, step - 1, total)}
                     row["steps_per_s"] = round(progress.steps_per_s(step), 3)
                     metrics.write(json.dumps({**row, **logs}) + "\n")
                     metrics.flush()
@@ -375,13 +387,15 @@ def train(run: Run, out_dir: str | os.PathLike, *, stream: TextIO | None = None)
     )
 
 
-def _step(run: Run, optimizer: torch.optim.Optimizer, raw: RawBatch, step: int) -> tuple[float, dict[str, float]]:
+def _step(
+    run: Run, optimizer: torch.optim.Optimizer, raw: RawBatch, step: int, total: int | None = None
+) -> tuple[float, dict[str, float]]:
     """One optimizer step (0-based `step`) on a collated raw batch; returns (loss, logs)."""
     algorithm, config = run.algorithm, run.config
     batch = algorithm.batch_from_raw(raw.images, raw.state, raw.actions, run.norm_stats, raw.action_mask)
     batch = to_device(batch, run.device)
     for group in optimizer.param_groups:
-        group["lr"] = learning_rate(config, step)
+        group["lr"] = learning_rate(config, step, total)
     generator = torch.Generator().manual_seed(step_seed(config.seed, step))
     loss, logs = algorithm.loss(batch, generator=generator)
     value = float(loss.detach())

@@ -8,8 +8,10 @@ import pickle
 
 import numpy as np
 import pytest
+import torch
 
 from egomimic_hw.description import ARMS, CAMERAS, Arm
+from egomimic_hw.errors import ConfigError
 from egomimic_hw.frames import same_pose
 from egomimic_policy.families import build_algorithm
 from egomimic_policy.features import decode_action_chunk, encode_action_chunk, neutral_norm_stats, state_ee_pose
@@ -195,3 +197,113 @@ def test_upstream_layout_episode_trains_to_its_true_length(tmp_path):
     np.testing.assert_array_equal(w.action_mask, [1, 1, 0, 0, 0])
     decoded = decode_action_chunk({arm: measured_pose(arm, n - 2) for arm in ARMS}, w.actions)
     assert same_pose(decoded[Arm.LEFT][0][4], measured_pose(Arm.LEFT, n), atol=1e-5)
+
+
+def write_textured_episode(path, frames: int, height: int = 96, width: int = 128):
+    """An episode whose frames have detail (a gradient and a moving square), so a resize is not
+    trivially exact, at a size other than the model's."""
+    from egomimic_data.episode_format import EpisodeMeta, EpisodeWriter
+    from tests.unit.egomimic_policy.training.episodes import STEP_NS
+
+    meta = EpisodeMeta(task_name="unit_train", cameras=tuple(CAMERAS), image_width=width, image_height=height)
+    writer = EpisodeWriter(path, meta, block_steps=8)
+    yy, xx = np.mgrid[0:height, 0:width]
+    for t in range(frames):
+        values = {}
+        for arm in ARMS:
+            side = arm.value
+            values[f"{side}.obs_ee_pose"] = measured_pose(arm, t)
+            values[f"{side}.cmd_ee_pose"] = measured_pose(arm, t + 1)
+            values[f"{side}.obs_joints"] = np.zeros(6)
+            values[f"{side}.cmd_joints"] = np.zeros(6)
+            values[f"{side}.obs_gripper"] = [gripper(t)]
+            values[f"{side}.cmd_gripper"] = [gripper(t + 1)]
+        images = {}
+        for c, cam in enumerate(CAMERAS):
+            img = np.stack([(xx * 2 + 40 * c) % 256, (yy * 2 + 9 * t) % 256, (xx + yy) % 256], axis=-1)
+            img[(yy // 8 - t) % 12 == 0] = 255
+            images[cam] = img.astype(np.uint8)
+        writer.add(1_000_000_000 + t * STEP_NS, images, values)
+    writer.close("complete")
+    return path
+
+
+@pytest.fixture(scope="module")
+def textured(tmp_path_factory):
+    root = tmp_path_factory.mktemp("textured")
+    write_textured_episode(root / "t.zarr", 5)
+    write_textured_episode(root / "u.zarr", 3)
+    return root
+
+
+def test_prepared_frames_are_the_family_resize_and_train_as_full_frames(textured):
+    """A prepared frame is resize_area of the decoded frame to the model size, and the model
+    input built from prepared frames equals the one built from the full frames (what rollout
+    feeds), bit for bit: the family's resize of a frame already at its size is a no-op."""
+    from egomimic_data.episode_format import EpisodeReader
+    from egomimic_policy.families.base import resize_area
+
+    algo = build_algorithm("fold", overrides={"chunk_length": 4, "image_height": 24, "image_width": 32})
+    assert algo.input_frame_size() == (24, 32)
+    full = windows(textured)
+    prepared = windows(textured, image_size=algo.input_frame_size())
+    reader = EpisodeReader(textured / "t.zarr")
+    for cam in CAMERAS:
+        small = prepared.frame(0, cam, 2)
+        assert small.shape == (24, 32, 3) and small.dtype == np.uint8
+        np.testing.assert_array_equal(small, resize_area(reader.image(cam, 2), 24, 32))
+        assert resize_area(small, 24, 32) is small
+        np.testing.assert_array_equal(algo.image_input(small), algo.image_input(reader.image(cam, 2)))
+    items = [0, 3, 6]
+    raw_full = collate_windows([full[i] for i in items])
+    raw_prep = collate_windows([prepared[i] for i in items])
+    assert raw_full.images["front_1"].shape[2:] == (96, 128, 3)
+    assert raw_prep.images["front_1"].shape[2:] == (24, 32, 3)
+    norm = neutral_norm_stats()
+    a = algo.batch_from_raw(raw_full.images, raw_full.state, raw_full.actions, norm, raw_full.action_mask)
+    b = algo.batch_from_raw(raw_prep.images, raw_prep.state, raw_prep.actions, norm, raw_prep.action_mask)
+    assert torch.equal(a.images, b.images) and torch.equal(a.actions, b.actions) and torch.equal(a.state, b.state)
+
+
+def test_prepared_frames_are_decoded_once_and_preload_gives_the_same(textured, monkeypatch):
+    from egomimic_data.episode_format import EpisodeReader
+
+    decoded = []
+    original = EpisodeReader.image
+
+    def counting(self, cam, t):
+        decoded.append((self.path.name, cam, t))
+        return original(self, cam, t)
+
+    monkeypatch.setattr(EpisodeReader, "image", counting)
+    lazy = windows(textured, image_size=(24, 32))
+    for _ in range(2):
+        for i in range(len(lazy)):
+            lazy[i]
+    assert len(decoded) == len(set(decoded)) == 8 * len(CAMERAS)  # every frame once, however often read
+    assert lazy.prepared_bytes == 8 * len(CAMERAS) * 24 * 32 * 3
+    monkeypatch.setattr(EpisodeReader, "image", original)  # pool processes decode with the real one
+    for workers in (1, 2):
+        eager = windows(textured, image_size=(24, 32))
+        eager.preload(workers)
+        decoded.clear()
+        monkeypatch.setattr(EpisodeReader, "image", counting)
+        for i in range(len(eager)):
+            for cam in CAMERAS:
+                np.testing.assert_array_equal(eager[i].images[cam], lazy[i].images[cam])
+        assert decoded == []  # preloaded: nothing left to decode
+        monkeypatch.setattr(EpisodeReader, "image", original)
+    clone = pickle.loads(pickle.dumps(eager))  # a loader worker gets the prepared frames along
+    np.testing.assert_array_equal(clone[5].images["left_wrist"], eager[5].images["left_wrist"])
+
+
+def test_preload_needs_prepared_frames_and_image_size_is_checked(textured):
+    with pytest.raises(ConfigError, match="preload needs image_size"):
+        windows(textured).preload(2)
+    with pytest.raises(ConfigError, match="image_size"):
+        windows(textured, image_size=(1, 32))
+
+
+def test_families_without_a_plain_resize_keep_full_frames():
+    pi = build_algorithm("pi", overrides={"chunk_length": 4, "d_model": 32, "n_heads": 2, "image_size": 32})
+    assert pi.input_frame_size() is None

@@ -181,6 +181,37 @@ def test_learning_rate_warms_up_linearly_then_stays():
     assert learning_rate(replace(cfg, warmup_steps=0), 0) == 1e-3
 
 
+def test_cosine_learning_rate_falls_from_lr_to_zero_after_the_warmup():
+    cfg = config(lr=1e-3, warmup_steps=2, steps=10, lr_schedule="cosine")
+    rates = [learning_rate(cfg, s) for s in range(11)]
+    assert rates[:3] == pytest.approx([5e-4, 1e-3, 1e-3])
+    assert rates[6] == pytest.approx(5e-4) and rates[10] == pytest.approx(0.0, abs=1e-12)
+    assert all(a >= b for a, b in zip(rates[1:], rates[2:], strict=False))
+    assert learning_rate(cfg, 6, total=18) == pytest.approx(1e-3 * 0.5 * (1 + np.cos(np.pi * 4 / 16)))
+    with pytest.raises(ConfigError, match="lr_schedule"):
+        config(lr_schedule="linear")
+
+
+def test_resume_continues_exactly_with_a_cosine_schedule(episodes, tmp_path):
+    cfg = config(steps=6, lr_schedule="cosine", checkpoint_every=3, keep_checkpoints=0)
+    full = train(
+        prepare_run(family="fold", model_overrides=TINY_FOLD, config=cfg, episodes=[episodes]),
+        tmp_path / "a",
+        stream=io.StringIO(),
+    )
+    resumed = prepare_run(
+        family="fold",
+        model_overrides=TINY_FOLD,
+        config=cfg,
+        episodes=[episodes],
+        resume=tmp_path / "a" / "step_00000003.ckpt",
+    )
+    rest = train(resumed, tmp_path / "b", stream=io.StringIO())
+    assert rest.losses == full.losses[3:]
+    rows = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["lr"] == pytest.approx(learning_rate(cfg, 5))
+
+
 def test_progress_plain_lines_off_a_terminal_and_one_line_on_it():
     t = [0.0]
     plain = io.StringIO()
@@ -242,3 +273,18 @@ def test_loader_workers_give_the_same_run(episodes, tmp_path):
         run = prepare_run(family="fold", model_overrides=TINY_FOLD, config=cfg, episodes=[episodes])
         losses.append(train(run, tmp_path / str(workers), stream=io.StringIO()).losses)
     assert losses[0] == losses[1]
+
+
+def test_prepared_frames_train_the_same_run_as_full_frames(episodes, tmp_path):
+    """prepare_frames keeps frames at the model's input size (decoded once); the run is the one
+    full-size frames give, loss for loss, preloaded or not."""
+    losses, sizes = [], []
+    for prepare, preload in ((False, 0), (True, 0), (True, 2)):
+        cfg = config(steps=3, prepare_frames=prepare, preload_workers=preload)
+        run = prepare_run(family="fold", model_overrides=TINY_FOLD, config=cfg, episodes=[episodes])
+        sizes.append(run.dataset.image_size)
+        if preload:
+            assert run.dataset.prepared_bytes == 12 * 3 * 24 * 32 * 3  # every frame, before the first step
+        losses.append(train(run, tmp_path / f"{prepare}{preload}", stream=io.StringIO()).losses)
+    assert sizes == [None, (24, 32), (24, 32)]
+    assert losses[0] == losses[1] == losses[2]
