@@ -1,6 +1,6 @@
 """The learning loop end to end, in simulation: record, train, deploy, compare (`make demo-learn`).
 
-    .venv/bin/python tools/demo_learn.py [--out out/demo_learn] [--demos 0:40] [--eval 1000:1020]
+    .venv/bin/python tools/demo_learn.py [--out out/demo_learn] [--demos 0:60] [--eval 1000:1020]
 
 1. Record: the whole graph (cameras, frames, gate, drivers, recorder) with the scripted expert,
    one episode per trial of the simulated box task (`egomimic-launch ... --trials`), seeds
@@ -9,7 +9,8 @@
    same config at initialization, with the same data's norm stats, is kept as initial.ckpt:
    the untrained baseline is the trained model's own starting point.
 3. Deploy: each policy in its own graph, trials on held-out seeds (--eval), judged alike from the
-   measured poses and grippers: the expert, the untrained model, the trained model.
+   measured poses and grippers: the expert, the untrained model, the trained model; the policy
+   node replans every 15 rows there (--policy-params, config/box_policy_eval.yaml).
 4. Report: success counts with their seeds, per stage wall time; out/.../report.json.
 
 Every stage is a separate process, as a lab would run it; each writes its log under --out.
@@ -100,9 +101,15 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0], epilog=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--out", type=Path, default=REPO / "out" / "demo_learn", help="everything goes here")
-    ap.add_argument("--demos", type=seeds_arg, default="0:40", help="seeds of the expert demonstrations (a:b)")
+    ap.add_argument("--demos", type=seeds_arg, default="0:60", help="seeds of the expert demonstrations (a:b)")
     ap.add_argument("--eval", type=seeds_arg, default="1000:1020", help="held-out seeds of the trials (a:b)")
     ap.add_argument("--config", type=Path, default=REPO / "config" / "train_box.yaml", help="egomimic-train config")
+    ap.add_argument(
+        "--policy-params",
+        type=Path,
+        default=REPO / "config" / "box_policy_eval.yaml",
+        help="params_file for the evaluation graphs (the policy node's replan cadence)",
+    )
     ap.add_argument("--family", default=None, help="policy family (default: the config's)")
     ap.add_argument("--trial-timeout", type=float, default=20.0, help="seconds per trial after arming")
     ap.add_argument("--train-steps", type=int, help="override the config's step count (a quick check)")
@@ -153,7 +160,14 @@ def main(argv: list[str] | None = None) -> int:
             path = out / f"eval_{name}.json"
             rc, timings[f"eval {name}"] = run_stage(
                 f"eval {name}",
-                trials_cmd(policy, args.eval, path, out / "runs" / name, args.trial_timeout),
+                trials_cmd(
+                    policy,
+                    args.eval,
+                    path,
+                    out / "runs" / name,
+                    args.trial_timeout,
+                    f"params_file:={args.policy_params}",
+                ),
                 out / "logs" / f"eval_{name}.log",
                 env,
             )
