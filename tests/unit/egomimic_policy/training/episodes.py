@@ -36,8 +36,23 @@ def gripper(t: float) -> float:
     return float(0.5 + 0.4 * np.sin(0.3 * t))
 
 
-def write_episode(path: Path, frames: int, *, status: str = "complete", cameras=CAMERAS) -> Path:
-    meta = EpisodeMeta(task_name="unit_train", cameras=tuple(cameras), image_width=WIDTH, image_height=HEIGHT)
+def flat_image(t: int, camera: str, height: int, width: int) -> np.ndarray:
+    return np.full((height, width, 3), frame_value(t, camera), np.uint8)
+
+
+def write_episode(
+    path: Path,
+    frames: int,
+    *,
+    status: str = "complete",
+    cameras=CAMERAS,
+    height: int = HEIGHT,
+    width: int = WIDTH,
+    image=flat_image,
+) -> Path:
+    """`frames` steps of known poses and grippers; `image(t, camera, height, width)` draws each
+    frame (default: one flat value per step and camera, frame_value)."""
+    meta = EpisodeMeta(task_name="unit_train", cameras=tuple(cameras), image_width=width, image_height=height)
     writer = EpisodeWriter(path, meta, block_steps=8)
     for t in range(frames):
         values = {}
@@ -49,7 +64,7 @@ def write_episode(path: Path, frames: int, *, status: str = "complete", cameras=
             values[f"{side}.cmd_joints"] = np.zeros(6)
             values[f"{side}.obs_gripper"] = [gripper(t)]
             values[f"{side}.cmd_gripper"] = [gripper(t + 1)]
-        images = {c: np.full((HEIGHT, WIDTH, 3), frame_value(t, c), np.uint8) for c in cameras}
+        images = {c: image(t, c, height, width) for c in cameras}
         writer.add(1_000_000_000 + t * STEP_NS, images, values)
     writer.close(status)
     return path

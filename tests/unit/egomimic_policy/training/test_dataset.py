@@ -199,33 +199,18 @@ def test_upstream_layout_episode_trains_to_its_true_length(tmp_path):
     assert same_pose(decoded[Arm.LEFT][0][4], measured_pose(Arm.LEFT, n), atol=1e-5)
 
 
-def write_textured_episode(path, frames: int, height: int = 96, width: int = 128):
-    """An episode whose frames have detail (a gradient and a moving square), so a resize is not
-    trivially exact, at a size other than the model's."""
-    from egomimic_data.episode_format import EpisodeMeta, EpisodeWriter
-    from tests.unit.egomimic_policy.training.episodes import STEP_NS
-
-    meta = EpisodeMeta(task_name="unit_train", cameras=tuple(CAMERAS), image_width=width, image_height=height)
-    writer = EpisodeWriter(path, meta, block_steps=8)
+def textured_image(t: int, camera: str, height: int, width: int) -> np.ndarray:
+    """Detail (a gradient and moving stripes), so a resize is not trivially exact."""
     yy, xx = np.mgrid[0:height, 0:width]
-    for t in range(frames):
-        values = {}
-        for arm in ARMS:
-            side = arm.value
-            values[f"{side}.obs_ee_pose"] = measured_pose(arm, t)
-            values[f"{side}.cmd_ee_pose"] = measured_pose(arm, t + 1)
-            values[f"{side}.obs_joints"] = np.zeros(6)
-            values[f"{side}.cmd_joints"] = np.zeros(6)
-            values[f"{side}.obs_gripper"] = [gripper(t)]
-            values[f"{side}.cmd_gripper"] = [gripper(t + 1)]
-        images = {}
-        for c, cam in enumerate(CAMERAS):
-            img = np.stack([(xx * 2 + 40 * c) % 256, (yy * 2 + 9 * t) % 256, (xx + yy) % 256], axis=-1)
-            img[(yy // 8 - t) % 12 == 0] = 255
-            images[cam] = img.astype(np.uint8)
-        writer.add(1_000_000_000 + t * STEP_NS, images, values)
-    writer.close("complete")
-    return path
+    c = CAMERAS.index(camera)
+    img = np.stack([(xx * 2 + 40 * c) % 256, (yy * 2 + 9 * t) % 256, (xx + yy) % 256], axis=-1)
+    img[(yy // 8 - t) % 12 == 0] = 255
+    return img.astype(np.uint8)
+
+
+def write_textured_episode(path, frames: int, height: int = 96, width: int = 128):
+    """An episode of textured frames at a size other than the model's."""
+    return write_episode(path, frames, height=height, width=width, image=textured_image)
 
 
 @pytest.fixture(scope="module")
