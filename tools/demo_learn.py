@@ -111,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         help="params_file for the evaluation graphs (the policy node's replan cadence)",
     )
     ap.add_argument("--family", default=None, help="policy family (default: the config's)")
-    ap.add_argument("--trial-timeout", type=float, default=20.0, help="seconds per trial after arming")
+    ap.add_argument(
+        "--trial-timeout", type=float, default=12.0, help="seconds per trial after arming (the expert needs about 7.5)"
+    )
     ap.add_argument("--train-steps", type=int, help="override the config's step count (a quick check)")
     ap.add_argument("--reuse", action="store_true", help="keep episodes and checkpoints already in --out")
     args = ap.parse_args(argv)
