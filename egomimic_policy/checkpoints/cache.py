@@ -6,8 +6,9 @@ files, racy when two rollouts start at once, impossible on a read-only mount. He
 - the source is only ever read (opened read-only, memory-mapped where possible);
 - the artifact lives in a cache directory (`$EGOMIMIC_CACHE_DIR`, else
   `~/.cache/egomimic/checkpoints`), named by a FINGERPRINT of what determines its content:
-  canonical SHA-256 of {compat version, source path, size, mtime_ns, epoch, global_step, tensor
-  schema [(key, shape, dtype)], config pin}. A changed source or migration code gets a new name;
+  canonical SHA-256 of {cache version, compat version, source path, size, mtime_ns, epoch,
+  global_step, tensor schema [(key, shape, dtype)], config pin}. A changed source, migration code
+  (the caller's compat version) or artifact layout (CACHE_VERSION) gets a new name;
 - next to it a JSON marker {fingerprint, compat_version, artifact_size, artifact_sha256, source,
   migrations, ...}; an entry is reused only when the marker parses and matches the fingerprint,
   and the artifact's size (and, by default, SHA-256) match the marker. Anything else (truncated
@@ -40,6 +41,11 @@ log = logging.getLogger(__name__)
 CACHE_DIR_ENV = "EGOMIMIC_CACHE_DIR"
 DEFAULT_CACHE_DIR = Path("~/.cache/egomimic/checkpoints")
 MARKER_VERSION = 1
+CACHE_VERSION = 2
+"""The layout of every artifact, whatever its family: part of the fingerprint, so an entry written
+in another layout is never looked at (it has another name) but prepared again. 2: layout.py's
+format_version 2 (`nets.policy.`, config_tree); the entries of 1 (`model.`, model_config) are
+left alone for the code that wrote them."""
 DEFAULT_LOCK_TIMEOUT_S = 900.0
 """How long a start waits for another process preparing the same entry (multi-GB: minutes)."""
 
@@ -70,6 +76,7 @@ def source_fingerprint(source: Path, ckpt: Mapping, compat_version: str, pin_con
     st = source.stat()
     return sha256_of(
         {
+            "cache_version": CACHE_VERSION,
             "compat_version": compat_version,
             "source_path": str(source),
             "source_size": st.st_size,
@@ -194,6 +201,7 @@ def prepare_cached(
         st = source.stat()
         marker = {
             "marker_version": MARKER_VERSION,
+            "cache_version": CACHE_VERSION,
             "compat_version": compat_version,
             "fingerprint": fingerprint,
             "artifact": artifact.name,

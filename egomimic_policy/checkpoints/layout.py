@@ -1,21 +1,31 @@
-"""The Lightning-style checkpoint layout this project reads and writes.
+"""The checkpoint layout this project reads and writes: upstream EgoVerse's Lightning layout.
 
-A checkpoint is one `torch.save`d dict (what PyTorch Lightning writes, docs/eva.md "Policies"):
+A checkpoint is one `torch.save`d dict, what PyTorch Lightning writes for upstream's
+`egomimic.pl_utils.pl_model.ModelWrapper` (docs/eva.md "Policies"), so the lab's files and this
+project's go through the same reader:
 
-    state_dict        {"model.<param>": tensor}   the LightningModule holds the algorithm as `model`
-    hyper_parameters  {"model_config": {"_target_": "<module>.<AlgorithmClass>", ...fields},
+    state_dict        {"nets.policy.<param>": tensor}   upstream's wrapper holds the network as
+                                                        nets["policy"]; here the Algorithm itself
+    hyper_parameters  {"config_tree": {"model": {"_target_": WRAPPER_TARGET,
+                                                 "robomimic_model": {"_target_": "<module>.<Class>", ...}}},
                        "norm_stats_state": NormStats.to_state(),
                        "format_version": FORMAT_VERSION}
     epoch, global_step
     (optional, dropped by preparation) optimizer_states, lr_schedulers, loops, callbacks
 
+Neither `pytorch-lightning_version` nor `hparams_name` is written: this trainer is not Lightning
+and has no version of it to claim (a source's own version is kept by preparation). The config is plain data (dicts, lists, numbers), not
+OmegaConf objects, so `weights_only=True` reads it.
+
 `format_version` marks a checkpoint written by this code base: its embodiment ids are CURRENT
-ones. A checkpoint without it is legacy (ids from LegacyEmbodiment, config possibly under
-`hyper_parameters.config_tree.model.robomimic_model`); `migrations` turns it into this layout.
+ones. 2: this layout. 1: the project's first layout (`model.<param>` keys, config at
+`hyper_parameters.model_config`), read through the `rename_model_prefix` / `relocate_model_config`
+migrations. A checkpoint without it is upstream's or legacy (ids decide, `migrations.is_legacy`).
 
 Loading uses `torch.load(weights_only=True)`: a checkpoint is data, and unpickling arbitrary
 objects from a file is code execution. Everything above is plain dicts, lists, numbers and
-tensors, so nothing legitimate is lost.
+tensors, so nothing legitimate is lost. (Upstream's own files hold OmegaConf objects: the
+stage-pipeline ones are read by egomimic_policy.upstream through an allow-listed unpickler.)
 """
 
 from __future__ import annotations
@@ -31,10 +41,18 @@ import torch
 
 from egomimic_policy.checkpoints.errors import CheckpointError
 
-FORMAT_VERSION = 1
-MODEL_PREFIX = "model."
-LEGACY_CONFIG_PATH = ("config_tree", "model", "robomimic_model")
-"""Where upstream EgoVerse checkpoints keep the model config inside hyper_parameters."""
+FORMAT_VERSION = 2
+"""2: upstream's layout (`nets.policy.`, config_tree). 1: `model.` + `model_config` (migrated).
+Both mark current embodiment ids; a reader older than 2 refuses a 2 by its version."""
+MODEL_PREFIX = "nets.policy."
+"""Every state_dict key of the algorithm starts with it (upstream's ModelWrapper: nets["policy"])."""
+CONFIG_PATH = ("config_tree", "model", "robomimic_model")
+"""Where the model config (with `_target_`) sits inside hyper_parameters, as upstream keeps it."""
+WRAPPER_TARGET = "egomimic.pl_utils.pl_model.ModelWrapper"
+"""`config_tree.model._target_`: upstream's Lightning module around the algorithm."""
+V1_MODEL_PREFIX = "model."
+V1_CONFIG_KEY = "model_config"
+"""format_version 1 (the project's first layout): `model.<param>`, `hyper_parameters.model_config`."""
 
 KEPT_TOP_LEVEL_KEYS = ("state_dict", "hyper_parameters", "epoch", "global_step", "pytorch-lightning_version")
 """What a prepared rollout artifact keeps; optimizer state, loops and callbacks are training-only."""
@@ -72,20 +90,26 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
 
 
 def model_config_of(ckpt: Mapping) -> dict:
-    """The model config dict (with `_target_`), from the current or the legacy location."""
+    """The model config dict (with `_target_`): `hyper_parameters.config_tree.model.robomimic_model`,
+    or, in a format_version 1 file not yet migrated, `hyper_parameters.model_config` (the same dict,
+    so its canonical-JSON SHA-256, the pin, is the same in both layouts)."""
     hp = ckpt.get("hyper_parameters") or {}
-    config = hp.get("model_config")
-    if config is None:
-        node: Any = hp
-        for part in LEGACY_CONFIG_PATH:
-            node = node.get(part) if isinstance(node, Mapping) else None
-        config = node
+    node: Any = hp
+    for part in CONFIG_PATH:
+        node = node.get(part) if isinstance(node, Mapping) else None
+    config = node if node is not None else hp.get(V1_CONFIG_KEY)
     if not isinstance(config, Mapping) or not isinstance(config.get("_target_"), str):
         raise CheckpointError(
-            "checkpoint has no model config with a '_target_' (looked at hyper_parameters.model_config and "
-            "hyper_parameters." + ".".join(LEGACY_CONFIG_PATH) + ")"
+            "checkpoint has no model config with a '_target_' (looked at hyper_parameters."
+            + ".".join(CONFIG_PATH)
+            + f" and the format_version 1 hyper_parameters.{V1_CONFIG_KEY})"
         )
     return dict(config)
+
+
+def config_tree(model_config: Mapping) -> dict:
+    """`hyper_parameters.config_tree` holding `model_config` as upstream's wrapper does."""
+    return {"model": {"_target_": WRAPPER_TARGET, "robomimic_model": dict(model_config)}}
 
 
 def state_schema(state_dict: Mapping[str, torch.Tensor]) -> list[list]:
@@ -95,7 +119,8 @@ def state_schema(state_dict: Mapping[str, torch.Tensor]) -> list[list]:
 
 
 def model_state_dict(ckpt: Mapping) -> dict[str, torch.Tensor]:
-    """The algorithm's own state dict (the Lightning `model.` prefix removed)."""
+    """The algorithm's own state dict (the `nets.policy.` prefix removed) of a checkpoint in the
+    current layout (a source in another goes through migrations.upgrade_layout first)."""
     sd = ckpt["state_dict"]
     bad = [k for k in sd if not k.startswith(MODEL_PREFIX)]
     if bad:
@@ -113,13 +138,14 @@ def build_checkpoint(
     optimizer_states: list | None = None,
     loops: Mapping | None = None,
 ) -> dict:
-    """The dict `save_checkpoint` writes (exposed for tests that build legacy variants of it)."""
+    """The dict `save_checkpoint` writes (exposed for tests that build legacy variants of it):
+    upstream's layout, module docstring."""
     if "_target_" not in model_config:
         raise CheckpointError("model_config needs a '_target_' naming the algorithm class")
     ckpt = {
         "state_dict": {MODEL_PREFIX + k: v.detach().cpu().clone() for k, v in model_state.items()},
         "hyper_parameters": {
-            "model_config": dict(model_config),
+            "config_tree": config_tree(model_config),
             "norm_stats_state": dict(norm_stats_state),
             "format_version": FORMAT_VERSION,
         },
@@ -159,7 +185,7 @@ def save_checkpoint(
     loops: Mapping | None = None,
 ) -> Path:
     """Write a trained algorithm (a families Algorithm: `state_dict()`, `model_config()`) and its
-    NormStats as a current-format checkpoint; with `optimizer`, its state is kept too, and `loops`
+    NormStats as a current-format checkpoint (upstream's layout, module docstring); with `optimizer`, its state is kept too, and `loops`
     (plain data: the trainer's own state) under Lightning's key of that name; rollout preparation
     drops both. Atomic: a crash leaves no half-written file."""
     path = Path(path)

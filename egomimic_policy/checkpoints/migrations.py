@@ -1,12 +1,20 @@
 """Migrations from legacy / training checkpoints to the current rollout layout (pure functions).
 
+Every checkpoint of a project family, whatever wrote it, goes through `migrate_checkpoint` (the
+policy node, via the prepared cache) or, to resume training, `upgrade_layout` (its layout steps
+only): upstream's files, this project's (format_version 2, the same layout) and its first
+layout (format_version 1) all come out in layout.py's layout.
+
 Each migration is named, applied only when needed, logged when applied and recorded in the
 prepared artifact's marker, so an operator can see what was changed and why:
 
 - `strip_orig_mod`: torch.compile wraps modules as `_orig_mod`, so compiled training runs save
-  `model._orig_mod.x`; the rollout model is built uncompiled and needs `model.x`.
-- `relocate_config`: upstream keeps the model config at
-  `hyper_parameters.config_tree.model.robomimic_model`; here it is `hyper_parameters.model_config`.
+  `nets.policy._orig_mod.x`; the rollout model is built uncompiled and needs `nets.policy.x`.
+- `rename_model_prefix`: format_version 1 saved the algorithm's weights as `model.<param>`;
+  upstream's layout (and this project's since format_version 2) has `nets.policy.<param>`.
+- `relocate_model_config`: format_version 1 kept the model config at
+  `hyper_parameters.model_config`; it belongs at `hyper_parameters.config_tree.model.robomimic_model`
+  (under upstream's wrapper `_target_`). The config dict itself is unchanged, so a pin still holds.
 - `retarget`: renamed algorithm classes (`RENAMED_TARGETS`, append-only).
 - `remap_embodiment_ids`: legacy ids through egomimic_hw.embodiment.LEGACY_MIGRATION (8 -> 6,
   18 -> 3), a table checked against both enums at import; any other legacy id is refused.
@@ -22,11 +30,22 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from egomimic_hw.embodiment import LEGACY_MIGRATION, embodiment_by_id, migrate_legacy_id
 from egomimic_hw.errors import ConfigError
 from egomimic_policy.checkpoints.errors import CheckpointError
-from egomimic_policy.checkpoints.layout import FORMAT_VERSION, KEPT_TOP_LEVEL_KEYS, model_config_of, sha256_of
+from egomimic_policy.checkpoints.layout import (
+    CONFIG_PATH,
+    FORMAT_VERSION,
+    KEPT_TOP_LEVEL_KEYS,
+    MODEL_PREFIX,
+    V1_CONFIG_KEY,
+    V1_MODEL_PREFIX,
+    config_tree,
+    model_config_of,
+    sha256_of,
+)
 from egomimic_policy.normalization import NormStats
 
 log = logging.getLogger(__name__)
@@ -119,6 +138,57 @@ def _strip_orig_mod(state_dict: Mapping) -> tuple[dict, int]:
     return out, stripped
 
 
+def _rename_model_prefix(state_dict: Mapping) -> tuple[dict, int]:
+    out: dict = {}
+    renamed = 0
+    for key, value in state_dict.items():
+        new = MODEL_PREFIX + key[len(V1_MODEL_PREFIX) :] if key.startswith(V1_MODEL_PREFIX) else key
+        renamed += new != key
+        if new in out:
+            raise CheckpointError(f"state_dict has {key!r} and {new!r} (both '{V1_MODEL_PREFIX}' and '{MODEL_PREFIX}')")
+        out[new] = value
+    return out, renamed
+
+
+def _config_at_path(hp: Mapping):
+    node: Any = hp
+    for part in CONFIG_PATH:
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
+
+
+def upgrade_layout(ckpt: Mapping) -> tuple[dict, list[str]]:
+    """`ckpt` in the current layout (layout.py) and the names of the layout migrations applied:
+    strip_orig_mod, rename_model_prefix (format_version 1 `model.`), relocate_model_config
+    (format_version 1 `model_config`). Everything else (ids, optimizer state, format_version) is
+    left as it is. A new dict; the input is not modified, tensors are shared, not copied."""
+    applied: list[str] = []
+    state_dict, stripped = _strip_orig_mod(ckpt["state_dict"])
+    if stripped:
+        applied.append(f"strip_orig_mod({stripped} keys)")
+    state_dict, renamed = _rename_model_prefix(state_dict)
+    if renamed:
+        applied.append(f"rename_model_prefix({renamed} keys)")
+        log.info("checkpoint migration: %d state_dict keys '%s' -> '%s'", renamed, V1_MODEL_PREFIX, MODEL_PREFIX)
+    hp = dict(ckpt.get("hyper_parameters") or {})
+    if V1_CONFIG_KEY in hp:
+        v1_config = hp.pop(V1_CONFIG_KEY)
+        current = _config_at_path(hp)
+        if current is not None and current != v1_config:
+            raise CheckpointError(
+                f"hyper_parameters has both {V1_CONFIG_KEY} and " + ".".join(CONFIG_PATH) + ", and they differ"
+            )
+        if current is None:
+            if not isinstance(v1_config, Mapping):
+                raise CheckpointError(f"hyper_parameters.{V1_CONFIG_KEY} is not a mapping")
+            hp["config_tree"] = {**(hp.get("config_tree") or {}), **config_tree(v1_config)}
+        applied.append("relocate_model_config")
+        log.info(
+            "checkpoint migration: hyper_parameters.%s -> hyper_parameters.%s", V1_CONFIG_KEY, ".".join(CONFIG_PATH)
+        )
+    return {**ckpt, "state_dict": state_dict, "hyper_parameters": hp}, applied
+
+
 def _remap_norm_stats(state: Mapping, legacy: bool, record: MigrationRecord) -> dict:
     stats = state.get("norm_stats")
     if not isinstance(stats, Mapping) or not stats:
@@ -169,19 +239,16 @@ def check_pin(ckpt: Mapping, pin_config_sha256: str | None) -> str:
 
 
 def migrate_checkpoint(ckpt: Mapping, *, pin_config_sha256: str | None = None) -> tuple[dict, MigrationRecord]:
-    """A new dict in the current layout (the input is not modified) and the record of what changed."""
+    """A new dict in the current layout (the input is not modified) and the record of what changed.
+    The artifact keeps the weights, `config_tree.model` (upstream's wrapper `_target_` and the
+    retargeted `robomimic_model`), the norm stats (current ids) and format_version; any other
+    config_tree entry, like training state, is dropped and listed in `dropped_keys`."""
     source_sha = check_pin(ckpt, pin_config_sha256)
-    source_config = model_config_of(ckpt)
-    hp = ckpt["hyper_parameters"]
     legacy = is_legacy(ckpt)
-    config = dict(source_config)
-    record = MigrationRecord(source_model_config_sha256=source_sha, target=config["_target_"])
-
-    state_dict, stripped = _strip_orig_mod(ckpt["state_dict"])
-    if stripped:
-        record.applied.append(f"strip_orig_mod({stripped} keys)")
-    if "model_config" not in hp:
-        record.applied.append("relocate_config")
+    ckpt, applied = upgrade_layout(ckpt)
+    hp = ckpt["hyper_parameters"]
+    config = model_config_of(ckpt)
+    record = MigrationRecord(source_model_config_sha256=source_sha, target=config["_target_"], applied=applied)
     target = resolve_target(config["_target_"])
     if target != config["_target_"]:
         record.applied.append(f"retarget({config['_target_']} -> {target})")
@@ -199,7 +266,12 @@ def migrate_checkpoint(ckpt: Mapping, *, pin_config_sha256: str | None = None) -
         )
     record.dropped_keys = sorted(str(k) for k in ckpt if k not in KEPT_TOP_LEVEL_KEYS)
     record.dropped_keys += sorted(
-        f"hyper_parameters.{k}" for k in hp if k not in ("model_config", "norm_stats_state", "format_version")
+        f"hyper_parameters.{k}" for k in hp if k not in ("config_tree", "norm_stats_state", "format_version")
+    )
+    tree = hp["config_tree"]
+    record.dropped_keys += sorted(f"hyper_parameters.config_tree.{k}" for k in tree if k != "model")
+    record.dropped_keys += sorted(
+        f"hyper_parameters.config_tree.model.{k}" for k in tree["model"] if k not in ("_target_", "robomimic_model")
     )
     if any(not k.startswith("hyper_parameters.") for k in record.dropped_keys):
         record.applied.append("drop_training_state")
@@ -207,8 +279,12 @@ def migrate_checkpoint(ckpt: Mapping, *, pin_config_sha256: str | None = None) -
         if not isinstance(ckpt.get(key), int):
             raise CheckpointError(f"checkpoint {key!r} must be an int, got {ckpt.get(key)!r}")
     out = {
-        "state_dict": state_dict,
-        "hyper_parameters": {"model_config": config, "norm_stats_state": norm_state, "format_version": FORMAT_VERSION},
+        "state_dict": ckpt["state_dict"],
+        "hyper_parameters": {
+            "config_tree": config_tree(config),
+            "norm_stats_state": norm_state,
+            "format_version": FORMAT_VERSION,
+        },
         "epoch": ckpt["epoch"],
         "global_step": ckpt["global_step"],
     }

@@ -30,7 +30,13 @@ import numpy as np
 import torch
 
 from egomimic_hw.errors import ConfigError
-from egomimic_policy.checkpoints import CheckpointError, load_checkpoint, model_config_of, save_checkpoint
+from egomimic_policy.checkpoints import (
+    CheckpointError,
+    load_checkpoint,
+    model_config_of,
+    save_checkpoint,
+    upgrade_layout,
+)
 from egomimic_policy.checkpoints.layout import model_state_dict
 from egomimic_policy.families import FAMILIES, Algorithm, algorithm_for_target, build_algorithm
 from egomimic_policy.normalization import NormStats
@@ -151,7 +157,7 @@ def _clone(value):
 def read_resume(path: str | os.PathLike) -> Resumed:
     """The training state of a checkpoint this trainer wrote (a prepared rollout artifact has
     no optimizer state and is refused: it cannot continue exactly)."""
-    ckpt = load_checkpoint(path)
+    ckpt, _ = upgrade_layout(load_checkpoint(path))  # a format_version 1 file too (model., model_config)
     cls = algorithm_for_target(model_config_of(ckpt)["_target_"])
     states = ckpt.get("optimizer_states") or []
     if not states:

@@ -1,6 +1,7 @@
-"""Patched cached checkpoints: golden migration of a legacy-layout checkpoint, reuse without any
-write, separate processes starting together do the work once, corrupt entries are rebuilt, a
-read-only source works, and refusals happen before anything is written."""
+"""Patched cached checkpoints: the layout save_checkpoint writes (upstream's), golden migration of
+a legacy upstream-layout checkpoint and of the project's format_version 1 layout, reuse without
+any write, separate processes starting together do the work once, corrupt or other-layout entries
+are rebuilt, a read-only source works, and refusals happen before anything is written."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ import pytest
 import torch
 
 from egomimic_hw.embodiment import Embodiment
-from egomimic_policy.checkpoints import CheckpointError, load_checkpoint, save_checkpoint, sha256_of
-from egomimic_policy.checkpoints.layout import FORMAT_VERSION, model_config_of
+from egomimic_policy.checkpoints import CheckpointError, load_checkpoint, save_checkpoint, sha256_of, upgrade_layout
+from egomimic_policy.checkpoints import cache as cache_module
+from egomimic_policy.checkpoints.layout import FORMAT_VERSION, WRAPPER_TARGET, model_config_of, model_state_dict
 from egomimic_policy.families import FoldAlgorithm, PIAlgorithm, build_algorithm, make_policy
 from egomimic_policy.features import ACTION_KEY, STATE_KEY, neutral_norm_stats
 from egomimic_policy.normalization import KeyStats, NormStats
@@ -31,15 +33,19 @@ HUMAN_STATE = KeyStats.from_samples(np.random.default_rng(1).normal(size=(200, 2
 
 
 def legacy_checkpoint(algo, path: Path, *, ids=(8, 18), target="egomimic.pipeline.algo.PipelineAlgo") -> Path:
-    """The upstream layout: torch.compile prefixes, config under config_tree, legacy ids, and
-    training state (optimizer, schedulers, loops, callbacks)."""
+    """The upstream layout: `nets.policy.` keys with torch.compile prefixes, config under
+    config_tree (beside another config section), legacy ids, and training state (optimizer,
+    schedulers, loops, callbacks)."""
     neutral = neutral_norm_stats().to_state()["norm_stats"][int(Embodiment.EVA_BIMANUAL)]
     human = {STATE_KEY: HUMAN_STATE.to_dict(), ACTION_KEY: neutral[ACTION_KEY]}
     config = {**algo.model_config(), "_target_": target}
     ckpt = {
-        "state_dict": {"model._orig_mod." + k: v.clone() for k, v in algo.state_dict().items()},
+        "state_dict": {"nets.policy._orig_mod." + k: v.clone() for k, v in algo.state_dict().items()},
         "hyper_parameters": {
-            "config_tree": {"model": {"robomimic_model": config}},
+            "config_tree": {
+                "model": {"_target_": WRAPPER_TARGET, "robomimic_model": config},
+                "trainer": {"devices": 1},
+            },
             "norm_stats_state": {
                 "norm_mode": "quantile",
                 "embodiments": list(ids),
@@ -56,6 +62,26 @@ def legacy_checkpoint(algo, path: Path, *, ids=(8, 18), target="egomimic.pipelin
         "loops": {"fit_loop": {"epoch_progress": 3}},
         "callbacks": {"ModelCheckpoint": {"best": 0.1}},
     }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(ckpt, path)
+    return path
+
+
+def v1_checkpoint(algo, norm, path: Path, *, optimizer=None) -> Path:
+    """What save_checkpoint wrote at format_version 1 (before upstream's layout), key for key."""
+    ckpt = {
+        "state_dict": {"model." + k: v.detach().clone() for k, v in algo.state_dict().items()},
+        "hyper_parameters": {
+            "model_config": algo.model_config(),
+            "norm_stats_state": norm.to_state(),
+            "format_version": 1,
+        },
+        "epoch": 1,
+        "global_step": 12,
+    }
+    if optimizer is not None:
+        ckpt["optimizer_states"] = [optimizer.state_dict()]
+        ckpt["loops"] = {"windows": 3}
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(ckpt, path)
     return path
@@ -95,13 +121,15 @@ def test_golden_legacy_migration(fold, tmp_path):
     art = torch.load(prepared.artifact_path, weights_only=True)
     assert sorted(art) == ["epoch", "global_step", "hyper_parameters", "pytorch-lightning_version", "state_dict"]
     assert (art["epoch"], art["global_step"]) == (3, 133665)
-    assert sorted(art["hyper_parameters"]) == ["format_version", "model_config", "norm_stats_state"]
+    assert sorted(art["hyper_parameters"]) == ["config_tree", "format_version", "norm_stats_state"]
     assert art["hyper_parameters"]["format_version"] == FORMAT_VERSION
-    assert art["hyper_parameters"]["model_config"] == {**source_config, "_target_": FoldAlgorithm.target()}
+    assert art["hyper_parameters"]["config_tree"] == {
+        "model": {"_target_": WRAPPER_TARGET, "robomimic_model": {**source_config, "_target_": FoldAlgorithm.target()}}
+    }
     expected_sd = fold.state_dict()
-    assert sorted(art["state_dict"]) == sorted("model." + k for k in expected_sd)
+    assert sorted(art["state_dict"]) == sorted("nets.policy." + k for k in expected_sd)
     for k, v in expected_sd.items():
-        torch.testing.assert_close(art["state_dict"]["model." + k], v, rtol=0, atol=0)
+        torch.testing.assert_close(art["state_dict"]["nets.policy." + k], v, rtol=0, atol=0)
     norm = art["hyper_parameters"]["norm_stats_state"]
     assert norm["embodiments"] == [3, 6] and sorted(norm["norm_stats"]) == [3, 6]
     assert norm["norm_stats"][3][STATE_KEY] == HUMAN_STATE.to_dict()  # 18 -> 3 kept its own stats
@@ -110,7 +138,6 @@ def test_golden_legacy_migration(fold, tmp_path):
     marker = json.loads(prepared.marker_path.read_text())
     assert marker["migration"]["applied"] == [
         f"strip_orig_mod({len(expected_sd)} keys)",
-        "relocate_config",
         f"retarget(egomimic.pipeline.algo.PipelineAlgo -> {FoldAlgorithm.target()})",
         "remap_embodiment_ids(8->6, 18->3)",
         "drop_training_state",
@@ -121,11 +148,12 @@ def test_golden_legacy_migration(fold, tmp_path):
         "loops",
         "lr_schedulers",
         "optimizer_states",
-        "hyper_parameters.config_tree",
         "hyper_parameters.data_schematic",
+        "hyper_parameters.config_tree.trainer",
     ]
     assert marker["migration"]["source_model_config_sha256"] == sha256_of(source_config)
     assert marker["fingerprint"] == prepared.fingerprint and marker["compat_version"] == "fold-v1"
+    assert marker["cache_version"] == cache_module.CACHE_VERSION
     assert marker["artifact_size"] == prepared.artifact_path.stat().st_size
     assert marker["source"]["path"] == str(source.resolve())
     assert prepared.artifact_path.stat().st_size < source.stat().st_size  # optimizer state gone
@@ -378,3 +406,101 @@ def test_post_collapse_ids_without_format_version_are_taken_as_they_are(fold, tm
     art = load_checkpoint(prepared.artifact_path)
     assert sorted(art["hyper_parameters"]["norm_stats_state"]["norm_stats"]) == [3, 6]
     assert prepared.marker["migration"]["embodiment_remap"] == {}
+
+
+def test_save_checkpoint_writes_upstreams_layout(fold, tmp_path):
+    opt = torch.optim.AdamW(fold.parameters(), lr=1e-3)
+    path = save_checkpoint(
+        tmp_path / "own.ckpt", fold, neutral_norm_stats(), epoch=2, global_step=9, optimizer=opt, loops={"w": 1}
+    )
+    ckpt = load_checkpoint(path)
+    assert sorted(ckpt) == ["epoch", "global_step", "hyper_parameters", "loops", "optimizer_states", "state_dict"]
+    assert sorted(ckpt["state_dict"]) == sorted("nets.policy." + k for k in fold.state_dict())
+    hp = ckpt["hyper_parameters"]
+    assert sorted(hp) == ["config_tree", "format_version", "norm_stats_state"] and hp["format_version"] == 2
+    assert hp["config_tree"] == {"model": {"_target_": WRAPPER_TARGET, "robomimic_model": fold.model_config()}}
+    assert hp["config_tree"]["model"]["robomimic_model"]["_target_"] == FoldAlgorithm.target()
+    assert upgrade_layout(ckpt)[1] == []  # nothing to upgrade
+    for k, v in fold.state_dict().items():
+        assert torch.equal(model_state_dict(ckpt)[k], v)
+
+
+def test_format_version_1_checkpoint_loads_through_the_migration(fold, tmp_path, caplog):
+    """A checkpoint save_checkpoint wrote before upstream's layout (`model.`, model_config) runs as
+    it did: the same chunk as the network in memory, the layout migrations named in the marker,
+    the pin unchanged (the config dict is the same), the artifact in the current layout."""
+    norm = neutral_norm_stats()
+    opt = torch.optim.AdamW(fold.parameters(), lr=1e-3)
+    source = v1_checkpoint(fold, norm, tmp_path / "src" / "v1.ckpt", optimizer=opt)
+    assert pin_of(source) == sha256_of(fold.model_config())
+    with caplog.at_level("INFO", logger="egomimic_policy.checkpoints.migrations"):
+        policy = make_policy(str(source), cache_dir=tmp_path / "cache", seed=4)  # current ids: no pin needed
+    assert "'model.' -> 'nets.policy.'" in caplog.text and "hyper_parameters.model_config ->" in caplog.text
+    prepared = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=tmp_path / "cache")
+    assert prepared.reused and policy.spec.fingerprint == prepared.fingerprint
+    migration = prepared.marker["migration"]
+    assert migration["applied"] == [
+        f"rename_model_prefix({len(fold.state_dict())} keys)",
+        "relocate_model_config",
+        "drop_training_state",
+    ]
+    assert migration["embodiment_remap"] == {} and migration["dropped_keys"] == ["loops", "optimizer_states"]
+    art = load_checkpoint(prepared.artifact_path)
+    assert all(k.startswith("nets.policy.") for k in art["state_dict"])
+    assert art["hyper_parameters"]["config_tree"]["model"]["robomimic_model"] == fold.model_config()
+    assert art["hyper_parameters"]["format_version"] == FORMAT_VERSION
+    obs = make_observation()
+    direct = fold.eval().create_rollout_policy(norm, fingerprint="x", seed=4).infer(obs)
+    chunk = policy.infer(obs)
+    np.testing.assert_array_equal(chunk.left_pose, direct.left_pose)
+    np.testing.assert_array_equal(chunk.right_gripper, direct.right_gripper)
+
+
+def test_round_trip_new_layout_cache_policy_is_the_algorithm(fold, tmp_path):
+    """save_checkpoint -> prepared cache -> policy: the artifact has the source's layout and
+    tensors, and the policy's chunk is bit for bit the in-memory algorithm's."""
+    stats = neutral_norm_stats().to_state()["norm_stats"][6]
+    norm = NormStats.from_state({"norm_mode": "quantile", "norm_stats": {6: stats, 3: stats}})
+    source = save_checkpoint(tmp_path / "run" / "last.ckpt", fold, norm, epoch=1, global_step=2)
+    policy = make_policy(str(source), cache_dir=tmp_path / "cache", seed=7)
+    prepared = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=tmp_path / "cache")
+    assert prepared.reused and prepared.marker["migration"]["applied"] == []
+    src, art = load_checkpoint(source), load_checkpoint(prepared.artifact_path)
+    assert art["hyper_parameters"] == src["hyper_parameters"]
+    assert sorted(art["state_dict"]) == sorted(src["state_dict"])
+    assert all(torch.equal(art["state_dict"][k], v) for k, v in src["state_dict"].items())
+    obs = make_observation(stamp_ns=5)
+    direct = fold.eval().create_rollout_policy(norm, fingerprint="in-memory", seed=7)
+    for _ in range(2):  # the sampler's generator advances alike
+        a, b = policy.infer(obs), direct.infer(obs)
+        for field in ("left_pose", "right_pose", "left_gripper", "right_gripper"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+
+
+def test_an_entry_of_another_cache_version_is_prepared_again(fold, tmp_path, monkeypatch):
+    """An artifact written in another layout is never misread: the cache version is part of the
+    fingerprint, so the entry of the other version is not even looked at."""
+    source = save_checkpoint(tmp_path / "src" / "a.ckpt", fold, neutral_norm_stats(), epoch=0, global_step=1)
+    monkeypatch.setattr(cache_module, "CACHE_VERSION", cache_module.CACHE_VERSION - 1)
+    old = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=tmp_path / "cache")
+    monkeypatch.undo()
+    new = FoldAlgorithm.prepare_rollout_checkpoint(source, cache_dir=tmp_path / "cache")
+    assert not new.reused and new.artifact_path != old.artifact_path and new.fingerprint != old.fingerprint
+    assert old.artifact_path.exists()  # left for the code that wrote it
+
+
+def test_upgrade_layout_refuses_twins_and_conflicting_configs(fold):
+    sd = {"model.a": torch.zeros(1), "nets.policy.a": torch.ones(1)}
+    base = {"hyper_parameters": {"norm_stats_state": {}}, "epoch": 0, "global_step": 0}
+    with pytest.raises(CheckpointError, match="both 'model.' and 'nets.policy.'"):
+        upgrade_layout({**base, "state_dict": sd})
+    hp = {"model_config": fold.model_config(), "config_tree": {"model": {"robomimic_model": {"_target_": "x"}}}}
+    with pytest.raises(CheckpointError, match="they differ"):
+        upgrade_layout({**base, "state_dict": {}, "hyper_parameters": hp})
+    ckpt = {**base, "state_dict": {"model.a": torch.zeros(1)}, "hyper_parameters": {"model_config": {"_target_": "x"}}}
+    before = {k: dict(v) if isinstance(v, dict) else v for k, v in ckpt.items()}
+    upgraded, applied = upgrade_layout(ckpt)
+    assert applied == ["rename_model_prefix(1 keys)", "relocate_model_config"]
+    assert list(upgraded["state_dict"]) == ["nets.policy.a"] and model_config_of(upgraded) == {"_target_": "x"}
+    assert ckpt.keys() == before.keys() and list(ckpt["state_dict"]) == ["model.a"]  # input untouched
+    assert "model_config" in ckpt["hyper_parameters"]

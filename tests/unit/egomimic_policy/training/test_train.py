@@ -1,5 +1,6 @@
-"""The training loop: the loss falls on an overfit set, a resumed run continues exactly, the
-checkpoint runs through make_policy, and the schedule, batches, progress and pruning behave."""
+"""The training loop: the loss falls on an overfit set, a resumed run continues exactly (also from
+a format_version 1 checkpoint), the checkpoint is in upstream's layout and runs through
+make_policy, and the schedule, batches, progress and pruning behave."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import torch
 
 from egomimic_hw.errors import ConfigError
 from egomimic_policy.checkpoints import CheckpointError, load_checkpoint
-from egomimic_policy.checkpoints.layout import model_state_dict
-from egomimic_policy.families import make_policy
+from egomimic_policy.checkpoints.layout import FORMAT_VERSION, WRAPPER_TARGET, model_state_dict
+from egomimic_policy.families import FoldAlgorithm, make_policy
 from egomimic_policy.interface import ChunkPolicy
 from egomimic_policy.training.config import TrainConfig
 from egomimic_policy.training.dataset import collate_windows
@@ -114,10 +115,35 @@ def test_resume_continues_exactly(episodes, tmp_path):
     ckpt = load_checkpoint(tmp_path / "b" / LAST)
     assert ckpt["global_step"] == 7 and ckpt["optimizer_states"] and ckpt["loops"]["train_config"]["seed"] == 3
 
+    # The same step in the format_version 1 layout (`model.`, model_config) resumes the same run.
+    v1 = load_checkpoint(tmp_path / "a" / "step_00000004.ckpt")
+    hp = v1["hyper_parameters"]
+    v1["state_dict"] = {"model." + k: v for k, v in model_state_dict(v1).items()}
+    v1["hyper_parameters"] = {
+        "model_config": hp["config_tree"]["model"]["robomimic_model"],
+        "norm_stats_state": hp["norm_stats_state"],
+        "format_version": 1,
+    }
+    torch.save(v1, tmp_path / "v1.ckpt")
+    run = prepare_run(
+        family="fold", model_overrides=TINY_FOLD, config=cfg, episodes=[episodes], resume=tmp_path / "v1.ckpt"
+    )
+    assert train(run, tmp_path / "c", stream=io.StringIO()).losses == whole.losses[4:]
+    c = load_checkpoint(tmp_path / "c" / LAST)
+    assert c["hyper_parameters"]["format_version"] == FORMAT_VERSION and "model_config" not in c["hyper_parameters"]
+
 
 def test_checkpoint_runs_through_make_policy(episodes, tmp_path):
     run = prepare_run(family="fold", model_overrides=TINY_FOLD, config=config(steps=3), episodes=[episodes])
     result = train(run, tmp_path / "run", stream=io.StringIO())
+    ckpt = load_checkpoint(result.last_checkpoint)  # upstream's layout, and nothing claimed it does not hold
+    assert ckpt["state_dict"] and all(k.startswith("nets.policy.") for k in ckpt["state_dict"])
+    assert sorted(ckpt["hyper_parameters"]) == ["config_tree", "format_version", "norm_stats_state"]
+    model = ckpt["hyper_parameters"]["config_tree"]["model"]
+    assert model["_target_"] == WRAPPER_TARGET and model["robomimic_model"]["_target_"] == FoldAlgorithm.target()
+    assert model["robomimic_model"] == run.algorithm.model_config()
+    assert ckpt["hyper_parameters"]["format_version"] == FORMAT_VERSION and "pytorch-lightning_version" not in ckpt
+    assert ckpt["optimizer_states"] and ckpt["loops"]["windows"] == len(run.dataset)
     policy = make_policy(str(result.last_checkpoint), cache_dir=tmp_path / "cache", seed=2)
     assert isinstance(policy, ChunkPolicy)
     assert policy.spec.family == "fold" and policy.spec.chunk_length == 8 and policy.spec.extra["global_step"] == "3"
@@ -126,6 +152,8 @@ def test_checkpoint_runs_through_make_policy(episodes, tmp_path):
     chunk = policy.infer(obs)
     assert chunk.left_pose.shape == (8, 7) and chunk.right_gripper.shape == (8,)
     assert np.all(np.isfinite(chunk.left_pose)) and chunk.observation_stamp_ns == obs.stamp_ns
+    direct = run.algorithm.cpu().eval().create_rollout_policy(run.norm_stats, fingerprint="in-memory", seed=2)
+    np.testing.assert_array_equal(direct.infer(obs).left_pose, chunk.left_pose)  # the trained weights, exactly
 
 
 def test_resume_refuses_what_cannot_continue(episodes, tmp_path):

@@ -14,12 +14,18 @@ import torch
 
 from egomimic_hw.description import Arm
 from egomimic_policy.checkpoints.errors import CheckpointError
-from egomimic_policy.families import make_policy
-from egomimic_policy.features import decode_action_chunk, state_ee_pose
+from egomimic_policy.families import build_algorithm, make_policy, save_checkpoint
+from egomimic_policy.features import decode_action_chunk, neutral_norm_stats, state_ee_pose
 from egomimic_policy.interface import Observation
 from egomimic_policy.upstream.checkpoint import load_upstream
 from egomimic_policy.upstream.pipeline import rollout
-from egomimic_policy.upstream.policy import UpstreamRolloutPolicy, config_sha256, image_input, is_upstream_checkpoint
+from egomimic_policy.upstream.policy import (
+    UpstreamRolloutPolicy,
+    config_sha256,
+    image_input,
+    is_upstream_checkpoint,
+    is_upstream_pi_checkpoint,
+)
 
 FIXTURES = Path(__file__).parents[3] / "fixtures" / "upstream"
 CAMERA_OF_KEY = {"front_img_1": "front_1", "left_wrist_img": "left_wrist", "right_wrist_img": "right_wrist"}
@@ -66,6 +72,17 @@ def test_is_upstream_checkpoint(tiny_path, tmp_path):
     other = tmp_path / "own.ckpt"
     torch.save({"state_dict": {}, "hyper_parameters": {"model_config": {"_target_": "x"}}}, other)
     assert not is_upstream_checkpoint(other)
+
+
+@pytest.mark.parametrize("family", ["fold", "moe", "pi"])
+def test_a_project_checkpoint_in_upstreams_layout_is_routed_to_its_family(family, tmp_path):
+    """The project writes upstream's layout too (`nets.policy.`, config_tree under upstream's
+    ModelWrapper): routing goes by the algorithm `_target_`s, so it stays a family checkpoint."""
+    algo = build_algorithm(family, overrides={"d_model": 32, "n_layers": 1, "n_heads": 2})
+    path = save_checkpoint(tmp_path / "own.ckpt", algo, neutral_norm_stats(), epoch=0, global_step=1)
+    assert not is_upstream_checkpoint(path) and not is_upstream_pi_checkpoint(path)
+    policy = make_policy(str(path), cache_dir=tmp_path / "cache")
+    assert not isinstance(policy, UpstreamRolloutPolicy) and policy.spec.family == family
 
 
 def test_cache_built_once_then_reused_without_a_write_source_unchanged(tiny_path, tmp_path):
