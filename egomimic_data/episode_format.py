@@ -52,6 +52,7 @@ Why this layout (measured with zarr 3.1.6):
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as _dt
 import fcntl
@@ -69,6 +70,7 @@ from typing import Any
 import numpy as np
 import simplejpeg
 import zarr
+from zarr.core.sync import sync as zarr_sync
 from zarr.dtype import VariableLengthBytes
 
 from egomimic_data import calibration as calib
@@ -216,6 +218,12 @@ class EpisodeMeta:
         out[RGB_CLOCK_KEY] = {"dtype": "int64", "shape": [], "names": []}
         out[STEP_CLOCK_KEY] = {"dtype": "int64", "shape": [], "names": []}
         return out
+
+
+async def _all(coroutines) -> None:
+    """Await every coroutine concurrently, inside zarr's event loop (gather binds to the loop it
+    is called in, so it must be called there)."""
+    await asyncio.gather(*coroutines)
 
 
 @contextlib.contextmanager
@@ -383,20 +391,23 @@ class EpisodeWriter:
         start, n = self._committed, len(self._buffer)
         stop = start + n
         ref = self.meta.reference_camera
+        rows = slice(start, stop)
+        writes: list[tuple[str, np.ndarray]] = [
+            (STEP_CLOCK_KEY, np.array([b[0] for b in self._buffer], dtype=np.int64)),
+            (RGB_CLOCK_KEY, np.array([b[2][ref] for b in self._buffer], dtype=np.int64)),
+        ]
+        for cam in self.meta.cameras:
+            blob = np.empty(n, dtype=object)
+            blob[:] = [b[1][cam] for b in self._buffer]
+            writes.append((IMAGE_PREFIX + cam, blob))
+            writes.append((STAMPS_PREFIX + cam, np.array([b[2][cam] for b in self._buffer], dtype=np.int64)))
+        writes += [(key, np.stack([b[3][key] for b in self._buffer])) for key in numeric_keys()]
         with _vlen_bytes_accepted():
             if stop > self._capacity:
                 self._grow(stop)
-            self._arrays[STEP_CLOCK_KEY][start:stop] = np.array([b[0] for b in self._buffer], dtype=np.int64)
-            self._arrays[RGB_CLOCK_KEY][start:stop] = np.array([b[2][ref] for b in self._buffer], dtype=np.int64)
-            for cam in self.meta.cameras:
-                blob = np.empty(n, dtype=object)
-                blob[:] = [b[1][cam] for b in self._buffer]
-                self._arrays[IMAGE_PREFIX + cam][start:stop] = blob
-                self._arrays[STAMPS_PREFIX + cam][start:stop] = np.array(
-                    [b[2][cam] for b in self._buffer], dtype=np.int64
-                )
-            for key in numeric_keys():
-                self._arrays[key][start:stop] = np.stack([b[3][key] for b in self._buffer])
+            # One round trip to zarr's event loop for the whole block (not one per array: each
+            # costs a thread hand-off), the arrays written concurrently.
+            zarr_sync(_all(self._arrays[key].async_array.setitem(rows, v) for key, v in writes))
         self._buffer.clear()
         self._committed = stop
         self._group.attrs["frames_committed"] = stop  # the commit: after the data, its own write

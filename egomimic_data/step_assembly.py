@@ -116,9 +116,11 @@ class AssemblyConfig:
         metadata=_meta("the commands (policy/action, joint_command) must be this close to the frame", 0.0, 5.0),
     )
     hold_back_s: float = field(
-        default=0.1,
+        default=0.5,
         metadata=_meta(
-            "a frame waits at most this long for every other stream to reach its stamp before its step is decided",
+            "a frame waits at most this long for every other stream to reach its stamp before its step is decided "
+            "(on a loaded machine a camera frame reaches the recorder up to ~200 ms after its capture stamp: a step "
+            "decided before it would record the camera's previous frame twice and this one late or never)",
             0.0,
             2.0,
         ),

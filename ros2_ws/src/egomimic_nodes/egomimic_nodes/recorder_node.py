@@ -131,7 +131,7 @@ class RecorderNode(Node):
         self._auto_pending = self.config.auto_start
         self._waiting = ""
         self._status_key: tuple | None = None
-        self._skipped_reported = 0
+        self._skipped_reported = self._skipped_warned = 0
         self.create_timer(1.0 / self.config.fps, self._on_tick)
         self.create_timer(self.config.status_period_s, self._on_status_timer)
         self.add_on_set_parameters_callback(self._on_set_parameters)
@@ -275,7 +275,10 @@ class RecorderNode(Node):
             if not self.recorder.submit(step):
                 self.assembler.unrecorded_step(step)
         skipped = sum(self.assembler.skipped.values())
-        if self.recorder.recording and skipped > self._skipped_reported:
+        if self.recorder.recording and skipped > max(self._skipped_reported, self._skipped_warned):
+            # only when a step was skipped since the last look: the throttled logger call costs
+            # ~0.1 ms, every tick, once anything was skipped (until the next diagnostics)
+            self._skipped_warned = skipped
             self.get_logger().warning(
                 f"skipping steps ({skipped} so far): {self.assembler.last_skip}", throttle_duration_sec=5.0
             )
@@ -316,7 +319,7 @@ class RecorderNode(Node):
             self._publish_status()
             return False, str(exc)
         self.assembler.begin(now_ns)
-        self._skipped_reported = 0
+        self._skipped_reported = self._skipped_warned = 0
         self.get_logger().info(f"recording {path} (task {task_name!r}; {why})")
         self._publish_status()
         return True, f"recording {path}"
