@@ -33,10 +33,10 @@ from egomimic_bringup import LAUNCH_DIR
 from egomimic_bringup.graph import LAUNCH_ARGUMENTS, LaunchArgumentError
 from egomimic_launch.environment import apply_to_this_process
 from egomimic_launch.process import NodeProcess, safe_print
+from egomimic_launch.steps import NODE_START_TIMEOUT_S, estop, wait_for_node
+from egomimic_launch.steps import auto_arm as arm_when_settled
 
 EXIT_OK, EXIT_USAGE, EXIT_SAFE_STOP, EXIT_LOOP_DID_NOT_RUN, EXIT_START_FAILED, EXIT_ALREADY_RUNNING = 0, 2, 3, 4, 5, 6
-NODE_START_TIMEOUT_S = 30.0
-ARM_TIMEOUT_S = 10.0
 DISCOVERY_WAIT_S = 3.0
 """How long the launcher listens for a previous graph before starting. DDS discovery of running
 nodes takes a few hundred ms on an idle machine, but 1.5 s was once not enough on a loaded one
@@ -154,7 +154,7 @@ class Launcher:
             proc = NodeProcess(spec, self.run_dir, env, echo=self.echo)
             self.procs.append(proc)
             alive = lambda p=proc: p.poll() is None  # noqa: E731
-            if not client.wait_for_node(spec.name, spec.namespace, NODE_START_TIMEOUT_S, alive):
+            if not wait_for_node(client, spec.name, spec.namespace, NODE_START_TIMEOUT_S, alive):
                 code = proc.poll()
                 return f"{spec.name} did not appear in the ROS graph" + (
                     f" (exited with {code}; log {proc.log_path})"
@@ -228,7 +228,6 @@ def main(argv: list[str] | None = None) -> int:
     from egomimic_launch.ros_client import LauncherClient  # rclpy after the environment is set
     from egomimic_launch.summary import RunMonitor
     from egomimic_nodes import topics
-    from egomimic_nodes.graph_settle import wait_settled
 
     clean_shared_memory(env)  # segments of processes that died without cleaning up
     client = LauncherClient()
@@ -283,21 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     t_up = None
 
     def auto_arm() -> None:
-        if not graph.auto_arm:
-            return
-        settled, waited = wait_settled(client.node, stop=launcher.stop_event)
-        safe_print(
-            f"[launch] ROS graph {'settled' if settled else 'still changing'} after {waited:.1f} s "
-            "(arming waits for discovery: egomimic_nodes.graph_settle)"
-        )
-        arm_until = time.monotonic() + ARM_TIMEOUT_S
-        ok, msg = False, ""
-        while time.monotonic() < arm_until and not launcher.stop_event.is_set():
-            ok, msg = client.trigger(topics.SAFETY_ARM.resolve(graph.namespace))
-            if ok:
-                break
-            time.sleep(0.2)
-        safe_print(f"[launch] auto_arm: {'ok' if ok else 'FAILED'}: {msg}")
+        if graph.auto_arm:
+            arm_when_settled(client, graph.namespace, stop=launcher.stop_event, log=safe_print)
 
     try:
         err = launcher.start(client, env, on_arm_point=auto_arm)
@@ -331,13 +317,7 @@ def main(argv: list[str] | None = None) -> int:
                     launcher.dead_at_wall = time.time()
                     launcher.stop_reason = why
                     safe_print(f"[launch] SAFE STOP: {launcher.stop_reason}", err=True)
-                    ok, msg = client.trigger(topics.SAFETY_ESTOP.resolve(graph.namespace), timeout_s=1.0)
-                    launcher.safe_stop_detail = (
-                        f"safety/estop: {msg}"
-                        if ok
-                        else f"gate unreachable ({msg}); drivers hold on their own watchdog"
-                    )
-                    time.sleep(0.5)  # let the hold reach the drivers before anything stops
+                    _, launcher.safe_stop_detail = estop(client, graph.namespace)
                     exit_code = EXIT_SAFE_STOP
                     break
                 if monitor:

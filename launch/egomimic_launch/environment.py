@@ -9,6 +9,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FASTDDS_PROFILE = REPO_ROOT / "config" / "fastdds_local.xml"
 DEFAULT_DOMAIN_ID = "42"
+DDS_VARIABLES = ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID", "FASTDDS_DEFAULT_PROFILES_FILE", "PYTHONUNBUFFERED")
+"""What every run gets unless its caller set it (both launchers, and the nodes through them)."""
 
 
 def ros_environment(base: dict[str, str] | None = None, *, use_profile: bool = True) -> dict[str, str]:
@@ -24,7 +26,7 @@ def ros_environment(base: dict[str, str] | None = None, *, use_profile: bool = T
 def apply_to_this_process(*, use_profile: bool = True) -> dict[str, str]:
     """Set the same variables in os.environ (before rclpy.init reads them)."""
     env = ros_environment(use_profile=use_profile)
-    for key in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID", "FASTDDS_DEFAULT_PROFILES_FILE", "PYTHONUNBUFFERED"):
+    for key in DDS_VARIABLES:
         if key in env:
             os.environ[key] = env[key]
     return env

@@ -96,6 +96,13 @@ def node_command(spec: NodeSpec, launch_params: Path) -> list[str]:
     return cmd
 
 
+def node_environment(spec: NodeSpec, env: dict[str, str]) -> dict[str, str]:
+    """A node's environment: the launcher's (the DDS settings of egomimic_launch.environment) and
+    what the node reads at start: its launcher's pid (it exits when that dies: spin.py), its
+    priority tier and its CPU list. The ROS 2 launch file sets the same (additional_env)."""
+    return dict(env, EGOMIMIC_LAUNCHER_PID=str(os.getpid()), EGOMIMIC_PRIORITY=spec.priority, EGOMIMIC_CPUS=spec.cpus)
+
+
 class NodeProcess:
     def __init__(self, spec: NodeSpec, run_dir: Path, env: dict[str, str], echo: bool = True):
         self.spec = spec
@@ -119,12 +126,7 @@ class NodeProcess:
         try:
             self.proc = subprocess.Popen(
                 self.cmd,
-                env=dict(
-                    env,
-                    EGOMIMIC_LAUNCHER_PID=str(os.getpid()),
-                    EGOMIMIC_PRIORITY=spec.priority,
-                    EGOMIMIC_CPUS=spec.cpus,
-                ),
+                env=node_environment(spec, env),
                 stdin=subprocess.DEVNULL,
                 stdout=w,
                 stderr=w,
