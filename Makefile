@@ -29,6 +29,9 @@ export FASTDDS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_local.xml
 
 MSG_SOURCES := $(wildcard ros2_ws/src/egomimic_msgs/msg/*.msg) ros2_ws/src/egomimic_msgs/CMakeLists.txt \
                ros2_ws/src/egomimic_msgs/package.xml ros2_ws/src/egomimic_msgs/pyproject.toml
+# tf2_msgs (ros2/geometry2's interfaces, no PyPI wheel): built the same way, for /tf and /tf_static.
+MSG_SOURCES += $(wildcard ros2_ws/src/tf2_msgs/msg/*.msg ros2_ws/src/tf2_msgs/srv/*.srv ros2_ws/src/tf2_msgs/action/*.action) \
+               ros2_ws/src/tf2_msgs/CMakeLists.txt ros2_ws/src/tf2_msgs/package.xml ros2_ws/src/tf2_msgs/pyproject.toml
 
 .DEFAULT_GOAL := help
 .PHONY: help setup run test lint test-unit test-integration test-properties test-faults test-py312 bench soak demo-learn clean-venv shm-clean
@@ -38,7 +41,7 @@ help: ## list the targets
 	@echo "  make run          set up if needed, run the whole graph in simulation for DURATION s (default 20), print a summary"
 	@echo "  make test         set up if needed, lint, then run the whole test suite (unit + integration)"
 	@echo "  make lint         ruff check, ruff format --check and mypy on the libraries (part of make test)"
-	@echo "  make setup        create .venv with the pinned ROS 2 Kilted wheels, torch (CPU), build egomimic_msgs"
+	@echo "  make setup        create .venv with the pinned ROS 2 Kilted wheels, torch (CPU), build egomimic_msgs and tf2_msgs"
 	@echo "  make test-unit    library tests only (fast, no DDS)"
 	@echo "  make test-integration  real node processes over DDS"
 	@echo "  make test-faults  the safety gate fault battery on the simulated graph (FAULT_TRIALS=3; also in make test)"
@@ -60,8 +63,11 @@ $(STAMP): requirements.lock pyproject.toml tools/fix_ros_wheel_cmake.py $(MSG_SO
 	AMENT_PREFIX_PATH=$(CURDIR)/$(VENV) CMAKE_PREFIX_PATH=$(CURDIR)/$(VENV) \
 	  $(PY) -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps \
 	  ./ros2_ws/src/egomimic_msgs -C cmake.define.Python3_EXECUTABLE=$(CURDIR)/$(PY)
+	AMENT_PREFIX_PATH=$(CURDIR)/$(VENV) CMAKE_PREFIX_PATH=$(CURDIR)/$(VENV) \
+	  $(PY) -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps \
+	  ./ros2_ws/src/tf2_msgs -C cmake.define.Python3_EXECUTABLE=$(CURDIR)/$(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps -e .
-	$(PY) -c "import rclpy, torch, arx5_interface, egomimic_msgs.msg, egomimic_nodes, egomimic_launch" >/dev/null
+	$(PY) -c "import rclpy, torch, arx5_interface, egomimic_msgs.msg, tf2_msgs.msg, egomimic_nodes, egomimic_launch" >/dev/null
 	@touch $(STAMP)
 	@echo "setup: done ($(VENV))"
 

@@ -249,4 +249,7 @@ def test_record_true_records_one_episode_of_the_simulated_run(tmp_path):
     assert str(episode) == rec["episode_path"]
     r = check_episode(str(episode), 30, "sim_run")
     moved = np.ptp(r.array(f"{Arm.LEFT.value}.obs_joints"), axis=0).max()
-    assert moved > 0.01, f"the arms did not move in the recorded part ({moved:.4f} rad): the FK check was trivial"
+    assert moved > 0.01, (
+        f"the arms did not move in the recorded part ({moved:.4f} rad): the FK check was trivial; "
+        f"the run's checks: {[c for c in summary['checks'] if not c['ok']]}"
+    )

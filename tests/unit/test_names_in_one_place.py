@@ -35,6 +35,10 @@ GRAPH_NAMES = (
     "camera_info",
     "health",
     "diagnostics",
+    "tf",
+    "tf_static",
+    "robot_description",
+    "viz/markers",
 )
 NAME = re.compile(r"(^|/)(" + "|".join(re.escape(n) for n in GRAPH_NAMES) + r")($|/)")
 

@@ -13,5 +13,7 @@ setup(
         ("share/egomimic_bringup", ["package.xml"]),
         ("share/egomimic_bringup/launch", glob("launch/*.launch.py")),
         ("share/egomimic_bringup/config", glob("config/*.yaml")),
+        ("share/egomimic_bringup/rviz", glob("rviz/*.rviz")),
+        ("share/egomimic_bringup/urdf", glob("urdf/*.urdf")),
     ],
 )

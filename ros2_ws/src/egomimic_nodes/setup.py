@@ -7,7 +7,16 @@ environment (`pip install -e <repo> --no-deps`).
 
 from setuptools import setup
 
-NODES = ["driver_node", "camera_node", "frames_node", "gate_node", "policy_node", "recorder_node"]
+NODES = [
+    "driver_node",
+    "camera_node",
+    "frames_node",
+    "gate_node",
+    "policy_node",
+    "recorder_node",
+    "robot_state_node",
+    "monitor_node",
+]
 
 setup(
     name="egomimic_nodes",

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +20,16 @@ def test_default_graph_is_the_sim_loop_in_dependency_order():
     assert names == ["driver_left", "driver_right", "frames", "cameras", "safety_gate", "policy"]
     assert graph.auto_arm and graph.namespace == "eva"
     assert all(n.lifecycle for n in graph.nodes if n.name.startswith("driver"))
+
+
+def test_viz_adds_tf_and_markers_off_the_control_path_before_the_recorder():
+    graph = build_graph({"viz": "true", "record": "true"})
+    assert [n.name for n in graph.nodes][-3:] == ["robot_state", "monitor", "recorder"]
+    for name in ("robot_state", "monitor"):
+        node = next(n for n in graph.nodes if n.name == name)
+        assert not node.required and node.priority == "" and node.cpus == "", f"{name} is off the control path"
+    rs = next(n for n in graph.nodes if n.name == "robot_state")
+    assert Path(rs.parameters["urdf_path"]).is_file()
 
 
 def test_arx5_backend_does_not_auto_arm_and_policy_none_drops_the_node():

@@ -7,7 +7,16 @@ import pytest
 
 from egomimic_nodes.spin import wants_help
 
-NODES = ["driver_node", "frames_node", "camera_node", "gate_node", "policy_node", "recorder_node"]
+NODES = [
+    "driver_node",
+    "frames_node",
+    "camera_node",
+    "gate_node",
+    "policy_node",
+    "recorder_node",
+    "robot_state_node",
+    "monitor_node",
+]
 
 
 @pytest.mark.parametrize("node", NODES)

@@ -42,7 +42,7 @@ def combinations(tmp_path: Path) -> list[dict[str, str]]:
         {},
         {"backend": "arx5"},
         {"policy": "none", "realtime": "false"},
-        {"record": "true", "record_dir": str(tmp_path / "episodes"), "task_name": "fold towel"},
+        {"record": "true", "record_dir": str(tmp_path / "episodes"), "task_name": "fold towel", "viz": "true"},
         {"policy": "expert", "task_seed": "7", "control_cpus": "0", "stack_cpus": "1", "inject_latency_ms": "20"},
         {"namespace": "lab_eva", "params_file": str(params), "auto_arm": "false", "camera_backend": "synthetic"},
     ]

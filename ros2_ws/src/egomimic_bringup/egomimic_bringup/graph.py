@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from egomimic_bringup import CONFIG_DIR
+from egomimic_bringup import CONFIG_DIR, PACKAGE_DIR
 from egomimic_data.recording_config import RecorderConfig
 from egomimic_hw.cameras.config import CameraNodeConfig
 from egomimic_hw.description import ARMS, CAMERAS
@@ -69,6 +69,13 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
         "",
         "call safety/arm once the graph is up ('' = true with sim, false with arx5)",
         ("", "true", "false"),
+    ),
+    LaunchArgument(
+        "viz",
+        "false",
+        "run the nodes rviz needs: robot_state (TF, /tf_static, robot_description from urdf/eva.urdf) and monitor "
+        "(viz/markers); off by default, they are not part of control (rviz/eva.rviz shows them)",
+        ("true", "false"),
     ),
     LaunchArgument("params_file", "", "a YAML file overriding node parameters (applied last)"),
     LaunchArgument(
@@ -334,6 +341,32 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                 priority="nice" if args["realtime"] == "true" else "",
                 cpus=args["stack_cpus"],
                 description=f"policy ({args['policy']})",
+            )
+        )
+    if args["viz"] == "true":
+        # TF, the robot description and the markers for rviz (robot_state_publisher's and a monitor's
+        # job). Off the control path: not required, normal priority (below the stack's tier), no
+        # CPU pinning; they only read the graph.
+        nodes.append(
+            NodeSpec(
+                "robot_state",
+                f"{NODE_PACKAGE}.robot_state_node",
+                ns,
+                {"urdf_path": str(PACKAGE_DIR / "urdf" / "eva.urdf")},
+                **yaml_files,
+                required=False,
+                description="TF (/tf, /tf_static) and robot_description from urdf/eva.urdf",
+            )
+        )
+        nodes.append(
+            NodeSpec(
+                "monitor",
+                f"{NODE_PACKAGE}.monitor_node",
+                ns,
+                {},
+                **yaml_files,
+                required=False,
+                description="rviz markers (viz/markers): poses, chunk, gate state, workspace boxes",
             )
         )
     if args["record"] == "true":

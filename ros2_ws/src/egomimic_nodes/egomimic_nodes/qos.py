@@ -6,6 +6,8 @@
 - COMMAND: policy actions, proposed and joint commands. Reliable, depth 1 on the reader side
   would drop; we keep 5 so a burst is seen and judged by the gate (staleness is by stamp).
 - LATCHED: status that late joiners must see (safety/status): transient local, depth 1.
+- TF / TF_STATIC: tf2_ros's own (DynamicBroadcasterQoS: reliable, volatile, depth 100;
+  StaticBroadcasterQoS: reliable, transient local, depth 1), so rviz and tf2 listeners connect.
 """
 
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -18,3 +20,5 @@ LATCHED = QoSProfile(
     reliability=ReliabilityPolicy.RELIABLE,
     durability=DurabilityPolicy.TRANSIENT_LOCAL,
 )
+TF = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100, reliability=ReliabilityPolicy.RELIABLE)
+TF_STATIC = LATCHED

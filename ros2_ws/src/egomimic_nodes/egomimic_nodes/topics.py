@@ -16,7 +16,10 @@ from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from rclpy.qos import QoSProfile
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, JointState
+from std_msgs.msg import String
 from std_srvs.srv import Trigger
+from tf2_msgs.msg import TFMessage
+from visualization_msgs.msg import MarkerArray
 
 from egomimic_hw.description import CONTROL_RATE_HZ, Arm
 from egomimic_msgs.msg import ActionChunk, BimanualCommand, CameraHealth, GateStatus, RecorderStatus
@@ -73,6 +76,14 @@ JOINT_COMMAND = Topic("{arm}/joint_command", JointState, qos.COMMAND, CONTROL_RA
 SAFETY_STATUS = Topic("safety/status", GateStatus, qos.LATCHED)
 RECORDER_STATUS = Topic("recorder/status", RecorderStatus, qos.LATCHED)
 DIAGNOSTICS = Topic("/diagnostics", DiagnosticArray, QoSProfile(depth=10))
+TF = Topic("/tf", TFMessage, qos.TF, 2 * STATE_RATE_HZ)
+"""The robot_state node: one message per joint_states message of either arm, stamped with it."""
+TF_STATIC = Topic("/tf_static", TFMessage, qos.TF_STATIC)
+"""Mounts, fixed joints and camera optical frames, once (latched)."""
+ROBOT_DESCRIPTION = Topic("robot_description", String, qos.LATCHED)
+"""The URDF text (latched), for rviz's RobotModel display."""
+VIZ_MARKERS = Topic("viz/markers", MarkerArray, qos.COMMAND, 10.0)
+"""The monitor node's rviz markers (egomimic_nodes.markers), at its rate_hz."""
 
 SAFETY_ARM = Service("safety/arm", Trigger)
 SAFETY_DISARM = Service("safety/disarm", Trigger)
@@ -99,5 +110,9 @@ TOPICS = (
     SAFETY_STATUS,
     RECORDER_STATUS,
     DIAGNOSTICS,
+    TF,
+    TF_STATIC,
+    ROBOT_DESCRIPTION,
+    VIZ_MARKERS,
 )
 SERVICES = (SAFETY_ARM, SAFETY_DISARM, SAFETY_ESTOP, SAFETY_RESET, POLICY_RESET, RECORDER_START, RECORDER_STOP)
