@@ -443,6 +443,7 @@ class GateConfig:
 
 
 WATCHDOG_RATE_RANGE_HZ = (10.0, 1000.0)
+CAMERA_LIVENESS = ("health_reports", "image_stamps")
 
 
 @dataclass(frozen=True)
@@ -471,8 +472,20 @@ class GateNodeConfig:
         default="auto",
         metadata={"help": "FK/IK backend: auto (the SDK solver where it imports, else Pinocchio), sdk or pinocchio."},
     )
+    camera_liveness: str = field(
+        default="health_reports",
+        metadata={
+            "help": "How a required camera is known to be live. health_reports: the project's camera node's "
+            "cameras/<cam>/health reports (frame age, and freezes: a camera repeating one picture faults "
+            "at once). image_stamps: the header stamps of cameras/<cam>/image_raw, read best effort, for a "
+            "stock driver with no health topic (realsense2_camera, usb_cam): frame age only, a frozen "
+            "picture with fresh stamps is not detected."
+        },
+    )
 
     def __post_init__(self) -> None:
+        if self.camera_liveness not in CAMERA_LIVENESS:
+            raise ConfigError(f"camera_liveness must be one of {list(CAMERA_LIVENESS)}, got {self.camera_liveness!r}")
         lo, hi = WATCHDOG_RATE_RANGE_HZ
         rate = self.watchdog_rate_hz
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not lo <= rate <= hi:

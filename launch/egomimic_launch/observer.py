@@ -23,6 +23,7 @@ from egomimic_hw.description import ARMS, CAMERAS, JOINTS_PER_ARM
 from egomimic_launch.stats import StreamAccumulator
 from egomimic_msgs.msg import BimanualCommand, GateStatus, RecorderStatus
 from egomimic_nodes import topics
+from egomimic_nodes.diagnostics import local_name
 
 _STAMP = struct.Struct("<iI")
 OBSERVER_DEPTH = 200
@@ -73,6 +74,7 @@ class GraphObserver:
         """task: an egomimic_hw.sim_task.TaskSuccess to feed once per policy action (the control
         step) with the newest measured poses and grippers; None without the simulated task."""
         self.node = node
+        self.namespace = namespace
         self.task = task
         self.task_first_action_s: float | None = None
         self.task_success_s: float | None = None
@@ -154,14 +156,17 @@ class GraphObserver:
 
     def _on_diag(self, msg: DiagnosticArray) -> None:
         for st in msg.status:
-            if st.name.startswith("driver/"):
+            name = local_name(st.name, self.namespace)  # another robot's entries are not ours
+            if name is None:
+                continue
+            if name.startswith("driver/"):
                 with self.lock:
-                    self.driver_diag[st.name.split("/", 1)[1]] = {kv.key: kv.value for kv in st.values} | {
+                    self.driver_diag[name.split("/", 1)[1]] = {kv.key: kv.value for kv in st.values} | {
                         "message": st.message
                     }
-            elif st.name in ("safety_gate", "policy"):
+            elif name in ("safety_gate", "policy"):
                 with self.lock:
-                    self.node_diag[st.name] = {kv.key: kv.value for kv in st.values} | {"message": st.message}
+                    self.node_diag[name] = {kv.key: kv.value for kv in st.values} | {"message": st.message}
 
     def _on_action(self, msg: BimanualCommand) -> None:
         t = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9

@@ -96,7 +96,7 @@ class JointSample:
 
 
 class Rig:
-    def __init__(self, tmp: Path, required_cameras, run_dir: Path | None = None):
+    def __init__(self, tmp: Path, required_cameras, run_dir: Path | None = None, launch_args: tuple[str, ...] = ()):
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
 
@@ -122,6 +122,7 @@ class Rig:
             "policy:=none",
             "auto_arm:=false",
             f"params_file:={params}",
+            *launch_args,
             "--quiet",
             "--run-dir",
             str(self.run_dir),
@@ -278,9 +279,11 @@ class Rig:
                 self._prev_cmd.clear()
 
     def _on_diag(self, msg):
+        from egomimic_nodes import diagnostics
+
         for status in msg.status:
             for arm in ARMS:
-                if status.name == f"driver/{arm.value}":
+                if diagnostics.local_name(status.name, "eva") == f"driver/{arm.value}":
                     with self.lock:
                         self.driver_diag[arm] = {kv.key: kv.value for kv in status.values}
 

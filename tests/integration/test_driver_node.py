@@ -12,6 +12,7 @@ from sensor_msgs.msg import JointState
 
 from egomimic_hw.description import X5_LIMITS, Arm
 from egomimic_nodes import topics
+from egomimic_nodes.diagnostics import local_name
 
 from .conftest import wait_for
 
@@ -82,7 +83,7 @@ class DriverProbe:
 
     def _on_diag(self, msg):
         for s in msg.status:
-            if s.name == "driver/left":
+            if local_name(s.name, "eva") == "driver/left":
                 self.diag.append((time.monotonic(), s.message, {kv.key: kv.value for kv in s.values}))
 
     def now_s(self):

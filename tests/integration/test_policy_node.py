@@ -93,7 +93,7 @@ class Recorder:
 
     def _on_diag(self, msg):
         for st in msg.status:
-            if st.name == "policy":
+            if diagnostics.local_name(st.name, "eva") == "policy":
                 self.diags.append({"level": st.level, "message": st.message, **{kv.key: kv.value for kv in st.values}})
 
 

@@ -22,6 +22,17 @@ def test_default_graph_is_the_sim_loop_in_dependency_order():
     assert all(n.lifecycle for n in graph.nodes if n.name.startswith("driver"))
 
 
+def test_an_external_camera_driver_replaces_the_camera_node_and_the_gate_reads_its_stamps():
+    graph = build_graph({"camera_backend": "external"})
+    names = [n.name for n in graph.nodes]
+    assert not any(n.startswith("camera") for n in names), names
+    gate = next(n for n in graph.nodes if n.name == "safety_gate")
+    assert gate.parameters["camera_liveness"] == "image_stamps"
+    assert build_graph({}).nodes[4].parameters["camera_liveness"] == "health_reports"
+    with pytest.raises(LaunchArgumentError, match="synthetic"):
+        build_graph({"camera_backend": "external", "task_seed": "3"})
+
+
 def test_viz_adds_tf_and_markers_off_the_control_path_before_the_recorder():
     graph = build_graph({"viz": "true", "record": "true"})
     assert [n.name for n in graph.nodes][-3:] == ["robot_state", "monitor", "recorder"]

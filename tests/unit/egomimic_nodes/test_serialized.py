@@ -13,6 +13,7 @@ from egomimic_nodes.serialized import (
     SerializedImage,
     SerializedJointState,
     SerializedTemplate,
+    read_header,
     read_image,
     read_joint_state,
     read_pose_stamped,
@@ -164,3 +165,17 @@ def test_a_joint_state_layout_reads_like_read_joint_state_and_follows_a_change()
         assert layout.read(raw)[1] == read_joint_state(raw)[1]
     other = serialize_message(JointState(name=["a", "b"], position=[1.0, 2.0]))  # another layout: read in full
     assert layout.read(other)[1] == ["a", "b"] and list(layout.read(other)[2]) == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("encoding,frame_id", [("rgb8", "front_1_optical"), ("bgr8", ""), ("16UC1", "a" * 37)])
+def test_read_header_reads_the_stamp_and_frame_of_any_image(encoding, frame_id):
+    msg = Image(height=3, width=5, encoding=encoding, step=15, data=bytes(45))
+    msg.header.stamp = ns_to_stamp(1_796_000_000_123_456_789)
+    msg.header.frame_id = frame_id
+    assert read_header(serialize_message(msg)) == (1_796_000_000_123_456_789, frame_id)
+
+
+def test_read_header_refuses_what_is_not_a_message():
+    for bad in (b"", b"\x00\x01\x00\x00", b"\x00\x01\x00\x00" + bytes(6), b"\x00\x00\x00\x00" + bytes(20)):
+        with pytest.raises(ValueError):
+            read_header(bad)

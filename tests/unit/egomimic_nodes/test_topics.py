@@ -65,3 +65,23 @@ def test_every_name_is_unique_once_expanded():
         names += [t.name(a, c) for a in arms for c in cams]
     names += [s.name for s in topics.SERVICES]
     assert len(names) == len(set(names)) and not any("{" in n for n in names)
+
+
+def test_diagnostic_names_carry_the_namespace_and_read_back_per_robot():
+    from egomimic_nodes import diagnostics
+
+    class FakeNode:
+        def get_namespace(self):
+            return "/eva_a"
+
+        def get_clock(self):
+            from rclpy.clock import Clock
+
+            return Clock()
+
+    msg = diagnostics.array(FakeNode(), diagnostics.status("driver/left", "arx5_left", diagnostics.OK, "ok", {}))
+    assert msg.status[0].name == "/eva_a/driver/left"
+    assert diagnostics.local_name(msg.status[0].name, "eva_a") == "driver/left"
+    assert diagnostics.local_name(msg.status[0].name, "/eva_a/") == "driver/left"
+    assert diagnostics.local_name(msg.status[0].name, "eva") is None, "another robot's entry is not ours"
+    assert diagnostics.qualified_name("/", "safety_gate") == "/safety_gate"

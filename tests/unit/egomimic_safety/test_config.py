@@ -47,3 +47,7 @@ def test_gate_node_config_defaults_and_watchdog_rate():
     for bad in (9.9, 1001.0, True, "100"):
         with pytest.raises(ConfigError, match="watchdog_rate_hz"):
             GateNodeConfig(watchdog_rate_hz=bad)
+    assert cfg.camera_liveness == "health_reports", "freeze detection by default"
+    assert GateNodeConfig(camera_liveness="image_stamps").camera_liveness == "image_stamps"
+    with pytest.raises(ConfigError, match="camera_liveness"):
+        GateNodeConfig(camera_liveness="stamps")

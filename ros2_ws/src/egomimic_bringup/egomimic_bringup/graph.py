@@ -41,8 +41,10 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
         "camera_backend",
         "",
         "camera backend ('' = synthetic with backend:=sim; with arx5 the "
-        "per-camera hardware backends of ARX5_CAMERA_BACKENDS)",
-        ("", "synthetic", "replay", "v4l2", "realsense"),
+        "per-camera hardware backends of ARX5_CAMERA_BACKENDS); external = no camera node: a stock driver "
+        "(realsense2_camera, usb_cam) publishes cameras/<cam>/image_raw and the gate judges the cameras by "
+        "those images' stamps (no freeze detection)",
+        ("", "synthetic", "replay", "v4l2", "realsense", "external"),
     ),
     LaunchArgument(
         "replay_path",
@@ -291,7 +293,7 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                 description=f"{camera_backend} cameras front_1, left_wrist, right_wrist",
             )
         )
-    else:
+    elif camera_backend != "external":
         # Hardware: one process per camera, so a stuck USB driver takes down one stream only.
         for cam in cameras:
             cam_backend = ARX5_CAMERA_BACKENDS[cam] if camera_backend == "hardware" else camera_backend
@@ -314,7 +316,11 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
             "safety_gate",
             f"{NODE_PACKAGE}.gate_node",
             ns,
-            {"required_cameras": list(cameras)},
+            {
+                "required_cameras": list(cameras),
+                # a stock driver has no health topic: the gate reads its images' stamps
+                "camera_liveness": "image_stamps" if camera_backend == "external" else "health_reports",
+            },
             **yaml_files,
             arm_after=True,
             priority="fifo" if args["realtime"] == "true" else "",

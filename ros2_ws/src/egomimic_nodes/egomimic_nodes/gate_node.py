@@ -1,7 +1,8 @@
 """Safety gate node: the only publisher of `<arm>/joint_command`.
 
   sub  command/proposed (BimanualCommand, hardware frame), <arm>/joint_states,
-       cameras/<cam>/health (CameraHealth) for each camera in `required_cameras`
+       cameras/<cam>/health (CameraHealth) for each camera in `required_cameras`, or with
+       camera_liveness image_stamps the header stamps of cameras/<cam>/image_raw (a stock driver)
   pub  <arm>/joint_command (only while ARMED; the hold target in HOLD/ESTOP)
   pub  safety/status (GateStatus, latched; on every change and at 2 Hz), /diagnostics (1 Hz)
   srv  safety/arm, safety/disarm, safety/estop, safety/reset (std_srvs/Trigger)
@@ -63,7 +64,7 @@ of the drivers' input can check them); a hold target carries the time it is sent
 Parameters (read-only; `ros2 param describe` shows each one's text and range): every GateConfig
 field (egomimic_safety/config.py: units, defaults, sources and safety arguments), with
 `required_cameras` a string array (an empty list requires none), and every GateNodeConfig field
-(the same module: `watchdog_rate_hz`, `check_state_publishers`, `kinematics`).
+(the same module: `watchdog_rate_hz`, `check_state_publishers`, `kinematics`, `camera_liveness`).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ from rclpy.duration import Duration
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import JointState
+from sensor_msgs.msg import Image, JointState
 
 from egomimic_hw.description import ARMS, JOINTS_PER_ARM, Arm
 from egomimic_hw.kinematics import ArmKinematics
@@ -88,7 +89,7 @@ from egomimic_nodes import diagnostics, topics
 from egomimic_nodes.msg_convert import pose_to_array, stamp_to_s
 from egomimic_nodes.outbox import Outbox
 from egomimic_nodes.params import declare_config
-from egomimic_nodes.serialized import read_joint_state
+from egomimic_nodes.serialized import read_header, read_joint_state
 from egomimic_nodes.sources import SourceCheck, node_fqn
 from egomimic_nodes.spin import end_profile, run_node, start_profile
 from egomimic_nodes.taken import TakenSubscriptions
@@ -108,6 +109,10 @@ own step check, ending at the newest target; with fewer kept, the holds sent whi
 stopped would be missing from every reader's record."""
 HEALTH_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE)
 """The polled camera health readers: 300 ms of reports at 30 Hz (reports are per frame)."""
+IMAGE_STAMP_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=2, reliability=ReliabilityPolicy.BEST_EFFORT)
+"""camera_liveness image_stamps: the newest frames of a stock driver, best effort (the sensor data
+profile such drivers publish with; a reliable publisher serves this reader too). Only the header
+is read (serialized.read_header)."""
 STATUS_KEEP = 16
 """Status messages that may wait while the status writer is blocked: every transition still
 goes out (observers count them)."""
@@ -167,8 +172,13 @@ class GateNode(Node):
                 (self._taken.subscribe(JointState, topic, STATE_QOS, raw=True), self._joint_cb(arm))
             )
         for cam in config.required_cameras:
-            topic = self.resolve_topic_name(topics.CAMERA_HEALTH.name(cam=cam))
-            self._taken_subs.append((self._taken.subscribe(CameraHealth, topic, HEALTH_QOS), self._health_cb(cam)))
+            if node_config.camera_liveness == "image_stamps":
+                topic = self.resolve_topic_name(topics.IMAGE_RAW.name(cam=cam))
+                reader = self._taken.subscribe(Image, topic, IMAGE_STAMP_QOS, raw=True)
+                self._taken_subs.append((reader, self._image_stamp_cb(cam)))
+            else:
+                topic = self.resolve_topic_name(topics.CAMERA_HEALTH.name(cam=cam))
+                self._taken_subs.append((self._taken.subscribe(CameraHealth, topic, HEALTH_QOS), self._health_cb(cam)))
         self._proposals = self._taken.subscribe(
             BimanualCommand, self.resolve_topic_name(topics.COMMAND_PROPOSED.name()), topics.COMMAND_PROPOSED.qos
         )
@@ -319,6 +329,22 @@ class GateNode(Node):
                 late=msg.state in (CameraHealth.STALLED, CameraHealth.STARTING),
                 last_frame_stamp_s=stamp_to_s(msg.last_frame_stamp),
             )
+            return self.gate.update_camera(camera, report, time.monotonic())
+
+        return cb
+
+    def _image_stamp_cb(self, camera: str):
+        """camera_liveness image_stamps: each frame's capture stamp is the camera's report (its
+        age is judged like a health report's; there is no freeze detection without health)."""
+
+        def cb(raw: bytes, _info):
+            try:
+                stamp_ns, _frame_id = read_header(raw)
+            except ValueError as exc:
+                self.get_logger().error(f"malformed {camera} image ignored: {exc}", throttle_duration_sec=2.0)
+                return None
+            sec, nanosec = divmod(stamp_ns, 1_000_000_000)
+            report = CameraReport(ok=True, detail="image stamps", last_frame_stamp_s=sec + nanosec * 1e-9)
             return self.gate.update_camera(camera, report, time.monotonic())
 
         return cb

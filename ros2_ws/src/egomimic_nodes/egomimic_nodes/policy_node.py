@@ -157,7 +157,7 @@ class PolicyNode(Node):
                 )
         self._take_lock = threading.Lock()
         for cam in self.cameras:  # only what the policy needs: scripted subscribes to none
-            self.create_subscription(Image, _image_stream(cam), self._image_cb(cam), qos.SENSOR)
+            self.create_subscription(Image, _image_stream(cam), self._image_cb(cam), qos.SENSOR_READER)
         self._pub_action = Outbox(
             self.create_publisher(BimanualCommand, topics.POLICY_ACTION.name(), topics.POLICY_ACTION.qos),
             keep=ACTION_KEEP,

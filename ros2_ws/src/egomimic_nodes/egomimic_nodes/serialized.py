@@ -166,6 +166,22 @@ def _string(body: memoryview, pos: int) -> tuple[str, int]:
     return bytes(body[pos + 4 : pos + 3 + length]).decode(), pos + 4 + length
 
 
+def read_header(raw: bytes) -> tuple[int, str]:
+    """(header.stamp in ns, header.frame_id) of any CDR message that starts with a std_msgs/Header
+    (sensor_msgs/Image, CompressedImage, ...), reading only those bytes: the gate checks a stock
+    camera's liveness from 90 frames a second without building one image. ValueError on bytes
+    that are not such a message."""
+    if len(raw) < 4 or raw[:2] != CDR_LE:
+        raise ValueError("not little-endian CDR")
+    body = memoryview(raw)[4:]
+    try:
+        sec, nanosec = STAMP.unpack_from(body, 0)
+        frame_id, _ = _string(body, 8)
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise ValueError(f"malformed header: {exc}") from None
+    return sec * 1_000_000_000 + nanosec, frame_id
+
+
 def read_image(raw: bytes) -> tuple[int, np.ndarray]:
     """(header.stamp in ns, the pixels as an (height, width, 3) uint8 view of `raw`) of a CDR
     rgb8 sensor_msgs/Image, without building the message: rclpy's deserialization copies the
