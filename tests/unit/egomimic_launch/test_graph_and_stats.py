@@ -89,6 +89,14 @@ def test_config_pin_reaches_the_policy_node_normalized():
     pin = "AB" * 32
     spec = next(n for n in build_graph({"config_sha256": pin}).nodes if n.name == "policy")
     assert spec.parameters["config_sha256"] == pin.lower()
+    for args in ({"policy_sha256": pin}, {"policy_sha256": pin, "config_sha256": pin.lower()}):
+        spec = next(n for n in build_graph(args).nodes if n.name == "policy")
+        assert spec.parameters["config_sha256"] == pin.lower(), "policy_sha256 is the contract's name of the pin"
+    with pytest.raises(LaunchArgumentError, match="two different pins"):
+        build_graph({"policy_sha256": pin, "config_sha256": "0" * 64})
+    assert next(n for n in build_graph({}).nodes if n.name == "policy").parameters["allow_cpu_policy"] is False
+    spec = next(n for n in build_graph({"allow_cpu_policy": "true"}).nodes if n.name == "policy")
+    assert spec.parameters["allow_cpu_policy"] is True
 
 
 def test_task_seed_reaches_the_cameras_and_the_expert_and_expert_alone_takes_seed_0():

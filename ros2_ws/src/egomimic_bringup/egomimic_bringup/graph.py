@@ -62,9 +62,18 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
     ),
     LaunchArgument("inject_latency_ms", "0", "extra latency added to every policy query"),
     LaunchArgument(
-        "config_sha256",
+        "policy_sha256",
         "",
-        "pin: refuse a checkpoint whose model config (canonical JSON) has another SHA-256 ('' = no pin)",
+        "pin: refuse a checkpoint whose model config (canonical JSON) has another SHA-256 ('' = no pin; "
+        "mandatory for the legacy Fold checkpoint)",
+    ),
+    LaunchArgument("config_sha256", "", "the same pin under its earlier name (give one of the two)"),
+    LaunchArgument(
+        "allow_cpu_policy",
+        "false",
+        "with the policy's device cuda and no CUDA device, run the model on the CPU instead of refusing to start "
+        "(seconds per chunk)",
+        ("true", "false"),
     ),
     LaunchArgument(
         "auto_arm",
@@ -209,9 +218,13 @@ def resolve_arguments(overrides: dict[str, str]) -> dict[str, str]:
     if not args["record_dir"].strip():
         raise LaunchArgumentError("record_dir:= must name a directory")
     args["record_dir"] = str(Path(args["record_dir"]).expanduser().resolve())  # the nodes' cwd may differ
-    pin = args["config_sha256"].strip().lower()
-    if pin and not re.fullmatch(r"[0-9a-f]{64}", pin):
-        raise LaunchArgumentError(f"config_sha256:={args['config_sha256']!r} is not a SHA-256 (64 hex digits)")
+    pins = {name: args[name].strip().lower() for name in ("policy_sha256", "config_sha256") if args[name].strip()}
+    if len(set(pins.values())) > 1:
+        raise LaunchArgumentError(f"policy_sha256 and config_sha256 name two different pins: {pins}")
+    for name, pin in pins.items():
+        if not re.fullmatch(r"[0-9a-f]{64}", pin):
+            raise LaunchArgumentError(f"{name}:={args[name]!r} is not a SHA-256 (64 hex digits)")
+    args["policy_sha256"] = args["config_sha256"] = next(iter(pins.values()), "")
     try:
         seed = int(args["task_seed"])
     except ValueError:
@@ -340,7 +353,8 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                 {
                     "policy": args["policy"],
                     "inject_latency_ms": float(args["inject_latency_ms"]),
-                    "config_sha256": args["config_sha256"].strip().lower(),
+                    "config_sha256": args["policy_sha256"],
+                    "allow_cpu_policy": args["allow_cpu_policy"] == "true",
                     **({"expert.task_seed": int(args["task_seed"])} if int(args["task_seed"]) >= 0 else {}),
                 },
                 **yaml_files,
