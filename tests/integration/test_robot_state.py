@@ -155,6 +155,12 @@ def test_tf_tree_walk_is_the_drivers_ee_pose(tmp_path, ros_node):
     with lock:
         for arm in ARMS:
             assert arm.hw_frame in static and optical_ok(static), sorted(static)
+        rviz_fixed_frame = "eva_base"  # rviz/eva.rviz's Fixed Frame: the root every static edge leads to
+        tree = dict(static)  # the static edges and the joint edges (any stamp: for connectivity)
+        for edges in dynamic.values():
+            tree.update(edges)
+        roots = {child: _root(tree, child) for child in tree}
+        assert set(roots.values()) == {rviz_fixed_frame}, roots
         results = {}
         for arm in ARMS:
             stamps = matched(arm)
@@ -173,6 +179,13 @@ def test_tf_tree_walk_is_the_drivers_ee_pose(tmp_path, ros_node):
     for arm, (n, err_m, err_rad, moved) in results.items():
         assert err_m <= TOL_M and err_rad <= TOL_RAD, f"{arm}: {err_m:.2e} m, {err_rad:.2e} rad over {n}"
         assert moved > 0.01, f"{arm}: the arm did not move ({moved:.4f} rad)"
+
+
+def _root(edges: dict, frame: str) -> str:
+    """Follow child -> parent edges to the top."""
+    while frame in edges:
+        frame = edges[frame][0]
+    return frame
 
 
 def optical_ok(static: dict) -> bool:
