@@ -166,20 +166,27 @@ def _string(body: memoryview, pos: int) -> tuple[str, int]:
     return bytes(body[pos + 4 : pos + 3 + length]).decode(), pos + 4 + length
 
 
-def read_header(raw: bytes) -> tuple[int, str]:
-    """(header.stamp in ns, header.frame_id) of any CDR message that starts with a std_msgs/Header
-    (sensor_msgs/Image, CompressedImage, ...), reading only those bytes: the gate checks a stock
-    camera's liveness from 90 frames a second without building one image. ValueError on bytes
-    that are not such a message."""
+def _header(raw: bytes, what: str) -> tuple[memoryview, int, str, int]:
+    """(the body after the CDR encapsulation, header.stamp in ns, header.frame_id, the position
+    after the header) of a message that starts with a std_msgs/Header."""
     if len(raw) < 4 or raw[:2] != CDR_LE:
         raise ValueError("not little-endian CDR")
     body = memoryview(raw)[4:]
     try:
         sec, nanosec = STAMP.unpack_from(body, 0)
-        frame_id, _ = _string(body, 8)
+        frame_id, pos = _string(body, 8)
     except (struct.error, UnicodeDecodeError) as exc:
-        raise ValueError(f"malformed header: {exc}") from None
-    return sec * 1_000_000_000 + nanosec, frame_id
+        raise ValueError(f"malformed {what}: {exc}") from None
+    return body, sec * 1_000_000_000 + nanosec, frame_id, pos
+
+
+def read_header(raw: bytes) -> tuple[int, str]:
+    """(header.stamp in ns, header.frame_id) of any CDR message that starts with a std_msgs/Header
+    (sensor_msgs/Image, CompressedImage, ...), reading only those bytes: the gate checks a stock
+    camera's liveness from 90 frames a second without building one image. ValueError on bytes
+    that are not such a message."""
+    _, stamp_ns, frame_id, _ = _header(raw, "header")
+    return stamp_ns, frame_id
 
 
 def read_image(raw: bytes) -> tuple[int, np.ndarray]:
@@ -188,12 +195,8 @@ def read_image(raw: bytes) -> tuple[int, np.ndarray]:
     900 KB of a 640x480 frame into a Python array, this copies nothing (the recorder takes 90
     frames a second). ValueError, with what is wrong, on anything else: another encoding,
     rows with padding, truncated or big-endian bytes."""
-    if len(raw) < 4 or raw[:2] != CDR_LE:
-        raise ValueError("not little-endian CDR")
-    body = memoryview(raw)[4:]
+    body, stamp_ns, _frame_id, pos = _header(raw, "Image")
     try:
-        sec, nanosec = STAMP.unpack_from(body, 0)
-        _frame_id, pos = _string(body, 8)
         pos = (pos + 3) & ~3
         height, width = struct.unpack_from("<II", body, pos)
         encoding, pos = _string(body, pos + 8)
@@ -208,7 +211,7 @@ def read_image(raw: bytes) -> tuple[int, np.ndarray]:
     if step != width * 3 or n != height * step or pos + n > len(body):
         raise ValueError(f"{width}x{height} rgb8 with step {step} and {n} data bytes ({len(body) - pos} present)")
     pixels = np.frombuffer(raw, np.uint8, count=n, offset=4 + pos).reshape(height, width, 3)
-    return sec * 1_000_000_000 + nanosec, pixels
+    return stamp_ns, pixels
 
 
 _POSE = struct.Struct("<7d")
@@ -218,16 +221,12 @@ def read_pose_stamped(raw: bytes) -> tuple[int, str, np.ndarray]:
     """(header.stamp in ns, header.frame_id, [x, y, z, qw, qx, qy, qz]) of a CDR
     geometry_msgs/PoseStamped, without building its five Python objects (the recorder reads 66
     a second). ValueError on bytes that are not such a message."""
-    if len(raw) < 4 or raw[:2] != CDR_LE:
-        raise ValueError("not little-endian CDR")
-    body = memoryview(raw)[4:]
+    body, stamp_ns, frame_id, pos = _header(raw, "PoseStamped")
     try:
-        sec, nanosec = STAMP.unpack_from(body, 0)
-        frame_id, pos = _string(body, 8)
         x, y, z, qx, qy, qz, qw = _POSE.unpack_from(body, (pos + 7) & ~7)
-    except (struct.error, UnicodeDecodeError) as exc:
+    except struct.error as exc:
         raise ValueError(f"malformed PoseStamped: {exc}") from None
-    return sec * 1_000_000_000 + nanosec, frame_id, np.array([x, y, z, qw, qx, qy, qz])
+    return stamp_ns, frame_id, np.array([x, y, z, qw, qx, qy, qz])
 
 
 class JointStateLayout:
