@@ -16,6 +16,7 @@ NODES = [
     "recorder_node",
     "robot_state_node",
     "monitor_node",
+    "bag_node",
 ]
 
 
@@ -42,6 +43,7 @@ PARAMETERS_SHOWN = {
     ],
     "camera_node": ["inject_fault (str, default '', settable at runtime)", "<cam>.serial (str"],
     "policy_node": ["executor.cadence (str", "remote.timeout_s (", "scripted.chunk_length (int"],
+    "bag_node": ["bag_dir (str, default 'out/bags')", "images (bool, default False)", "flush_period_s (float"],
     "recorder_node": [
         "task_name (str, default 'unlabeled', settable at runtime)",
         "min_free_mb (float",

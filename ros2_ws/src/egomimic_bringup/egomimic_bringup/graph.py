@@ -8,7 +8,8 @@ Start order is dependency order: drivers first (the arms must be held by their o
 before anything can command them), then the frames node, the safety gate (armed here when
 auto_arm is set: it then waits in ARMING for the first command), cameras, the policy, and the
 recorder last (record:=true). Teardown runs in reverse, so the recorder commits its episode
-while every stream still runs, then the policy stops, and the drivers last.
+while every stream still runs, then the policy stops, and the drivers last. The bag node
+(bag:=true) comes before all of them, so it records the start-up and stops after everything.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from egomimic_bringup import CONFIG_DIR, PACKAGE_DIR
+from egomimic_data.bag_config import BagConfig
 from egomimic_data.recording_config import RecorderConfig
 from egomimic_hw.cameras.config import CameraNodeConfig
 from egomimic_hw.description import ARMS, CAMERAS
@@ -114,6 +116,25 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
         "record_dir",
         RecorderConfig.record_dir,
         "where episodes are written (<UTC start time>.zarr each); relative to the directory the launcher runs in",
+    ),
+    LaunchArgument(
+        "bag",
+        "false",
+        "record a rosbag2 (MCAP) of the graph's topics from start to shutdown (egomimic-bag info|play|repair, "
+        "ros2 bag info|play read it)",
+        ("true", "false"),
+    ),
+    LaunchArgument(
+        "bag_dir",
+        BagConfig.bag_dir,
+        "where bags are written (rosbag2_<UTC start time> each); relative to the directory the launcher runs in",
+    ),
+    LaunchArgument(
+        "bag_images",
+        "false",
+        "with bag:=true, also record the camera images (image_raw, image_raw/compressed: ~27 MB/s for three "
+        "640x480 cameras at 30 Hz)",
+        ("true", "false"),
     ),
     LaunchArgument("task_name", RecorderConfig.task_name, "recorded into episodes (also settable at run time)"),
     LaunchArgument(
@@ -218,6 +239,9 @@ def resolve_arguments(overrides: dict[str, str]) -> dict[str, str]:
     if not args["record_dir"].strip():
         raise LaunchArgumentError("record_dir:= must name a directory")
     args["record_dir"] = str(Path(args["record_dir"]).expanduser().resolve())  # the nodes' cwd may differ
+    if not args["bag_dir"].strip():
+        raise LaunchArgumentError("bag_dir:= must name a directory")
+    args["bag_dir"] = str(Path(args["bag_dir"]).expanduser().resolve())
     pins = {name: args[name].strip().lower() for name in ("policy_sha256", "config_sha256") if args[name].strip()}
     if len(set(pins.values())) > 1:
         raise LaunchArgumentError(f"policy_sha256 and config_sha256 name two different pins: {pins}")
@@ -256,6 +280,24 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
         "override_files": (args["params_file"],) if args["params_file"] else (),
     }
     nodes: list[NodeSpec] = []
+    if args["bag"] == "true":
+        # First: teardown runs in reverse, so the bag closes after every other node's last message
+        # (the gate's final status, the drivers' holds) and also holds the start-up. Not required
+        # (a bag that fails must not stop the arms); stack tier, like the recorder: it must never
+        # delay the command path.
+        nodes.append(
+            NodeSpec(
+                "bag",
+                f"{NODE_PACKAGE}.bag_node",
+                ns,
+                {"bag_dir": args["bag_dir"], "images": args["bag_images"] == "true"},
+                **yaml_files,
+                required=False,
+                priority="stack" if args["realtime"] == "true" else "",
+                cpus=args["stack_cpus"],
+                description=f"rosbag2 (MCAP) recorder -> {args['bag_dir']}",
+            )
+        )
     for arm in (a.value for a in ARMS):
         nodes.append(
             NodeSpec(

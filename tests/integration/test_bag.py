@@ -1,0 +1,181 @@
+"""bag:=true on the simulated graph, over DDS: the bag opens with rosbags and with the independent
+`mcap` reader, its per-topic rates over the run's steady part match the launcher's measured rates
+within 2 %, every connection's RIHS01 hash is the live type's (rclpy's endpoint info), a bag node
+killed -9 mid-run is recovered by `egomimic-bag repair`, and `egomimic-bag play` republishes at
+the recorded rate with /clock advancing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from importlib import import_module
+
+import psutil
+import pytest
+from mcap.reader import make_reader
+from rosbags.rosbag2 import Reader
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import JointState
+
+from egomimic_hw.description import Arm
+from egomimic_nodes import topics
+
+from .conftest import LAUNCH, REPO_ROOT, run_launch, wait_for
+
+pytestmark = pytest.mark.integration
+
+NS = "eva"
+RUN_S = 10
+RATE_TOLERANCE = 0.02
+STEADY = [
+    topics.JOINT_STATES.resolve(NS, arm=Arm.LEFT),
+    topics.JOINT_STATES.resolve(NS, arm=Arm.RIGHT),
+    topics.CAMERA_INFO.resolve(NS, cam="front_1"),
+    topics.POLICY_ACTION.resolve(NS),
+    topics.COMMAND_PROPOSED.resolve(NS),
+    topics.JOINT_COMMAND.resolve(NS, arm=Arm.LEFT),
+]
+"""Topics the launcher's summary measures that run steadily from arming to the end of the run."""
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bag")
+    code, summary, out = run_launch(tmp, "bag:=true", f"bag_dir:={tmp / 'bags'}", "--duration", str(RUN_S))
+    assert code == 0, out[-3000:]
+    bags = list((tmp / "bags").iterdir())
+    assert len(bags) == 1, bags
+    return bags[0], summary, tmp
+
+
+def test_bag_matches_the_live_rates_and_opens_with_mcap(recorded):
+    bag, summary, tmp = recorded
+    log = (tmp / "run" / "logs" / "bag.log").read_text()
+    assert "dropped 0 (queue full), missed 0 (reader history)" in log, log[-2000:]
+    with Reader(bag) as reader:
+        counts = {c.topic: c.msgcount for c in reader.connections}
+        stamps: dict[str, list[int]] = {t: [] for t in STEADY}
+        for conn, stamp_ns, _ in reader.messages(connections=[c for c in reader.connections if c.topic in STEADY]):
+            stamps[conn.topic].append(stamp_ns)
+    # the steady part: from the first action (+1 s) to its last (-1 s); the bag also holds the start-up
+    first = min(stamps[topics.POLICY_ACTION.resolve(NS)]) + int(1e9)
+    last = max(stamps[topics.POLICY_ACTION.resolve(NS)]) - int(1e9)
+    assert last - first > 4e9, "a steady part of at least 4 s"
+    measured = {s["topic"]: s["rate_hz"] for s in summary["streams"]}
+    for topic in STEADY:
+        inside = sum(first <= t < last for t in stamps[topic])
+        rate = inside / ((last - first) / 1e9)
+        assert rate == pytest.approx(measured[topic], rel=RATE_TOLERANCE), (topic, rate, measured[topic])
+    with open(next(bag.glob("*.mcap")), "rb") as f:
+        mcap_counts: dict[str, int] = {}
+        for _schema, channel, _msg in make_reader(f).iter_messages():
+            mcap_counts[channel.topic] = mcap_counts.get(channel.topic, 0) + 1
+    assert mcap_counts == counts
+    assert topics.IMAGE_RAW.resolve(NS, cam="front_1") not in counts, "images only with bag_images:=true"
+    assert topics.SAFETY_STATUS.resolve(NS) in counts and topics.DIAGNOSTICS.resolve(NS) in counts
+
+
+def test_type_hashes_are_the_live_types(recorded, ros_node):
+    bag, _, _ = recorded
+    with Reader(bag) as reader:
+        connections = list(reader.connections)
+    assert len(connections) > 10
+    for i, conn in enumerate(connections):
+        pkg, _, name = conn.msgtype.split("/")
+        msg_type = getattr(import_module(f"{pkg}.msg"), name)
+        probe = f"/bag_hash_probe_{os.getpid()}_{i}"
+        ros_node.create_publisher(msg_type, probe, 1)
+        live = ros_node.get_publishers_info_by_topic(probe)[0].topic_type_hash
+        assert conn.digest == str(live), conn.msgtype
+        assert conn.msgdef.data.strip(), "the full definition is embedded"
+
+
+def test_play_republishes_at_the_recorded_rate_with_clock(recorded, ros_node):
+    bag, _, _ = recorded
+    source = topics.JOINT_STATES.resolve(NS, arm=Arm.LEFT)
+    target = topics.JOINT_STATES.resolve(f"bag_play_{os.getpid()}", arm=Arm.LEFT)
+    got: list[float] = []
+    clocks: list[int] = []
+    ros_node.create_subscription(JointState, target, lambda _m: got.append(time.monotonic()), topics.JOINT_STATES.qos)
+    ros_node.create_subscription(Clock, "/clock", lambda m: clocks.append(m.clock.sec * 10**9 + m.clock.nanosec), 10)
+    with Reader(bag) as reader:
+        start, end = reader.start_time, reader.end_time
+    offset_s = max(0.0, (end - start) / 1e9 - 4.0)  # the last 4 s
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "egomimic_launch.bag_cli",
+            "play",
+            str(bag),
+            "--topics",
+            source,
+            "--remap",
+            f"{source}:={target}",
+            "--start-offset",
+            f"{offset_s:.3f}",
+        ],  # fmt: skip
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert wait_for(lambda: len(got) > 100, 2.0)
+    rate = (len(got) - 1) / (got[-1] - got[0])
+    assert rate == pytest.approx(100.0, rel=0.1), rate
+    assert len(clocks) > 100 and clocks[-1] > clocks[0] + 2e9 and clocks[-1] <= end
+    assert all(b >= a for a, b in zip(clocks, clocks[1:])), "/clock never goes back within one pass"
+
+
+def test_kill_9_then_repair_recovers(tmp_path):
+    bags = tmp_path / "bags"
+    launcher = subprocess.Popen(
+        LAUNCH
+        + [
+            "eva_bimanual.launch.py",
+            "bag:=true",
+            f"bag_dir:={bags}",
+            "--duration",
+            "30",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--quiet",
+        ],  # fmt: skip
+        cwd=REPO_ROOT,
+        env=dict(os.environ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert wait_for(lambda: any(bags.glob("*/*.mcap")), 60.0), "the bag node never opened its bag"
+        # the whole graph is up (the bag node starts first) once about 2 s of its traffic is on disk
+        assert wait_for(lambda: next(bags.glob("*/*.mcap")).stat().st_size > 250_000, 60.0)
+        bag_proc = next(
+            p for p in psutil.Process(launcher.pid).children(recursive=True) if "egomimic_nodes.bag_node" in p.cmdline()
+        )
+        time.sleep(3.0)
+        killed_at_ns = time.time_ns()
+        bag_proc.send_signal(signal.SIGKILL)
+        bag_proc.wait(10)
+    finally:
+        launcher.send_signal(signal.SIGINT)
+        launcher.wait(60)
+    bag = next(bags.iterdir())
+    assert not (bag / "metadata.yaml").exists()
+    out = subprocess.run(
+        [sys.executable, "-m", "egomimic_launch.bag_cli", "repair", str(bag)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and "recovered" in out.stdout, out.stdout + out.stderr
+    with Reader(bag) as reader:
+        states = [c for c in reader.connections if c.topic == topics.JOINT_STATES.resolve(NS, arm=Arm.LEFT)]
+        assert states and states[0].msgcount > 200, "joint_states of the seconds before the kill"
+        # what was lost is at most a flush period (1 s) and the take period
+        assert killed_at_ns - reader.end_time < 1.5e9
