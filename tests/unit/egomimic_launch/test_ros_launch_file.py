@@ -175,3 +175,17 @@ def test_lifecycle_nodes_use_the_pattern_both_distributions_have(ros_launch):
     text = LAUNCH_FILE.read_text()
     assert "autostart" not in text.split('"""', 2)[2]
     standin.LaunchService({}).run(ros_launch())
+
+
+def test_every_launch_argument_of_the_contract_exists():
+    """docs/interfaces.md's launch-argument table (the contract) is declared, by both launchers."""
+    import re
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "interfaces.md").read_text()
+    table = text[text.index("## Launch arguments") :].splitlines()[3:]
+    contract = set()
+    for line in table:
+        if not line.startswith("|"):
+            break
+        contract.update(re.findall(r"`([a-z_]+)`", line.split("|")[1]))
+    assert contract and contract <= {a.name for a in LAUNCH_ARGUMENTS}, sorted(contract)
