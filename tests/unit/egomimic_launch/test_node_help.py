@@ -7,17 +7,19 @@ import pytest
 
 from egomimic_nodes.spin import wants_help
 
-NODES = [
-    "driver_node",
-    "frames_node",
-    "camera_node",
-    "gate_node",
-    "policy_node",
-    "recorder_node",
-    "robot_state_node",
-    "monitor_node",
-    "bag_node",
-]
+
+def installed_nodes() -> list[str]:
+    """The node executables egomimic_nodes installs (its setup.py NODES): each must answer --help."""
+    import ast
+    from pathlib import Path
+
+    setup = Path(__file__).resolve().parents[3] / "ros2_ws" / "src" / "egomimic_nodes" / "setup.py"
+    tree = ast.parse(setup.read_text())
+    (value,) = [n.value for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "NODES"]
+    return ast.literal_eval(value)
+
+
+NODES = installed_nodes()
 
 
 @pytest.mark.parametrize("node", NODES)
