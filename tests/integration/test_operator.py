@@ -90,7 +90,7 @@ def test_operator_arms_and_estops_the_sim_graph(tmp_path):
                     await pilot.press("r")
                     assert await wait_state("DISARMED", 5.0), f"reset: {app.snap.gate}"
                 t_reset = time.time()
-                assert link.client.trigger(topics.POLICY_RESET.resolve("eva"))[0], "policy/reset"
+                assert link.client.trigger(topics.POLICY_RESET.resolve("eva"))[0], "the policy reset service"
                 assert await action_since(t_reset, 10.0), "no policy/action after policy/reset"
                 await pilot.press("a")
                 armed = await wait_state("ARMED", 3.0)
