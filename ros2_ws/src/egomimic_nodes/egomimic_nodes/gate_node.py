@@ -31,10 +31,8 @@ the driver node's writer (publisher id, see sources.py) and pass the plausibilit
 egomimic_safety.plausibility; a second publisher on a state topic is looked for twice a second.
 Either is STATE_IMPLAUSIBLE.
 
-Joint states and camera health are taken, not delivered: their readers sit on companion nodes
-that no executor spins (`<name>_state_left`, `<name>_state_right`, `<name>_cameras`: each in a DDS
-participant of its own, so a producer frozen inside a shared-memory port's lock silences only
-its own stream: taken.TakenSubscriptions.in_own_participant), and the node drains them on every watchdog tick and
+Joint states and camera health are taken, not delivered: their readers sit on a companion node
+(`<name>_state`) that no executor spins, and the node drains them on every watchdog tick and
 before every decision and arm/disarm/reset (one thread at a time), each sample under the lock on its own (an e-stop
 waiting for the lock goes first between two samples, also during a 1 kHz spoofing flood). A
 decision therefore always sees the newest sample, an implausible or spoofed sample faults within
@@ -161,13 +159,7 @@ class GateNode(Node):
         }
         self._state_sources: dict[Arm, SourceCheck] = {}
         # Joint states and camera health are taken, not delivered (module docstring, taken.py).
-        # Each producer's stream arrives in a participant (a shared-memory port) of its own: a
-        # producer frozen inside a port's lock then silences only itself (in_own_participant).
         self._taken = TakenSubscriptions(self.context, f"{self.get_name()}_state", self.get_namespace())
-        self._source_taken = {
-            source: TakenSubscriptions.in_own_participant(f"{self.get_name()}_{source}", self.get_namespace())
-            for source in (*(f"state_{arm.value}" for arm in ARMS), "cameras")
-        }
         self._taken_subs = []  # (reader, callback(msg, info) -> hold target or None), drained in this order
         for arm in ARMS:
             topic = self.resolve_topic_name(topics.JOINT_STATES.name(arm))
@@ -176,17 +168,17 @@ class GateNode(Node):
                     self, topic, node_fqn(self.get_namespace(), f"driver_{arm.value}")
                 )
             # raw: read with serialized.read_joint_state, no Python message per 100 Hz sample
-            reader = self._source_taken[f"state_{arm.value}"].subscribe(JointState, topic, STATE_QOS, raw=True)
-            self._taken_subs.append((reader, self._joint_cb(arm)))
+            self._taken_subs.append(
+                (self._taken.subscribe(JointState, topic, STATE_QOS, raw=True), self._joint_cb(arm))
+            )
         for cam in config.required_cameras:
             if node_config.camera_liveness == "image_stamps":
                 topic = self.resolve_topic_name(topics.IMAGE_RAW.name(cam=cam))
-                reader = self._source_taken["cameras"].subscribe(Image, topic, IMAGE_STAMP_QOS, raw=True)
+                reader = self._taken.subscribe(Image, topic, IMAGE_STAMP_QOS, raw=True)
                 self._taken_subs.append((reader, self._image_stamp_cb(cam)))
             else:
                 topic = self.resolve_topic_name(topics.CAMERA_HEALTH.name(cam=cam))
-                reader = self._source_taken["cameras"].subscribe(CameraHealth, topic, HEALTH_QOS)
-                self._taken_subs.append((reader, self._health_cb(cam)))
+                self._taken_subs.append((self._taken.subscribe(CameraHealth, topic, HEALTH_QOS), self._health_cb(cam)))
         self._proposals = self._taken.subscribe(
             BimanualCommand, self.resolve_topic_name(topics.COMMAND_PROPOSED.name()), topics.COMMAND_PROPOSED.qos
         )
@@ -544,8 +536,6 @@ class GateNode(Node):
         self._estop_executor.shutdown(timeout_sec=0.5)
         self._estop_node.destroy_node()
         self._taken.destroy()
-        for taken in self._source_taken.values():
-            taken.destroy()
         super().destroy_node()
 
     def _status_msg(self) -> GateStatus:

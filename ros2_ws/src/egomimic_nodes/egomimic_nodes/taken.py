@@ -28,7 +28,6 @@ class TakenSubscriptions:
         # use_global_arguments=False: a `-r __node:=` remap on the command line would otherwise
         # rename this companion to its owner's name too.
         self.context = context
-        self._owns_context = False
         self.node = Node(
             name,
             namespace=namespace or "/",
@@ -38,26 +37,6 @@ class TakenSubscriptions:
         )
         self._wake = GuardCondition(None, None, context=context)
         self._wait_set = None
-
-    @classmethod
-    def in_own_participant(cls, name: str, namespace: str = "") -> TakenSubscriptions:
-        """Readers on a DDS participant of their own, hence a shared-memory port of their own.
-
-        Why: every writer pushes into a reader participant's port under that port's lock. A
-        producer stopped while it holds the lock (SIGSTOP, a long kernel stall) makes every other
-        push into the same port wait for Fast DDS's lock timeout (1 s). With one port for all of
-        a consumer's inputs, one frozen driver silenced the other driver's state and the cameras'
-        health too, and the gate's HOLD named the wrong stream (fault battery: STALE_CAMERA, "no
-        health report for 301 ms", for a frozen driver; earlier "no fresh state from left,
-        right" for one). One port per producer keeps a frozen producer's silence its own."""
-        import rclpy
-        from rclpy.signals import SignalHandlerOptions
-
-        context = rclpy.Context()
-        rclpy.init(context=context, args=[], signal_handler_options=SignalHandlerOptions.NO)
-        out = cls(context, name, namespace)
-        out._owns_context = True
-        return out
 
     def wait(self, subs: list, timeout_s: float) -> bool:
         """Block, without the GIL, until one of `subs` holds a sample (True), or `timeout_s`
@@ -102,8 +81,6 @@ class TakenSubscriptions:
     def destroy(self) -> None:
         self._wake.destroy()
         self.node.destroy_node()
-        if self._owns_context:
-            self.context.try_shutdown()
 
 
 def _never_called(_msg) -> None:  # the node is never spun
