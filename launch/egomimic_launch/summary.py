@@ -12,13 +12,16 @@ import json
 import time
 from pathlib import Path
 
+from egomimic_data.recording import RecorderState
 from egomimic_hw.description import ARMS, CAMERAS
 from egomimic_launch.observer import TRACK_KEEP_S, GraphObserver
 from egomimic_launch.stats import tracking_stats
 from egomimic_nodes import topics
+from egomimic_safety.gate import GateState
 
-GATE_STATES = {0: "DISARMED", 1: "ARMING", 2: "ARMED", 3: "HOLD", 4: "ESTOP"}
-RECORDER_STATES = {0: "IDLE", 1: "RECORDING", 2: "ERROR"}
+GATE_STATES = {int(s): s.name for s in GateState}
+"""GateStatus.state -> its name (GateState: tested equal to the message's constants)."""
+RECORDER_STATES = {int(s): s.name for s in RecorderState}
 RATE_TOLERANCE = 0.05
 TRACKING_MAX_FRACTION = 0.10
 SETTLE_S = 2.0

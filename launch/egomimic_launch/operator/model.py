@@ -17,11 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from egomimic_data.recording import RecorderState
 from egomimic_data.recording_config import RecorderConfig
 from egomimic_hw.description import ARMS, CAMERAS
 from egomimic_msgs.msg import GateStatus, RecorderStatus
 from egomimic_nodes import topics
 from egomimic_nodes.diagnostics import local_name
+from egomimic_safety.gate import GateState
 
 RATE_WINDOW_S = 2.0
 """A stream's rate is its arrivals in the last RATE_WINDOW_S, divided by it."""
@@ -31,14 +33,9 @@ counted by its camera_info, published with every frame (ours and stock drivers a
 hundred bytes instead of copying 80 MB/s of images on the robot PC."""
 POLICY_DIAGNOSTIC = "policy"
 """The policy node's /diagnostics status (local name; policy_node._publish_diagnostics)."""
-GATE_STATES = {
-    GateStatus.DISARMED: "DISARMED",
-    GateStatus.ARMING: "ARMING",
-    GateStatus.ARMED: "ARMED",
-    GateStatus.HOLD: "HOLD",
-    GateStatus.ESTOP: "ESTOP",
-}
-RECORDER_STATES = {RecorderStatus.IDLE: "IDLE", RecorderStatus.RECORDING: "RECORDING", RecorderStatus.ERROR: "ERROR"}
+GATE_STATES = {int(s): s.name for s in GateState}
+"""GateStatus.state -> its name (GateState: tested equal to the message's constants)."""
+RECORDER_STATES = {int(s): s.name for s in RecorderState}
 
 
 def console_streams(namespace: str) -> list[tuple[str, str, topics.Topic]]:

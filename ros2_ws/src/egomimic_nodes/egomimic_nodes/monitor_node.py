@@ -34,14 +34,10 @@ from egomimic_nodes.msg_convert import pose_to_array
 from egomimic_nodes.outbox import Outbox
 from egomimic_nodes.params import declare_config, field_meta
 from egomimic_nodes.spin import run_node
+from egomimic_safety.gate import GateState
 
-GATE_STATES = {
-    GateStatus.DISARMED: "DISARMED",
-    GateStatus.ARMING: "ARMING",
-    GateStatus.ARMED: "ARMED",
-    GateStatus.HOLD: "HOLD",
-    GateStatus.ESTOP: "ESTOP",
-}
+GATE_STATES = {int(s): s.name for s in GateState}
+"""GateStatus.state -> its name (GateState: tested equal to the message's constants)."""
 MARKER_TYPES = {
     "sphere": Marker.SPHERE,
     "arrow": Marker.ARROW,
