@@ -35,7 +35,7 @@ class BagConfig:
         default=50.0,
         metadata={
             "help": "how often the node takes what its readers hold (taken.py: one pass, not one callback per "
-            "message); each reader keeps half a second of its topic between two takes",
+            "message); each reader keeps two seconds of its topic between two takes (half a second of images)",
             "range": (1.0, 1000.0),
         },
     )

@@ -1,4 +1,5 @@
-"""bag:=true on the simulated graph, over DDS: the bag opens with rosbags and with the independent
+"""bag:=true on the simulated graph, over DDS: the bag node loses nothing, even stopped for 0.7 s
+mid-run (SIGSTOP: a busy machine at its worst); the bag opens with rosbags and with the independent
 `mcap` reader, its per-topic rates over the run's steady part match the launcher's measured rates
 within 2 %, every connection's RIHS01 hash is the live type's (rclpy's endpoint info), a bag node
 killed -9 mid-run is recovered by `egomimic-bag repair`, and `egomimic-bag play` republishes at
@@ -6,10 +7,12 @@ the recorded rate with /clock advancing."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from importlib import import_module
 
@@ -30,6 +33,13 @@ pytestmark = pytest.mark.integration
 NS = "eva"
 RUN_S = 10
 RATE_TOLERANCE = 0.02
+STALL_S = 0.7
+"""The bag node is stopped this long mid-run: more than the readers' history of the first version
+(0.5 s; a CI run lost 46 messages with it), a third of what they keep now (bag_node.py), and below
+the 1 s where the transport starts to lose samples of a stopped reader (measured: 1.0 s lost 0-1
+driver samples, 3 s about 800; counted as 'lost')."""
+STALL_AT_BYTES = 1_000_000
+"""... once this much is on disk: the graph has been up and armed for a few seconds."""
 STEADY = [
     topics.JOINT_STATES.resolve(NS, arm=Arm.LEFT),
     topics.JOINT_STATES.resolve(NS, arm=Arm.RIGHT),
@@ -39,6 +49,38 @@ STEADY = [
     topics.JOINT_COMMAND.resolve(NS, arm=Arm.LEFT),
 ]
 """Topics the launcher's summary measures that run steadily from arming to the end of the run."""
+
+
+def stall_the_bag_node(bags, stalled: list) -> None:
+    """SIGSTOP the bag node (a child of this test) for STALL_S once STALL_AT_BYTES are written."""
+
+    def bag_node():
+        for p in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):  # a short-lived helper may be gone already
+                if "egomimic_nodes.bag_node" in p.cmdline():
+                    return p
+        return None
+
+    def written() -> int:
+        return sum(f.stat().st_size for f in bags.glob("*/*.mcap"))
+
+    if not wait_for(lambda: bag_node() is not None and written() > STALL_AT_BYTES, 90.0):
+        return
+    proc = bag_node()
+    proc.suspend()
+    time.sleep(STALL_S)  # the injected stall itself, not a wait for an event
+    proc.resume()
+    stalled.append(STALL_S)
+
+
+def final_line(run_dir) -> str:
+    """The bag node's last words: messages written and what is missing."""
+    log = (run_dir / "logs" / "bag.log").read_text()
+    return next((line for line in log.splitlines() if "messages on" in line), log[-2000:])
+
+
+def assert_nothing_missing(line: str) -> None:
+    assert "dropped 0 (queue full), overwritten 0 (reader history full), lost 0 " in line, line
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +95,7 @@ def recorded(tmp_path_factory):
 
 def test_bag_matches_the_live_rates_and_opens_with_mcap(recorded):
     bag, summary, tmp = recorded
-    log = (tmp / "run" / "logs" / "bag.log").read_text()
-    assert "dropped 0 (queue full), missed 0 (reader history)" in log, log[-2000:]
+    assert_nothing_missing(final_line(tmp / "run"))
     with Reader(bag) as reader:
         counts = {c.topic: c.msgcount for c in reader.connections}
         stamps: dict[str, list[int]] = {t: [] for t in STEADY}
@@ -78,6 +119,20 @@ def test_bag_matches_the_live_rates_and_opens_with_mcap(recorded):
     assert topics.SAFETY_STATUS.resolve(NS) in counts and topics.DIAGNOSTICS.resolve(NS) in counts
 
 
+def test_a_stalled_bag_node_loses_nothing(tmp_path):
+    stalled: list = []
+    staller = threading.Thread(target=stall_the_bag_node, args=(tmp_path / "bags", stalled), daemon=True)
+    staller.start()
+    code, _, out = run_launch(tmp_path, "bag:=true", f"bag_dir:={tmp_path / 'bags'}", "--duration", str(RUN_S))
+    staller.join(5.0)
+    assert code == 0, out[-3000:]
+    assert stalled, "the bag node was never stopped mid-run"
+    line = final_line(tmp_path / "run")
+    assert_nothing_missing(line)
+    pause_ms = float(line.split("longest pause between takes ")[1].split(" ms")[0])
+    assert pause_ms >= STALL_S * 1e3, line
+
+
 def test_type_hashes_are_the_live_types(recorded, ros_node):
     bag, _, _ = recorded
     with Reader(bag) as reader:
@@ -98,9 +153,11 @@ def test_play_republishes_at_the_recorded_rate_with_clock(recorded, ros_node):
     source = topics.JOINT_STATES.resolve(NS, arm=Arm.LEFT)
     target = topics.JOINT_STATES.resolve(f"bag_play_{os.getpid()}", arm=Arm.LEFT)
     got: list[float] = []
-    clocks: list[int] = []
+    clocks: list[tuple[float, int]] = []  # (received, monotonic s; /clock, ns)
     ros_node.create_subscription(JointState, target, lambda _m: got.append(time.monotonic()), topics.JOINT_STATES.qos)
-    ros_node.create_subscription(Clock, "/clock", lambda m: clocks.append(m.clock.sec * 10**9 + m.clock.nanosec), 10)
+    ros_node.create_subscription(
+        Clock, "/clock", lambda m: clocks.append((time.monotonic(), m.clock.sec * 10**9 + m.clock.nanosec)), 10
+    )
     with Reader(bag) as reader:
         start, end = reader.start_time, reader.end_time
     offset_s = max(0.0, (end - start) / 1e9 - 4.0)  # the last 4 s
@@ -127,8 +184,13 @@ def test_play_republishes_at_the_recorded_rate_with_clock(recorded, ros_node):
     assert wait_for(lambda: len(got) > 100, 2.0)
     rate = (len(got) - 1) / (got[-1] - got[0])
     assert rate == pytest.approx(100.0, rel=0.1), rate
-    assert len(clocks) > 100 and clocks[-1] > clocks[0] + 2e9 and clocks[-1] <= end
-    assert all(b >= a for a, b in zip(clocks, clocks[1:])), "/clock never goes back within one pass"
+    # /clock follows the bag at the play rate (1), from whenever this reader matched (discovery
+    # on a loaded machine may take longer than play's --delay; what came before is not resent)
+    assert len(clocks) > 50, len(clocks)
+    (wall0, clock0), (wall1, clock1) = clocks[0], clocks[-1]
+    assert start <= clock0 and clock1 <= end
+    assert (clock1 - clock0) / 1e9 == pytest.approx(wall1 - wall0, rel=0.1, abs=0.05)
+    assert all(b[1] >= a[1] for a, b in zip(clocks, clocks[1:])), "/clock never goes back within one pass"
 
 
 def test_kill_9_then_repair_recovers(tmp_path):

@@ -6,8 +6,11 @@ install and `egomimic-bag info|play|repair` read it.
        expanded), /tf, /tf_static and /diagnostics; cameras/<cam>/image_raw and
        image_raw/compressed only with `images` (bag_images:=true). Each reader has its topic's
        reliability and durability (a latched status or /tf_static arrives when the node joins).
-  pub  /diagnostics (bag path, messages written, dropped: queue full; missed: a gap in a
-       publisher's sequence numbers, i.e. the reader's history overflowed between two takes)
+  pub  /diagnostics (bag path, messages written, and what is missing, counted per topic:
+       dropped: the writer's queue was full; overwritten: a gap in a publisher's sequence
+       numbers when a take found the reader's history full, i.e. it overflowed between two
+       takes; lost: a gap when it was not full, so the samples never reached the reader
+       (best-effort delivery on a busy machine, or the publisher's own history))
 
 The messages are stored as they arrived: raw CDR bytes (`raw=True`, never deserialized), stamped
 with their reception time (rosbag2's default), each topic with the type's full definition, its
@@ -44,10 +47,16 @@ from egomimic_nodes.spin import lower_this_thread, run_node
 from egomimic_nodes.taken import TakenSubscriptions
 
 IMAGE_TOPICS = (topics.IMAGE_RAW, topics.IMAGE_COMPRESSED)
-READER_HISTORY_S = 0.5
-"""Each reader keeps this much of its topic (at its nominal rate) between two takes."""
-EVENT_DEPTH = 10
-"""History of a reader whose topic has no nominal rate (statuses, chunks, /diagnostics)."""
+READER_HISTORY_S = 2.0
+"""Each reader keeps this much of its topic (at its nominal rate) between two takes: a bag node
+stopped for 1.5 s on a busy machine (SIGSTOP, measured) lost 188 joint states and poses with 0.5 s;
+with 2 s it loses none. Held only while the node is stalled; a few hundred kB for the non-image
+topics."""
+IMAGE_HISTORY_S = 0.5
+"""Raw and compressed images (bag_images:=true) keep less: 0.5 s of three 640x480 cameras is 41 MB."""
+EVENT_DEPTH = 100
+"""History of a reader whose topic has no nominal rate (statuses, chunks, /diagnostics, about ten
+publishers at 1 Hz)."""
 DIAGNOSTICS_PERIOD_S = 1.0
 
 
@@ -72,7 +81,8 @@ def bag_topics(namespace: str, images: bool) -> list[tuple[topics.Topic, str]]:
 
 
 def reader_qos(topic: topics.Topic) -> QoSProfile:
-    depth = EVENT_DEPTH if topic.rate_hz is None else math.ceil(topic.rate_hz * READER_HISTORY_S)
+    keep_s = IMAGE_HISTORY_S if topic in IMAGE_TOPICS else READER_HISTORY_S
+    depth = EVENT_DEPTH if topic.rate_hz is None else math.ceil(topic.rate_hz * keep_s)
     return QoSProfile(
         history=HistoryPolicy.KEEP_LAST,
         depth=max(depth, topic.qos.depth),
@@ -84,7 +94,7 @@ def reader_qos(topic: topics.Topic) -> QoSProfile:
 def offered_qos(topic: topics.Topic):
     """The publishers' QoS (topics.py) as rosbag2 metadata records it: what `play` offers."""
     return make_qos(
-        depth=topic.qos.depth,
+        depth=topic.writer_qos.depth,
         reliable=topic.qos.reliability == ReliabilityPolicy.RELIABLE,
         transient_local=topic.qos.durability == DurabilityPolicy.TRANSIENT_LOCAL,
         keep_all=topic.qos.history == HistoryPolicy.KEEP_ALL,
@@ -114,8 +124,13 @@ class BagNode(Node):
         self._readers = [
             self._taken.subscribe(topic.type, name, reader_qos(topic), raw=True) for topic, name in selected
         ]
+        self._names = [name for _topic, name in selected]
         self._last_seq: dict[tuple[int, bytes], int] = {}
-        self.missed = [0] * len(selected)
+        self.overwritten = [0] * len(selected)
+        self.lost = [0] * len(selected)
+        self._last_take: float | None = None
+        self.longest_pause_s = 0.0
+        """The longest interval between two take passes: what the readers' history had to hold."""
         self._pub_diag = Outbox(
             self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos)
         )
@@ -132,12 +147,18 @@ class BagNode(Node):
             self.get_logger().info(f"scheduling: {done}")
 
     def _take_all(self) -> None:
+        now = time.monotonic()
+        if self._last_take is not None:
+            self.longest_pause_s = max(self.longest_pause_s, now - self._last_take)
+        self._last_take = now
         for index, sub in enumerate(self._readers):
-            for data, info in self._taken.take(sub):
-                self._count_gap(index, info)
+            taken = self._taken.take(sub)
+            full = len(taken) >= sub.qos_profile.depth
+            for data, info in taken:
+                self._count_gap(index, info, full)
                 self.writer.submit(index, int(info.get("received_timestamp") or time.time_ns()), data)
 
-    def _count_gap(self, index: int, info: dict) -> None:
+    def _count_gap(self, index: int, info: dict, history_full: bool) -> None:
         seq = info.get("publication_sequence_number")
         gid = info.get("publisher_gid")
         if not seq or gid is None:
@@ -145,22 +166,42 @@ class BagNode(Node):
         key = (index, bytes(gid["data"]) if isinstance(gid, dict) else bytes(gid))
         last = self._last_seq.get(key)
         if last is not None and seq > last + 1:
-            self.missed[index] += seq - last - 1
+            (self.overwritten if history_full else self.lost)[index] += seq - last - 1
         self._last_seq[key] = seq
 
+    def missing(self, dropped: list[int] | tuple[int, ...]) -> str:
+        """'dropped D (queue full), overwritten O (reader history full), lost L (never reached the
+        reader)', then the topics with any, worst first."""
+        line = (
+            f"dropped {sum(dropped)} (queue full), overwritten {sum(self.overwritten)} (reader history full), "
+            f"lost {sum(self.lost)} (never reached the reader); longest pause between takes "
+            f"{self.longest_pause_s * 1e3:.0f} ms"
+        )
+        worst = sorted(
+            (
+                (d + o + lo, name)
+                for name, d, o, lo in zip(self._names, dropped, self.overwritten, self.lost)
+                if d + o + lo
+            ),
+            reverse=True,
+        )
+        return line + ("".join(f"; {name} {n}" for n, name in worst[:5]) if worst else "")
+
     def _publish_diagnostics(self) -> None:
-        written, dropped, missed = sum(self.writer.written), sum(self.writer.dropped), sum(self.missed)
+        written, dropped = sum(self.writer.written), self.writer.dropped
         if self.writer.error:
             level, message = diagnostics.ERROR, self.writer.error
-        elif dropped or missed:
-            level, message = diagnostics.WARN, f"{dropped} dropped (queue full), {missed} missed (reader history)"
+        elif sum(dropped) or sum(self.overwritten) or sum(self.lost):
+            level, message = diagnostics.WARN, self.missing(dropped)
         else:
             level, message = diagnostics.OK, f"recording {self.writer.path.name}"
         values = {
             "path": str(self.writer.path),
             "messages": written,
-            "dropped": dropped,
-            "missed": missed,
+            "dropped": sum(dropped),
+            "overwritten": sum(self.overwritten),
+            "lost": sum(self.lost),
+            "longest_pause_ms": round(self.longest_pause_s * 1e3),
             "queued": self.writer.queued,
         }
         self._pub_diag.publish(
@@ -171,10 +212,9 @@ class BagNode(Node):
         """Take what the readers still hold, then close the bag (summary, metadata.yaml)."""
         self._take_all()
         result = self.writer.close()
-        missed = sum(self.missed)
         line = (
             f"bag {result.path}: {result.messages} messages on {sum(1 for n in result.written.values() if n)} "
-            f"topics; dropped {sum(result.dropped.values())} (queue full), missed {missed} (reader history)"
+            f"topics; " + self.missing([result.dropped.get(name, 0) for name in self._names])
         )
         if result.error:
             self.get_logger().error(f"{line}; {result.error} (egomimic-bag repair recovers what was flushed)")

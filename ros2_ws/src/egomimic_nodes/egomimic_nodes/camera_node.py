@@ -134,9 +134,11 @@ class _Stream:
         self.shaper = shaper
         self.monitor = CameraHealthMonitor(camera, health)
         self.pub_image = node.create_publisher(Image, topics.IMAGE_RAW.name(cam=camera), topics.IMAGE_RAW.qos)
-        self.pub_info = node.create_publisher(CameraInfo, topics.CAMERA_INFO.name(cam=camera), topics.CAMERA_INFO.qos)
+        self.pub_info = node.create_publisher(
+            CameraInfo, topics.CAMERA_INFO.name(cam=camera), topics.CAMERA_INFO.writer_qos
+        )
         self.pub_health = node.create_publisher(
-            CameraHealth, topics.CAMERA_HEALTH.name(cam=camera), topics.CAMERA_HEALTH.qos
+            CameraHealth, topics.CAMERA_HEALTH.name(cam=camera), topics.CAMERA_HEALTH.writer_qos
         )
         self.pub_compressed = (
             node.create_publisher(
