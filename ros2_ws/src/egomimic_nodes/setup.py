@@ -16,6 +16,7 @@ NODES = [
     "recorder_node",
     "robot_state_node",
     "monitor_node",
+    "webview_node",
     "bag_node",
 ]
 

@@ -43,6 +43,17 @@ def test_viz_adds_tf_and_markers_off_the_control_path_before_the_recorder():
     assert Path(rs.parameters["urdf_path"]).is_file()
 
 
+def test_web_adds_the_web_view_and_what_rviz_shows_off_the_control_path():
+    graph = build_graph({"web": "true", "web_port": "9000", "web_host": "0.0.0.0"})
+    assert [n.name for n in graph.nodes][-3:] == ["robot_state", "monitor", "webview"]
+    web = graph.nodes[-1]
+    assert web.module == "egomimic_nodes.webview_node" and web.parameters == {"host": "0.0.0.0", "port": 9000}
+    assert not web.required and web.priority == "" and web.cpus == "", "the web view is off the control path"
+    for bad in ("http", "-1", "70000", ""):
+        with pytest.raises(LaunchArgumentError, match="web_port"):
+            build_graph({"web": "true", "web_port": bad})
+
+
 def test_arx5_backend_does_not_auto_arm_and_policy_none_drops_the_node():
     graph = build_graph({"backend": "arx5", "policy": "none"})
     assert not graph.auto_arm

@@ -45,6 +45,7 @@ def combinations(tmp_path: Path) -> list[dict[str, str]]:
         {"record": "true", "record_dir": str(tmp_path / "episodes"), "task_name": "fold towel", "viz": "true"},
         {"policy": "expert", "task_seed": "7", "control_cpus": "0", "stack_cpus": "1", "inject_latency_ms": "20"},
         {"namespace": "lab_eva", "params_file": str(params), "auto_arm": "false", "camera_backend": "synthetic"},
+        {"web": "true", "web_port": "9000", "bag": "true", "bag_dir": str(tmp_path / "bags")},
     ]
 
 

@@ -90,6 +90,20 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
         "(viz/markers); off by default, they are not part of control (rviz/eva.rviz shows them)",
         ("true", "false"),
     ),
+    LaunchArgument(
+        "web",
+        "false",
+        "serve a live view of the graph (what rviz shows, the cameras as JPEG, the gate's state) to the Foxglove "
+        "app over WebSocket at ws://web_host:web_port (the webview node; pip extra `web`); also runs viz's nodes",
+        ("true", "false"),
+    ),
+    LaunchArgument("web_port", "8765", "the web view's WebSocket port (0: any free port, logged)"),
+    LaunchArgument(
+        "web_host",
+        "127.0.0.1",
+        "the address the web view binds: 127.0.0.1 (reach it over an SSH tunnel) or 0.0.0.0 (the whole network can "
+        "watch; nobody can command through it)",
+    ),
     LaunchArgument("params_file", "", "a YAML file overriding node parameters (applied last)"),
     LaunchArgument(
         "realtime",
@@ -268,6 +282,8 @@ def resolve_arguments(overrides: dict[str, str]) -> dict[str, str]:
         float(args["inject_latency_ms"])
     except ValueError:
         raise LaunchArgumentError(f"inject_latency_ms:={args['inject_latency_ms']!r} is not a number") from None
+    if not args["web_port"].isdigit() or int(args["web_port"]) > 65535:
+        raise LaunchArgumentError(f"web_port:={args['web_port']!r} is not a port number (0-65535)")
     return args
 
 
@@ -405,7 +421,7 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                 description=f"policy ({args['policy']})",
             )
         )
-    if args["viz"] == "true":
+    if args["viz"] == "true" or args["web"] == "true":
         # TF, the robot description and the markers for rviz (robot_state_publisher's and a monitor's
         # job). Off the control path: not required, normal priority (below the stack's tier), no
         # CPU pinning; they only read the graph.
@@ -429,6 +445,19 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                 **yaml_files,
                 required=False,
                 description="rviz markers (viz/markers): poses, chunk, gate state, workspace boxes",
+            )
+        )
+    if args["web"] == "true":
+        # Off the control path like viz's nodes: a reader only, not required, normal priority.
+        nodes.append(
+            NodeSpec(
+                "webview",
+                f"{NODE_PACKAGE}.webview_node",
+                ns,
+                {"host": args["web_host"], "port": int(args["web_port"])},
+                **yaml_files,
+                required=False,
+                description=f"web view (Foxglove WebSocket) on ws://{args['web_host']}:{args['web_port']}",
             )
         )
     if args["record"] == "true":
