@@ -120,6 +120,7 @@ bench: $(STAMP) ## benchmarks print ratios and absolute figures and write JSON u
 	$(PY) bench/graph_cpu.py --domain 96 --out out/bench/graph_cpu.json
 	$(PY) bench/publish_stall.py --domain 87 --stops 120 --load 2
 	$(PY) bench/recorder.py --domain 97 --out out/bench/recorder.json
+	$(PY) bench/observers.py --domain 98 --out out/bench/observers.json
 
 soak: $(STAMP) ## not part of make test: 10 minutes by default
 	$(PY) tools/soak.py --duration $(SOAK_DURATION) --hogs 1 --out out/soak.json

@@ -62,7 +62,7 @@ def test_operator_arms_and_estops_the_sim_graph(tmp_path):
             async def wait_state(state: str, timeout_s: float) -> bool:
                 for _ in range(int(timeout_s / 0.1)):
                     await pilot.pause(0.1)
-                    if gate_state(app) == state and f" {state} " in str(app.query_one("#gate").content):
+                    if gate_state(app) == state and f" {state} " in str(app.main_screen.query_one("#gate").content):
                         return True
                     assert launcher.poll() is None, f"the graph exited: see {log.name}"
                 return False

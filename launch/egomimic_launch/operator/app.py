@@ -56,7 +56,10 @@ class TaskNameScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label("Task name of the new episode (Enter: start recording, Escape: cancel)")
+            yield Label(
+                "Task name of the new episode (Enter: start recording, Escape: cancel)\n"
+                "Ctrl+E: E-STOP (works here too; 'e' types an e)"
+            )
             yield Input(value=self.task_name, placeholder="task name", id="task-name")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -133,6 +136,8 @@ class OperatorApp(App[None]):
         Binding("a", "call('arm')", "Arm"),
         Binding("d", "call('disarm')", "Disarm"),
         Binding("e", "call('estop')", "E-STOP"),
+        # the same, whatever has focus: the task-name prompt takes letters, not this
+        Binding("ctrl+e", "call('estop')", "E-STOP (anywhere)", priority=True),
         Binding("r", "call('reset')", "Reset"),
         Binding("s", "record_start", "Record"),
         Binding("x", "call('record_stop')", "Stop rec"),
@@ -152,12 +157,15 @@ class OperatorApp(App[None]):
                 yield Static(id="gate")
                 yield Static(id="policy")
                 yield Static(id="recorder")
-                yield Static("keys: a arm, d disarm, e E-STOP (no confirmation), r reset, s/x record", id="last")
+                yield Static(
+                    "keys: a arm, d disarm, e or Ctrl+E E-STOP (no confirmation), r reset, s/x record", id="last"
+                )
             with Vertical(id="right"):
                 yield Static(id="streams")
         yield Footer()
 
     def on_mount(self) -> None:
+        self.main_screen = self.screen  # the prompt is a screen above it: query the panels here
         snap = self.backend.snapshot()
         self.sub_title = f"/{snap.namespace.strip('/')}"
         self.render_snapshot(snap)
@@ -165,10 +173,10 @@ class OperatorApp(App[None]):
 
     def render_snapshot(self, snap: Snapshot) -> None:
         self.snap = snap
-        self.query_one("#gate", Static).update(gate_text(snap))
-        self.query_one("#policy", Static).update(policy_text(snap))
-        self.query_one("#recorder", Static).update(recorder_text(snap))
-        self.query_one("#streams", Static).update(streams_table(snap))
+        self.main_screen.query_one("#gate", Static).update(gate_text(snap))
+        self.main_screen.query_one("#policy", Static).update(policy_text(snap))
+        self.main_screen.query_one("#recorder", Static).update(recorder_text(snap))
+        self.main_screen.query_one("#streams", Static).update(streams_table(snap))
 
     def action_call(self, action: str) -> None:
         self.run_worker(lambda: self._report(action, self.backend.trigger(action)), thread=True)
@@ -197,4 +205,4 @@ class OperatorApp(App[None]):
         self.call_from_thread(self._show, f"{action}: {'ok' if ok else 'REFUSED'} {message}".rstrip(), ok)
 
     def _show(self, line: str, ok: bool) -> None:
-        self.query_one("#last", Static).update(Text(line, style="" if ok else "bold red"))
+        self.main_screen.query_one("#last", Static).update(Text(line, style="" if ok else "bold red"))

@@ -120,7 +120,7 @@ def test_keys_call_the_services_and_the_screen_follows():
             async def gate_shows(state: str) -> bool:
                 for _ in range(40):
                     await pilot.pause(0.05)
-                    if f" {state} " in str(app.query_one("#gate", Static).content):
+                    if f" {state} " in str(app.main_screen.query_one("#gate", Static).content):
                         return True
                 return False
 
@@ -141,13 +141,21 @@ def test_keys_call_the_services_and_the_screen_follows():
                     break
             await pilot.press("s", "escape")  # cancelled: nothing called
             await pilot.pause(0.1)
-            assert "cancelled" in str(app.query_one("#last", Static).content)
+            assert "cancelled" in str(app.main_screen.query_one("#last", Static).content)
+            await pilot.press("r")
+            assert await gate_shows("DISARMED")
+            await pilot.press("s")  # the prompt is open, 'e' types; Ctrl+E still stops
+            await pilot.pause(0.3)  # a few refreshes with the prompt open (they once crashed the app)
+            await pilot.press("e", "ctrl+e")
+            assert await gate_shows("ESTOP")
+            assert app.screen.query_one(Input).value.endswith("e"), "'e' typed into the prompt"
 
     asyncio.run(drive())
     calls = backend.calls  # calls run in worker threads: keys pressed together may land in any order
     assert calls[:2] == [("trigger", "arm"), ("trigger", "estop")]
     assert sorted(calls[2:5]) == [("trigger", "disarm"), ("trigger", "record_stop"), ("trigger", "reset")]
-    assert calls[5:] == [("task_name", "fold_towel"), ("trigger", "record_start")]
+    assert calls[5:7] == [("task_name", "fold_towel"), ("trigger", "record_start")]
+    assert calls[7:] == [("trigger", "reset"), ("trigger", "estop")]
 
 
 def test_help_says_losing_it_moves_nothing(capsys):

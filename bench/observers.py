@@ -1,0 +1,178 @@
+"""Recording and monitoring on, against off: does watching the robot slow it?
+
+    .venv/bin/python bench/observers.py [--seconds 40] [--out out/bench/observers.json]
+
+Runs the simulated graph twice in one go, as `make run` does (synthetic cameras, simulated arms,
+the default policy, auto_arm):
+  1. off: the control graph alone;
+  2. on: the same with every observer this project ships: the episode recorder (record:=true),
+     the bag (bag:=true), rviz's nodes (viz:=true) and the web view (web:=true) with a live
+     WebSocket client watching the three cameras and the gate's status, as a browser would.
+For each it prints the control stream's figures from the launcher's own summary (the policy's
+actions and the left arm's joint commands: rate and worst gap, at arrival and at the source) and
+each process's CPU over the same window after start-up, then the ratios on/off and the CPU the
+observers add. CPU shares are only comparable on an otherwise idle machine: the bench says the
+load average it started at.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from egomimic_launch.process import node_processes
+from egomimic_nodes import topics
+
+REPO = Path(__file__).resolve().parents[1]
+NS = "eva"
+STREAMS = (topics.POLICY_ACTION.resolve(NS), topics.JOINT_COMMAND.resolve(NS, arm="left"))
+OBSERVER_ARGS = ("record:=true", "bag:=true", "viz:=true", "web:=true", "web_port:=0")
+
+
+def cpu_seconds(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return t.user + t.system
+
+
+class Viewer(threading.Thread):
+    """A Foxglove-protocol WebSocket client subscribed to the cameras and the gate's status."""
+
+    def __init__(self, url: str):
+        super().__init__(daemon=True)
+        self.url, self.messages, self.stop = url, 0, False
+
+    def run(self) -> None:
+        asyncio.run(self._watch())
+
+    async def _watch(self) -> None:
+        import websockets
+
+        wanted = [topics.IMAGE_COMPRESSED.resolve(NS, cam=c) for c in ("front_1", "left_wrist", "right_wrist")]
+        wanted.append(topics.SAFETY_STATUS.resolve(NS))
+        async with websockets.connect(self.url, subprotocols=["foxglove.sdk.v1"], max_size=None) as ws:
+            channels: dict[str, int] = {}
+            while set(wanted) - set(channels):
+                msg = await ws.recv()
+                if isinstance(msg, str) and json.loads(msg)["op"] == "advertise":
+                    channels.update({c["topic"]: c["id"] for c in json.loads(msg)["channels"]})
+            subs = [{"id": i, "channelId": channels[t]} for i, t in enumerate(wanted, start=1)]
+            await ws.send(json.dumps({"op": "subscribe", "subscriptions": subs}))
+            while not self.stop:
+                try:
+                    msg = await asyncio.wait_for(ws.recv(), 1.0)
+                except TimeoutError:
+                    continue
+                if isinstance(msg, bytes) and msg[0] == 1:  # a message (opcode 1), not a status
+                    self.messages += 1
+
+
+def run(observers: bool, seconds: float, settle_s: float, domain: int) -> dict:
+    env = dict(
+        os.environ,
+        ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
+        ROS_DOMAIN_ID=str(domain),
+        FASTDDS_DEFAULT_PROFILES_FILE=str(REPO / "config" / "fastdds_local.xml"),
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = Path(tmp) / "summary.json"
+        extra = [*OBSERVER_ARGS, f"record_dir:={tmp}/episodes", f"bag_dir:={tmp}/bags"] if observers else []
+        cmd = [
+            sys.executable, "-m", "egomimic_launch.cli", "eva_bimanual.launch.py", "auto_arm:=true", *extra,
+            "--quiet", "--run-dir", str(Path(tmp) / "run"), "--summary-json", str(summary),
+            "--duration", str(settle_s + seconds + 5),
+        ]  # fmt: skip
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        viewer = None
+        try:
+            launcher = psutil.Process(proc.pid)
+            expected = 6 + (5 if observers else 0)
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline and len(node_processes(launcher)) < expected + 1:
+                time.sleep(0.2)
+            if observers:
+                log = Path(tmp) / "run" / "logs" / "webview.log"
+                while time.monotonic() < deadline:
+                    m = log.exists() and re.search(r"web view: (ws://[\d.]+:\d+)", log.read_text())
+                    if m:
+                        viewer = Viewer(m.group(1))
+                        viewer.start()
+                        break
+                    time.sleep(0.2)
+            time.sleep(settle_s)  # start-up (imports, discovery, arming) is not the steady state
+            procs = node_processes(launcher)
+            before = {n: cpu_seconds(p) for n, p in procs.items()}
+            t0 = time.monotonic()
+            time.sleep(seconds)
+            elapsed = time.monotonic() - t0
+            cpu = {n: 100.0 * (cpu_seconds(p) - before[n]) / elapsed for n, p in procs.items() if p.is_running()}
+            proc.wait(settle_s + seconds + 120)
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                proc.wait(60)
+            if viewer is not None:
+                viewer.stop = True
+        data = json.loads(summary.read_text())
+    streams = {s["topic"]: s for s in data["streams"] if s["topic"] in STREAMS}
+    return {"cpu_pct": cpu, "streams": streams, "viewer_messages": viewer.messages if viewer else 0}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=40.0, help="measurement window per run (default 40)")
+    ap.add_argument("--settle", type=float, default=8.0, help="seconds after all nodes are up before measuring")
+    ap.add_argument("--domain", type=int, default=98, help="ROS_DOMAIN_ID of the runs (default 98)")
+    ap.add_argument("--out", type=Path, help="also write the figures as JSON here")
+    a = ap.parse_args()
+    load = os.getloadavg()[0]
+    print(f"observers on vs off, {a.seconds:.0f} s window each, {psutil.cpu_count()} cores, load average {load:.2f}")
+    off = run(False, a.seconds, a.settle, a.domain)
+    on = run(True, a.seconds, a.settle, a.domain)
+    print(f"{'stream':<28}{'':>6}{'rate Hz':>9}{'gap ms':>8}{'src gap ms':>11}")
+    for topic in STREAMS:
+        for label, r in (("off", off), ("on", on)):
+            s = r["streams"].get(topic)
+            if s is None:
+                print(f"{topic:<28}{label:>6}   (not in the summary)")
+                continue
+            print(
+                f"{topic:<28}{label:>6}{s['rate_hz']:>9.2f}{s['max_gap_s'] * 1e3:>8.1f}{s['max_source_gap_s'] * 1e3:>11.1f}"
+            )
+        so, sn = off["streams"].get(topic), on["streams"].get(topic)
+        if so and sn:
+            print(
+                f"{'':<28}{'on/off':>6}{sn['rate_hz'] / so['rate_hz']:>9.3f}{sn['max_gap_s'] / so['max_gap_s']:>8.2f}"
+                f"{sn['max_source_gap_s'] / so['max_source_gap_s']:>11.2f}"
+            )
+    names = sorted(set(off["cpu_pct"]) | set(on["cpu_pct"]), key=lambda n: -on["cpu_pct"].get(n, 0.0))
+    print(f"{'process':<16}{'off %':>8}{'on %':>8}")
+    for n in names:
+        print(f"{n:<16}{off['cpu_pct'].get(n, 0.0):>8.1f}{on['cpu_pct'].get(n, 0.0):>8.1f}")
+    t_off, t_on = sum(off["cpu_pct"].values()), sum(on["cpu_pct"].values())
+    c_off = sum(off["cpu_pct"].values())
+    c_on = sum(on["cpu_pct"].get(n, 0.0) for n in off["cpu_pct"])
+    print(f"{'total':<16}{t_off:>8.1f}{t_on:>8.1f}   on/off {t_on / t_off:.2f}")
+    print(
+        f"the observers add {t_on - t_off:.1f} % of one core ({t_on - t_off - (c_on - c_off):.1f} in their own "
+        f"processes, {c_on - c_off:+.1f} in the control graph's); the web client received {on['viewer_messages']} "
+        "messages"
+    )
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps({"window_s": a.seconds, "load_at_start": load, "off": off, "on": on}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
