@@ -151,7 +151,11 @@ class RemotePolicy:
         )
         if reply["type"] != P.CHUNK:
             raise RemoteError(f"unexpected reply {reply['type']!r}")
-        chunk = chunk_from_dict(reply["chunk"])
+        try:
+            chunk = chunk_from_dict(reply.get("chunk"))
+        except WireError as exc:
+            self.counters["server_errors"] += 1
+            raise RemoteError(f"malformed chunk from the server: {exc}") from None
         if chunk.observation_stamp_ns != observation.stamp_ns:
             raise RemoteError(f"chunk answers observation {chunk.observation_stamp_ns}, asked {observation.stamp_ns}")
         self._server_infer_ms = float(reply.get("infer_ms", float("nan")))
@@ -292,7 +296,7 @@ class RemotePolicy:
         try:
             msg = unpack(payload)
             kind, request_id = msg["type"], int(msg["id"])
-        except (WireError, KeyError, TypeError, ValueError):
+        except (WireError, KeyError, TypeError, ValueError, OverflowError):
             self.counters["server_errors"] += 1
             return
         if kind == P.META:

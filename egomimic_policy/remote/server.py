@@ -37,6 +37,8 @@ from egomimic_policy.remote.wire import (
     spec_to_dict,
     unpack,
 )
+from egomimic_policy.remote.wire import request_id as wire_request_id
+from egomimic_policy.remote.wire import timeout_ms as wire_timeout_ms
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
@@ -44,6 +46,12 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 def is_loopback(address: str) -> bool:
     host = urlparse(address).hostname or ""
     return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+class _BadRequest(Exception):
+    def __init__(self, request_id: int, detail: str):
+        super().__init__(detail)
+        self.request_id, self.detail = request_id, detail
 
 
 @dataclass
@@ -96,6 +104,7 @@ class PolicyServer:
         self.served = 0
         self.expired = 0
         self.failed = 0
+        self.bad_requests = 0
 
     # --------------------------------------------------------- socket thread
     def serve(self, stop: threading.Event) -> None:
@@ -123,12 +132,24 @@ class PolicyServer:
         self._router.send_multipart([identity, pack(message)])
 
     def _on_request(self, identity: bytes, payload: bytes) -> None:
+        """Answer one request; whatever it holds, the server stays up (a request it cannot read,
+        or that fails in a way nobody foresaw, gets BAD_REQUEST and is counted)."""
+        try:
+            self._handle(identity, payload)
+        except Exception as exc:  # noqa: BLE001 - one bad request must not stop the server
+            self.bad_requests += 1
+            detail = exc.detail if isinstance(exc, _BadRequest) else f"unreadable request ({type(exc).__name__}: {exc})"
+            request_id = exc.request_id if isinstance(exc, _BadRequest) else -1
+            self._reply(identity, {"type": P.ERROR, "id": request_id, "code": P.BAD_REQUEST, "detail": detail[:500]})
+
+    def _handle(self, identity: bytes, payload: bytes) -> None:
         try:
             msg = unpack(payload)
-            kind, request_id = msg["type"], int(msg["id"])
-        except (WireError, KeyError, TypeError, ValueError) as exc:
-            self._reply(identity, {"type": P.ERROR, "id": -1, "code": P.BAD_REQUEST, "detail": str(exc)})
-            return
+            kind, request_id = msg["type"], wire_request_id(msg["id"])
+        except (WireError, KeyError) as exc:
+            raise _BadRequest(-1, str(exc)) from None
+        if not isinstance(kind, str):
+            raise _BadRequest(request_id, f"type must be text, got {type(kind).__name__}")
         if kind == P.PING:
             self._reply(
                 identity, {"type": P.PONG, "id": request_id, "busy": self._busy.is_set(), "instance": self.instance}
@@ -141,7 +162,7 @@ class PolicyServer:
                         "type": P.ERROR,
                         "id": request_id,
                         "code": P.BAD_REQUEST,
-                        "detail": f"protocol version {msg.get('v')} != server {PROTOCOL_VERSION}",
+                        "detail": f"protocol version {msg.get('v')!r:.40} != server {PROTOCOL_VERSION}",
                     },
                 )
                 return
@@ -170,13 +191,12 @@ class PolicyServer:
             job = _Job(identity, request_id, kind, time.monotonic())
             if kind == P.INFER:
                 try:
+                    if not isinstance(msg["observation"], dict):
+                        raise WireError("observation must be a map")
                     job.observation = observation_from_dict(msg["observation"])
-                    job.timeout_s = float(msg["timeout_ms"]) / 1e3
-                except (WireError, KeyError, TypeError, ValueError) as exc:
-                    self._reply(
-                        identity, {"type": P.ERROR, "id": request_id, "code": P.BAD_REQUEST, "detail": str(exc)}
-                    )
-                    return
+                    job.timeout_s = wire_timeout_ms(msg["timeout_ms"]) / 1e3
+                except (WireError, KeyError) as exc:
+                    raise _BadRequest(request_id, str(exc)) from None
             self._jobs.put(job)
         else:
             self._reply(

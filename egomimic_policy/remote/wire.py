@@ -91,6 +91,38 @@ def unpack(payload: bytes) -> dict:
     return message
 
 
+# ------------------------------------------------------------- request fields
+INT64_MAX = 2**63 - 1
+MAX_TIMEOUT_MS = 60_000.0
+
+
+def request_id(value) -> int:
+    """A request id: an integer in [0, 2**63) (msgpack may carry floats, inf, bools or text)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT64_MAX:
+        raise WireError(f"id must be an integer in [0, 2**63), got {value!r:.40}")
+    return value
+
+
+def finite_number(value, what: str, lo: float = -math.inf, hi: float = math.inf) -> float:
+    """A finite int or float within [lo, hi] (never bool, text, inf or NaN)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise WireError(f"{what} must be a number, got {type(value).__name__}")
+    number = float(value)
+    if not math.isfinite(number) or not lo <= number <= hi:
+        raise WireError(f"{what} must be finite and within [{lo:g}, {hi:g}], got {value!r:.40}")
+    return number
+
+
+def timeout_ms(value) -> float:
+    return finite_number(value, "timeout_ms", 0.0, MAX_TIMEOUT_MS)
+
+
+def _stamp_ns(value, what: str = "stamp_ns") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT64_MAX:
+        raise WireError(f"{what} must be an integer of nanoseconds in [0, 2**63), got {value!r:.40}")
+    return value
+
+
 # ------------------------------------------------------------- schema <-> dicts
 def observation_to_dict(obs: Observation) -> dict:
     out = {
@@ -120,18 +152,18 @@ def observation_from_dict(d: dict) -> Observation:
         ):
             raise WireError("observation images must map camera name -> uint8 (H, W, 3) array")
         return Observation(
-            stamp_ns=int(d["stamp_ns"]),
+            stamp_ns=_stamp_ns(d["stamp_ns"]),
             images=images,
             left_pose=_vector(d["left_pose"], 7, "left_pose"),
             right_pose=_vector(d["right_pose"], 7, "right_pose"),
-            left_gripper=float(d["left_gripper"]),
-            right_gripper=float(d["right_gripper"]),
-            left_joints=d.get("left_joints"),
-            right_joints=d.get("right_joints"),
+            left_gripper=finite_number(d["left_gripper"], "left_gripper"),
+            right_gripper=finite_number(d["right_gripper"], "right_gripper"),
+            left_joints=_optional_vector(d.get("left_joints"), "left_joints"),
+            right_joints=_optional_vector(d.get("right_joints"), "right_joints"),
             history=tuple(_history_entry(h) for h in d.get("history", ())),
             prefix=chunk_from_dict(d["prefix"]) if d.get("prefix") is not None else None,
         )
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise WireError(f"malformed observation: {exc!r}") from None
 
 
@@ -141,11 +173,23 @@ def _history_entry(d) -> Observation:
     return observation_from_dict(d)
 
 
-def _vector(value, n: int, what: str) -> np.ndarray:
-    arr = np.asarray(value, dtype=float)
-    if arr.shape != (n,):
-        raise WireError(f"{what}: expected shape ({n},), got {arr.shape}")
+def _vector(value, n: int | None, what: str) -> np.ndarray:
+    """A 1-D float vector of finite numbers (of length n where given)."""
+    if isinstance(value, str | bytes | dict):
+        raise WireError(f"{what}: expected a vector of numbers, got {type(value).__name__}")
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise WireError(f"{what}: not a vector of numbers ({exc})") from None
+    if arr.ndim != 1 or (n is not None and arr.shape != (n,)):
+        raise WireError(f"{what}: expected shape ({n if n is not None else 'n'},), got {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise WireError(f"{what}: non-finite values")
     return arr
+
+
+def _optional_vector(value, what: str) -> np.ndarray | None:
+    return None if value is None else _vector(value, None, what)
 
 
 def chunk_to_dict(chunk: Chunk) -> dict:
@@ -159,18 +203,31 @@ def chunk_to_dict(chunk: Chunk) -> dict:
     }
 
 
-def chunk_from_dict(d: dict) -> Chunk:
+def chunk_from_dict(d: object) -> Chunk:
     try:
+        if not isinstance(d, dict):
+            raise WireError(f"a chunk must be a map, got {type(d).__name__}")
         return Chunk(
-            observation_stamp_ns=int(d["observation_stamp_ns"]),
-            period_s=float(d["period_s"]),
-            left_pose=np.asarray(d["left_pose"]),
-            right_pose=np.asarray(d["right_pose"]),
-            left_gripper=np.asarray(d["left_gripper"]),
-            right_gripper=np.asarray(d["right_gripper"]),
+            observation_stamp_ns=_stamp_ns(d["observation_stamp_ns"], "observation_stamp_ns"),
+            period_s=finite_number(d["period_s"], "period_s", 1e-4, 10.0),
+            left_pose=_rows(d["left_pose"], 7, "left_pose"),
+            right_pose=_rows(d["right_pose"], 7, "right_pose"),
+            left_gripper=_rows(d["left_gripper"], None, "left_gripper"),
+            right_gripper=_rows(d["right_gripper"], None, "right_gripper"),
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise WireError(f"malformed chunk: {exc!r}") from None
+
+
+def _rows(value, width: int | None, what: str) -> np.ndarray:
+    """A chunk's column: finite floats, (N, width) or (N,) with N >= 1."""
+    arr = np.asarray(value, dtype=float)
+    shape_ok = arr.ndim == 2 and arr.shape[1] == width if width is not None else arr.ndim == 1
+    if not shape_ok or arr.shape[0] < 1:
+        raise WireError(f"chunk {what}: expected shape (N, {width}) " if width else f"chunk {what}: expected (N,) ")
+    if not np.isfinite(arr).all():
+        raise WireError(f"chunk {what}: non-finite values")
+    return arr
 
 
 def spec_to_dict(spec: PolicySpec) -> dict:

@@ -1,0 +1,167 @@
+"""The policy server against bad requests, over real zmq on loopback: every field of every request
+is checked, a bad one is answered BAD_REQUEST with the request's id where it has one, and the
+server keeps serving (a ping after each). Known crashers first (`{"type": "ping", "id": inf}`
+used to raise OverflowError in the socket thread and end the server), then fuzzing."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import msgpack
+import numpy as np
+import pytest
+import zmq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from egomimic_policy.remote import protocol as P
+from egomimic_policy.remote.server import PolicyServer
+from egomimic_policy.remote.wire import observation_to_dict, pack, unpack
+from egomimic_policy.scripted import ScriptedChunkPolicy
+
+from .test_remote_client_server import obs
+
+REPLY_TIMEOUT_MS = 5000
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = PolicyServer(ScriptedChunkPolicy(), "tcp://127.0.0.1:*")
+    stop = threading.Event()
+    thread = threading.Thread(target=srv.serve, args=(stop,), daemon=True)
+    thread.start()
+    yield srv
+    stop.set()
+    thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def sock(server):
+    s = zmq.Context.instance().socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.RCVTIMEO, REPLY_TIMEOUT_MS)
+    s.connect(server.address)
+    yield s
+    s.close(0)
+
+
+REPLY_TYPES = (P.ERROR, P.PONG, P.META, P.OK, P.CHUNK)
+_sentinel = iter(range(10**6, 10**7))
+
+
+def ask(sock, payload: bytes) -> dict:
+    sock.send(payload)
+    return unpack(sock.recv())
+
+
+def still_serving(sock) -> list[dict]:
+    """Ping; the replies that came before the pong (a queued reset or infer answers from the model
+    thread, so it may come after a later ping's pong: all are read up to this ping's own)."""
+    sentinel = next(_sentinel)
+    sock.send(pack({"type": P.PING, "id": sentinel}))
+    before = []
+    while True:
+        reply = unpack(sock.recv())
+        if reply["type"] == P.PONG and reply["id"] == sentinel:
+            return before
+        assert reply["type"] in REPLY_TYPES, reply
+        before.append(reply)
+
+
+def good_infer(**changes) -> dict:
+    msg = {"type": P.INFER, "id": 7, "timeout_ms": 1000.0, "observation": observation_to_dict(obs(stamp_ns=10**18))}
+    for key, value in changes.items():
+        if key.startswith("obs_"):
+            msg["observation"][key[4:]] = value
+        else:
+            msg[key] = value
+    return msg
+
+
+BAD = {
+    "ping with id inf": {"type": P.PING, "id": math.inf},
+    "ping with id nan": {"type": P.PING, "id": math.nan},
+    "ping with an id past int64": {"type": P.PING, "id": 2**64 - 1},
+    "negative id": {"type": P.PING, "id": -5},
+    "id true": {"type": P.PING, "id": True},
+    "id as text": {"type": P.PING, "id": "7"},
+    "no id": {"type": P.PING},
+    "type not text": {"type": 3, "id": 1},
+    "unknown type": {"type": "shutdown", "id": 1},
+    "stamp_ns inf": good_infer(obs_stamp_ns=math.inf),
+    "stamp_ns negative": good_infer(obs_stamp_ns=-1),
+    "stamp_ns as float": good_infer(obs_stamp_ns=1.5e18),
+    "pose with nan": good_infer(obs_left_pose=[math.nan] * 7),
+    "pose of 6": good_infer(obs_left_pose=[0.0] * 6),
+    "pose as text": good_infer(obs_right_pose="0,0,0,1,0,0,0"),
+    "gripper inf": good_infer(obs_left_gripper=math.inf),
+    "gripper as text": good_infer(obs_left_gripper="open"),
+    "joints nested": good_infer(obs_left_joints=[[1.0, 2.0]]),
+    "timeout inf": good_infer(timeout_ms=math.inf),
+    "timeout nan": good_infer(timeout_ms=math.nan),
+    "timeout negative": good_infer(timeout_ms=-1),
+    "timeout an hour": good_infer(timeout_ms=3.6e6),
+    "observation a list": good_infer(observation=[1, 2, 3]),
+    "observation missing": {"type": P.INFER, "id": 7, "timeout_ms": 100.0},
+    "history of non-maps": good_infer(obs_history=[1, 2]),
+    "prefix inf stamp": good_infer(
+        obs_prefix={"observation_stamp_ns": math.inf, "period_s": 0.033, "left_pose": [], "right_pose": []}
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_a_bad_request_is_answered_bad_request_and_the_server_stays_up(sock, name):
+    reply = ask(sock, pack(BAD[name]))
+    assert reply["type"] == P.ERROR and reply["code"] == P.BAD_REQUEST, reply
+    assert reply["detail"]
+    still_serving(sock)
+
+
+def test_a_good_request_is_still_served(sock):
+    reply = ask(sock, pack(good_infer()))
+    assert reply["type"] == P.CHUNK and reply["id"] == 7, reply
+
+
+leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**64) + 1, max_value=2**64 - 1),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+    st.binary(max_size=40),
+)
+values = st.recursive(
+    leaves,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+requests = st.fixed_dictionaries(
+    {"type": st.sampled_from([P.PING, P.HELLO, P.INFER, P.RESET, "x"]) | st.text(max_size=5), "id": values},
+    optional={"observation": values, "timeout_ms": values, "v": values},
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(request=requests | values)
+def test_fuzzed_requests_never_stop_the_server(sock, request):
+    try:
+        payload = msgpack.packb(request, use_bin_type=True)
+    except (OverflowError, ValueError, TypeError):
+        return  # msgpack itself cannot carry it: no such message can arrive
+    sock.send(payload)
+    replies = still_serving(sock)
+    for _ in range(100):  # a reset or infer is answered by the model thread, maybe after the pong
+        if replies:
+            break
+        replies = still_serving(sock)
+    assert len(replies) == 1, f"one answer per request: {replies}"
+
+
+def test_random_bytes_never_stop_the_server(sock):
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        reply = ask(sock, rng.bytes(int(rng.integers(1, 300))))
+        assert reply["type"] == P.ERROR and reply["code"] == P.BAD_REQUEST, reply
+    still_serving(sock)
