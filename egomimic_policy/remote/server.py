@@ -41,6 +41,9 @@ from egomimic_policy.remote.wire import request_id as wire_request_id
 from egomimic_policy.remote.wire import timeout_ms as wire_timeout_ms
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""A request larger than this is refused by zmq before it is allocated (--max-message-mb). Three
+640x480 RGB images with two steps of history are about 5.5 MB."""
 
 
 def is_loopback(address: str) -> bool:
@@ -75,6 +78,7 @@ class PolicyServer:
         *,
         allow_remote: bool = False,
         max_pending: int = 2,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         context: zmq.Context | None = None,
     ):
         if not bind.startswith("tcp://"):
@@ -87,6 +91,8 @@ class PolicyServer:
         self._router = self._ctx.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.LINGER, 0)
         self._router.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        # zmq refuses a larger message before allocating it, and drops that peer's connection
+        self._router.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
         self._router.bind(bind)
         self.address = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
         inproc = f"inproc://policy-server-results-{id(self)}"
@@ -275,6 +281,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="pin: refuse a checkpoint whose model config (canonical JSON) has another SHA-256 (a legacy Fold needs it)",
     )
+    p.add_argument(
+        "--max-message-mb",
+        type=float,
+        default=DEFAULT_MAX_MESSAGE_BYTES / 2**20,
+        help="refuse (and disconnect) a request larger than this, before allocating it (default: %(default)g MiB)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed for untrained rehearsal weights (default: %(default)s)")
     p.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
     return p
@@ -287,6 +299,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.policy.startswith("tcp://"):
         print("egomimic-policy-server: --policy must be a local policy, not another server", file=sys.stderr)
         return 2
+    if not 0.001 <= args.max_message_mb <= 4096:
+        print(
+            f"egomimic-policy-server: --max-message-mb {args.max_message_mb:g} is outside [0.001, 4096]",
+            file=sys.stderr,
+        )
+        return 2
     try:
         policy = load_policy(
             args.policy,
@@ -296,7 +314,9 @@ def main(argv: list[str] | None = None) -> int:
             device=args.device,
             pin_config_sha256=args.config_sha256.strip().lower(),
         )
-        server = PolicyServer(policy, args.bind, allow_remote=args.allow_remote)
+        server = PolicyServer(
+            policy, args.bind, allow_remote=args.allow_remote, max_message_bytes=int(args.max_message_mb * 2**20)
+        )
     except (ConfigError, zmq.ZMQError) as exc:
         print(f"egomimic-policy-server: {exc}", file=sys.stderr)
         return 2

@@ -165,3 +165,27 @@ def test_random_bytes_never_stop_the_server(sock):
         reply = ask(sock, rng.bytes(int(rng.integers(1, 300))))
         assert reply["type"] == P.ERROR and reply["code"] == P.BAD_REQUEST, reply
     still_serving(sock)
+
+
+def test_an_oversized_request_is_refused_before_allocation_and_others_are_served():
+    srv = PolicyServer(ScriptedChunkPolicy(), "tcp://127.0.0.1:*", max_message_bytes=1 << 20)
+    stop = threading.Event()
+    thread = threading.Thread(target=srv.serve, args=(stop,), daemon=True)
+    thread.start()
+    ctx = zmq.Context.instance()
+    big, small = ctx.socket(zmq.DEALER), ctx.socket(zmq.DEALER)
+    try:
+        for s in (big, small):
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(srv.address)
+        big.setsockopt(zmq.RCVTIMEO, 500)
+        big.send(pack({"type": P.PING, "id": 1, "pad": b"x" * (2 << 20)}))  # 2 MiB against a 1 MiB limit
+        with pytest.raises(zmq.Again):
+            big.recv()  # refused by zmq: never read, never answered
+        small.setsockopt(zmq.RCVTIMEO, REPLY_TIMEOUT_MS)
+        still_serving(small)
+    finally:
+        big.close(0)
+        small.close(0)
+        stop.set()
+        thread.join(5)
