@@ -35,6 +35,7 @@ import zmq
 
 from egomimic_hw.errors import ConfigError
 from egomimic_policy.interface import Chunk, Observation, PolicySpec
+from egomimic_policy.remote import keys
 from egomimic_policy.remote import protocol as P
 from egomimic_policy.remote.wire import (
     PROTOCOL_VERSION,
@@ -86,6 +87,15 @@ class RemoteConfig:
     )
     action_layout: str = field(default="", metadata={"help": "expected action layout ('' = any)"})
     chunk_length: int = field(default=0, metadata={"help": "expected chunk length (0 = any)", "range": (0, 10_000)})
+    client_key_file: str = field(
+        default="",
+        metadata={
+            "help": "this robot's CURVE key pair (NAME.key_secret from egomimic-policy-server keygen); '' = no keys"
+        },
+    )
+    server_key_file: str = field(
+        default="", metadata={"help": "the server's public key (its NAME.key): the only server this link accepts"}
+    )
 
     def __post_init__(self) -> None:
         if not self.address.startswith("tcp://"):
@@ -106,6 +116,7 @@ class RemotePolicy:
 
     def __init__(self, config: RemoteConfig, context: zmq.Context | None = None):
         self.config = config
+        self._curve = keys.client_keys(config.client_key_file, config.server_key_file)  # ConfigError here, not later
         self._ctx = context or zmq.Context.instance()
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -234,6 +245,7 @@ class RemotePolicy:
         sock.setsockopt(zmq.IMMEDIATE, 1)
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        keys.apply_client(sock, self._curve)
         sock.connect(self.config.address)
         return sock
 

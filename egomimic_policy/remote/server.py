@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 import zmq
+from zmq.auth.thread import ThreadAuthenticator
 
 from egomimic_hw.errors import ConfigError
 from egomimic_policy.interface import ChunkPolicy, Observation
+from egomimic_policy.remote import keys
 from egomimic_policy.remote import protocol as P
 from egomimic_policy.remote.wire import (
     PROTOCOL_VERSION,
@@ -41,6 +43,10 @@ from egomimic_policy.remote.wire import request_id as wire_request_id
 from egomimic_policy.remote.wire import timeout_ms as wire_timeout_ms
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+INSECURE_WARNING = (
+    "egomimic-policy-server: WARNING --insecure: no authentication, no encryption; anyone who reaches this "
+    "port can answer in the model's place"
+)
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """A request larger than this is refused by zmq before it is allocated (--max-message-mb). Three
 640x480 RGB images with two steps of history are about 5.5 MB."""
@@ -79,16 +85,40 @@ class PolicyServer:
         allow_remote: bool = False,
         max_pending: int = 2,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        secret_key_file: str = "",
+        client_keys_dir: str = "",
+        insecure: bool = False,
         context: zmq.Context | None = None,
     ):
         if not bind.startswith("tcp://"):
             raise ConfigError(f"bind {bind!r}: expected tcp://host:port")
         if not allow_remote and not is_loopback(bind):
             raise ConfigError(f"bind {bind!r} is not loopback; pass --allow-remote to serve other machines")
+        if bool(secret_key_file) != bool(client_keys_dir):
+            raise ConfigError("an encrypted server needs both --secret-key and --allow-clients")
+        self.encrypted = bool(secret_key_file)
+        if not is_loopback(bind) and not self.encrypted and not insecure:
+            raise ConfigError(
+                f"bind {bind!r} serves the network without keys: anyone there could answer in the model's place. "
+                "Give --secret-key and --allow-clients (egomimic-policy-server keygen), or --insecure"
+            )
+        self.insecure = insecure and not self.encrypted
         self.policy = policy
         self.spec = policy.spec
-        self._ctx = context or zmq.Context.instance()
+        # CURVE needs a ZAP authenticator of its own context (one per context)
+        self._ctx = context or (zmq.Context() if self.encrypted else zmq.Context.instance())
+        self._auth = None
+        if self.encrypted:
+            public, secret = keys.load_pair(secret_key_file, "--secret-key")
+            allow_dir = keys.allowed_clients(client_keys_dir)
+            self._auth = ThreadAuthenticator(self._ctx)
+            self._auth.start()
+            self._auth.configure_curve(domain="*", location=str(allow_dir))
+        self._clients_seen: set[bytes] = set()
         self._router = self._ctx.socket(zmq.ROUTER)
+        if self.encrypted:
+            self._router.curve_server = True
+            self._router.curve_publickey, self._router.curve_secretkey = public, secret
         self._router.setsockopt(zmq.LINGER, 0)
         self._router.setsockopt(zmq.ROUTER_MANDATORY, 0)
         # zmq refuses a larger message before allocating it, and drops that peer's connection
@@ -126,6 +156,11 @@ class PolicyServer:
                     self._router.send_multipart(self._results_rx.recv_multipart())
                 if self._router in events:
                     frames = self._router.recv_multipart()
+                    if self.insecure and frames[0] not in self._clients_seen:
+                        if len(self._clients_seen) > 10_000:
+                            self._clients_seen.clear()
+                        self._clients_seen.add(frames[0])
+                        print(INSECURE_WARNING + f" (new client {frames[0].hex()})", file=sys.stderr, flush=True)
                     if len(frames) == 2:
                         self._on_request(frames[0], frames[1])
         finally:
@@ -133,6 +168,8 @@ class PolicyServer:
             worker.join(2.0)
             for sock in (self._router, self._results_rx, self._results_tx):
                 sock.close(0)
+            if self._auth is not None:
+                self._auth.stop()
 
     def _reply(self, identity: bytes, message: dict) -> None:
         self._router.send_multipart([identity, pack(message)])
@@ -265,13 +302,36 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="egomimic-policy-server",
         description="Serve a policy to EVA policy nodes (policy:=tcp://host:port) over pyzmq + msgpack.",
-        epilog="Example: egomimic-policy-server --policy fold --bind tcp://127.0.0.1:5555",
+        epilog="Example: egomimic-policy-server --policy fold --bind tcp://127.0.0.1:5555\n"
+        "Keys for a link between machines: egomimic-policy-server keygen --help",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--policy", required=True, help="scripted | fold | pi | moe | <checkpoint path> (as the policy launch argument)"
     )
     p.add_argument("--bind", default="tcp://127.0.0.1:5555", help="address to listen on (default: %(default)s)")
-    p.add_argument("--allow-remote", action="store_true", help="allow binding a non-loopback address")
+    p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow binding a non-loopback address (with --secret-key and --allow-clients, or --insecure)",
+    )
+    p.add_argument(
+        "--secret-key",
+        default="",
+        metavar="FILE",
+        help="this server's key pair (NAME.key_secret from keygen): CURVE on",
+    )
+    p.add_argument(
+        "--allow-clients",
+        default="",
+        metavar="DIR",
+        help="directory of the client public keys (*.key) allowed to connect (with --secret-key)",
+    )
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve the network without keys (logs a warning at start and on every new client)",
+    )
     p.add_argument(
         "--inject-latency-ms", type=float, default=0.0, help="extra latency per query (rehearse a slow model)"
     )
@@ -292,7 +352,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def keygen_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="egomimic-policy-server keygen",
+        description="Write a CURVE key pair for the policy link: NAME.key (public: give it to the other side) and "
+        "NAME.key_secret (mode 0600: stays on this machine).",
+        epilog="The server runs with --secret-key server.key_secret --allow-clients DIR (the robots' .key files); "
+        "the policy node with remote.client_key_file:=robot.key_secret remote.server_key_file:=server.key.",
+    )
+    p.add_argument("directory", help="where to write the pair (created if missing)")
+    p.add_argument("--name", default="server", help="file name of the pair (default: %(default)s)")
+    args = p.parse_args(argv)
+    try:
+        public, secret = keys.keygen(args.directory, args.name)
+    except ConfigError as exc:
+        print(f"egomimic-policy-server keygen: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {public} (public) and {secret} (secret, mode 0600)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["keygen"]:
+        return keygen_main(argv[1:])
     args = build_parser().parse_args(argv)
     from egomimic_policy.loading import load_policy
 
@@ -315,7 +398,13 @@ def main(argv: list[str] | None = None) -> int:
             pin_config_sha256=args.config_sha256.strip().lower(),
         )
         server = PolicyServer(
-            policy, args.bind, allow_remote=args.allow_remote, max_message_bytes=int(args.max_message_mb * 2**20)
+            policy,
+            args.bind,
+            allow_remote=args.allow_remote,
+            max_message_bytes=int(args.max_message_mb * 2**20),
+            secret_key_file=args.secret_key,
+            client_keys_dir=args.allow_clients,
+            insecure=args.insecure,
         )
     except (ConfigError, zmq.ZMQError) as exc:
         print(f"egomimic-policy-server: {exc}", file=sys.stderr)
@@ -326,9 +415,12 @@ def main(argv: list[str] | None = None) -> int:
     s = server.spec
     print(
         f"egomimic-policy-server: serving {s.family} (fingerprint {s.fingerprint}, {s.embodiment}, "
-        f"{s.action_layout}, {s.chunk_length} rows at {s.rate_hz} Hz) on {server.address}",
+        f"{s.action_layout}, {s.chunk_length} rows at {s.rate_hz} Hz) on {server.address}, "
+        + ("CURVE (encrypted, clients from the allow-list)" if server.encrypted else "no keys"),
         flush=True,
     )
+    if server.insecure:
+        print(INSECURE_WARNING, file=sys.stderr, flush=True)
     server.serve(stop)
     print(
         f"egomimic-policy-server: stopped after {server.served} chunks ({server.expired} expired, "
