@@ -189,3 +189,30 @@ def test_an_oversized_request_is_refused_before_allocation_and_others_are_served
         small.close(0)
         stop.set()
         thread.join(5)
+
+
+def test_a_thousand_connect_disconnects_leak_no_file_descriptors(server, sock):
+    """Each client connects, pings and leaves; the server (a thread of this process) holds no more
+    descriptors afterwards than after the first hundred (zmq's own pools settle by then)."""
+    import psutil
+
+    me = psutil.Process()
+    ctx = zmq.Context.instance()
+
+    def churn(n: int) -> None:
+        for i in range(n):
+            c = ctx.socket(zmq.DEALER)
+            c.setsockopt(zmq.LINGER, 0)
+            c.setsockopt(zmq.RCVTIMEO, REPLY_TIMEOUT_MS)
+            c.connect(server.address)
+            c.send(pack({"type": P.PING, "id": i + 1}))
+            assert unpack(c.recv())["type"] == P.PONG
+            c.close(0)
+
+    churn(100)
+    still_serving(sock)
+    fds, rss = me.num_fds(), me.memory_info().rss
+    churn(1000)
+    still_serving(sock)
+    assert me.num_fds() <= fds + 2, (fds, me.num_fds())
+    assert me.memory_info().rss < rss + 20 * 2**20, "no growth beyond allocator noise"
