@@ -54,7 +54,12 @@ class Viewer(threading.Thread):
         self.url, self.messages, self.stop = url, 0, False
 
     def run(self) -> None:
-        asyncio.run(self._watch())
+        import websockets
+
+        try:
+            asyncio.run(self._watch())
+        except websockets.ConnectionClosed:
+            pass  # the graph stopped at the end of its run
 
     async def _watch(self) -> None:
         import websockets
@@ -90,7 +95,7 @@ def run(observers: bool, seconds: float, settle_s: float, domain: int) -> dict:
         extra = [*OBSERVER_ARGS, f"record_dir:={tmp}/episodes", f"bag_dir:={tmp}/bags"] if observers else []
         cmd = [
             sys.executable, "-m", "egomimic_launch.cli", "eva_bimanual.launch.py", "auto_arm:=true", *extra,
-            "--quiet", "--run-dir", str(Path(tmp) / "run"), "--summary-json", str(summary),
+            "--quiet", "--run-dir", str(Path(tmp) / "run"), "--summary", "--summary-json", str(summary),
             "--duration", str(settle_s + seconds + 5),
         ]  # fmt: skip
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
