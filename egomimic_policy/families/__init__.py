@@ -133,10 +133,12 @@ def make_policy(
     prepared = cls.prepare_rollout_checkpoint(
         path, cache_dir=cache_dir, pin_config_sha256=pin_config_sha256, source_checkpoint=source
     )
+    config_sha = sha256_of(model_config_of(source))  # what policy_sha256:= pins (upstream's pin)
     del source
     algo, norm, info = cls.load_prepared(prepared)
     fingerprint = prepared.fingerprint
     extra = {
+        "config_sha256": config_sha,
         "checkpoint": str(path),
         "artifact": str(prepared.artifact_path),
         "epoch": str(info["epoch"]),

@@ -180,11 +180,16 @@ class RemotePolicy:
 
     def status(self) -> dict:
         rtt = list(self._rtt_ms)
+        spec = self._first_spec
         return {
             "remote_state": self._state,
             "remote_reason": self._reason,
             "remote_address": self.config.address,
             "server_pid": self._server_pid,
+            # which model answers (the handshake's spec): logged by the node, in /diagnostics
+            "server_family": spec.family if spec else "",
+            "server_fingerprint": spec.fingerprint if spec else "",
+            "server_config_sha256": spec.extra.get("config_sha256", "none (no checkpoint)") if spec else "",
             **self.counters,
             "rtt_p50_ms": round(float(np.median(rtt)), 2) if rtt else float("nan"),
             "server_infer_ms": round(self._server_infer_ms, 2),

@@ -162,6 +162,7 @@ def test_golden_legacy_migration(fold, tmp_path):
     policy = make_policy(str(source), cache_dir=tmp_path / "cache", seed=2, pin_config_sha256=pin_of(source))
     assert policy.spec.family == "fold" and policy.spec.extra["cache"] == "reused"
     assert policy.spec.fingerprint == prepared.fingerprint
+    assert policy.spec.extra["config_sha256"] == pin_of(source), "what the handshake reports is the pin"
     obs = make_observation()
     direct = fold.eval().create_rollout_policy(neutral_norm_stats(), fingerprint="x", seed=2).infer(obs)
     np.testing.assert_allclose(policy.infer(obs).left_pose, direct.left_pose, atol=1e-6)

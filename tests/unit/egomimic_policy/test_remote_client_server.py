@@ -91,6 +91,9 @@ def test_handshake_and_remote_chunks_equal_local_ones(servers):
             assert np.array_equal(remote_chunk.right_gripper, local_chunk.right_gripper)
         c.reset()
         assert c.status()["remote_state"] == "connected" and c.status()["timeouts"] == 0
+        spec = ScriptedChunkPolicy().spec
+        assert c.status()["server_family"] == spec.family and c.status()["server_fingerprint"] == spec.fingerprint
+        assert c.status()["server_config_sha256"] == "none (no checkpoint)"
     finally:
         c.close()
 

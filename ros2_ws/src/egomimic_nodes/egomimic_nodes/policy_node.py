@@ -185,8 +185,10 @@ class PolicyNode(Node):
         self.create_timer(1.0, self._publish_diagnostics)
         c = self.executor_config
         self.get_logger().info(
-            f"policy {spec.family} ({spec.fingerprint}, {spec.chunk_length} rows, cameras {list(self.cameras)}) "
-            f"at {rate_hz} Hz; cadence {c.cadence}, blend {c.blend}, max_dry_s {c.max_dry_s}, "
+            f"policy {spec.family} ({spec.fingerprint}, config SHA-256 {spec.extra.get('config_sha256', 'none')}, "
+            f"{spec.chunk_length} rows, cameras {list(self.cameras)}"
+            + (f", served by {self.policy.config.address}" if hasattr(self.policy, "connected") else "")
+            + f") at {rate_hz} Hz; cadence {c.cadence}, blend {c.blend}, max_dry_s {c.max_dry_s}, "
             f"inject_latency_ms {config.inject_latency_ms:g}"
         )
 
