@@ -29,15 +29,10 @@ from pathlib import Path
 
 import psutil
 
-from egomimic_launch.process import node_processes
+from egomimic_launch.process import cpu_percent, node_processes
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_PCT = 75.0
-
-
-def cpu_seconds(p: psutil.Process) -> float:
-    t = p.cpu_times()
-    return t.user + t.system
 
 
 def measure(executor: str, seconds: float, settle_s: float, policy: str, domain: int) -> dict[str, float]:
@@ -72,12 +67,7 @@ def measure(executor: str, seconds: float, settle_s: float, policy: str, domain:
             while time.monotonic() < deadline and len(node_processes(launcher)) < 6:
                 time.sleep(0.2)
             time.sleep(settle_s)  # start-up (imports, discovery, arming) is not the steady state
-            procs = node_processes(launcher)
-            before = {n: cpu_seconds(p) for n, p in procs.items()}
-            t0 = time.monotonic()
-            time.sleep(seconds)
-            elapsed = time.monotonic() - t0
-            return {n: 100.0 * (cpu_seconds(p) - before[n]) / elapsed for n, p in procs.items() if p.is_running()}
+            return cpu_percent(node_processes(launcher), seconds)
         finally:
             proc.send_signal(signal.SIGINT)
             try:

@@ -32,18 +32,13 @@ from pathlib import Path
 
 import psutil
 
-from egomimic_launch.process import node_processes
+from egomimic_launch.process import cpu_percent, node_processes
 from egomimic_nodes import topics
 
 REPO = Path(__file__).resolve().parents[1]
 NS = "eva"
 STREAMS = (topics.POLICY_ACTION.resolve(NS), topics.JOINT_COMMAND.resolve(NS, arm="left"))
 OBSERVER_ARGS = ("record:=true", "bag:=true", "viz:=true", "web:=true", "web_port:=0")
-
-
-def cpu_seconds(p: psutil.Process) -> float:
-    t = p.cpu_times()
-    return t.user + t.system
 
 
 class Viewer(threading.Thread):
@@ -116,12 +111,7 @@ def run(observers: bool, seconds: float, settle_s: float, domain: int) -> dict:
                         break
                     time.sleep(0.2)
             time.sleep(settle_s)  # start-up (imports, discovery, arming) is not the steady state
-            procs = node_processes(launcher)
-            before = {n: cpu_seconds(p) for n, p in procs.items()}
-            t0 = time.monotonic()
-            time.sleep(seconds)
-            elapsed = time.monotonic() - t0
-            cpu = {n: 100.0 * (cpu_seconds(p) - before[n]) / elapsed for n, p in procs.items() if p.is_running()}
+            cpu = cpu_percent(node_processes(launcher), seconds)
             proc.wait(settle_s + seconds + 120)
         finally:
             if proc.poll() is None:

@@ -66,6 +66,21 @@ def safe_print(line: str, err: bool = False) -> bool:
         return False
 
 
+def cpu_percent(procs: dict, seconds: float) -> dict[str, float]:
+    """{name: CPU in % of one core} of `procs` ({name: psutil.Process}, e.g. node_processes())
+    over the next `seconds` (user + system time; a process gone meanwhile is left out)."""
+
+    def used(p) -> float:
+        t = p.cpu_times()
+        return t.user + t.system
+
+    before = {n: used(p) for n, p in procs.items()}
+    t0 = time.monotonic()
+    time.sleep(seconds)  # the measurement window itself
+    elapsed = time.monotonic() - t0
+    return {n: 100.0 * (used(p) - before[n]) / elapsed for n, p in procs.items() if p.is_running()}
+
+
 def node_processes(launcher) -> dict:
     """{node name: psutil.Process} of a running launcher (a psutil.Process) and the nodes it
     started, found by the `__node:=` remap that node_command puts on each command line; the

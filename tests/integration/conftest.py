@@ -31,6 +31,23 @@ def run_launch(tmp_path: Path, *args: str, timeout_s: float = 120.0):
     return proc.returncode, data, proc.stdout + proc.stderr
 
 
+def start_launch(run_dir: Path, *args: str, duration_s: float = 60.0) -> subprocess.Popen:
+    """Start egomimic-launch in the background (quiet, logs under `run_dir`); the caller stops it
+    (SIGINT) and waits."""
+    cmd = LAUNCH + [
+        "eva_bimanual.launch.py",
+        *args,
+        "--duration",
+        str(duration_s),
+        "--run-dir",
+        str(run_dir),
+        "--quiet",
+    ]
+    return subprocess.Popen(
+        cmd, cwd=REPO_ROOT, env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
 @pytest.fixture
 def node_process(tmp_path):
     """Start `python -m <module> --ros-args ...`; all are stopped (SIGINT, then kill) at the end."""

@@ -23,7 +23,7 @@ from sensor_msgs.msg import JointState
 from egomimic_hw.description import Arm
 from egomimic_nodes import topics
 
-from .conftest import LAUNCH, REPO_ROOT, run_launch, wait_for
+from .conftest import REPO_ROOT, run_launch, start_launch, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -149,23 +149,7 @@ def test_play_republishes_at_the_recorded_rate_with_clock(recorded, ros_node):
 
 def test_kill_9_then_repair_recovers(tmp_path):
     bags = tmp_path / "bags"
-    launcher = subprocess.Popen(
-        LAUNCH
-        + [
-            "eva_bimanual.launch.py",
-            "bag:=true",
-            f"bag_dir:={bags}",
-            "--duration",
-            "30",
-            "--run-dir",
-            str(tmp_path / "run"),
-            "--quiet",
-        ],  # fmt: skip
-        cwd=REPO_ROOT,
-        env=dict(os.environ),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    launcher = start_launch(tmp_path / "run", "bag:=true", f"bag_dir:={bags}", duration_s=30)
     try:
         assert wait_for(lambda: any(bags.glob("*/*.mcap")), 60.0), "the bag node never opened its bag"
         # the whole graph is up (the bag node starts first) once about 2 s of its traffic is on disk

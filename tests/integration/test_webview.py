@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import signal
 import struct
-import subprocess
 
 import pytest
 import simplejpeg
@@ -22,7 +20,7 @@ from sensor_msgs.msg import CompressedImage
 from egomimic_msgs.msg import GateStatus
 from egomimic_nodes import topics
 
-from .conftest import LAUNCH, REPO_ROOT, wait_for
+from .conftest import start_launch, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -71,24 +69,7 @@ def test_a_websocket_client_gets_a_camera_frame_and_the_gate_status(tmp_path):
     params = tmp_path / "web.yaml"
     params.write_text(yaml.safe_dump({"/**/webview": {"ros__parameters": {"mcap_path": str(mcap_path)}}}))
     run_dir = tmp_path / "run"
-    launcher = subprocess.Popen(
-        LAUNCH
-        + [
-            "eva_bimanual.launch.py",
-            "web:=true",
-            "web_port:=0",
-            f"params_file:={params}",
-            "--duration",
-            "60",
-            "--run-dir",
-            str(run_dir),
-            "--quiet",
-        ],  # fmt: skip
-        cwd=REPO_ROOT,
-        env=dict(os.environ),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    launcher = start_launch(run_dir, "web:=true", "web_port:=0", f"params_file:={params}")
     log = run_dir / "logs" / "webview.log"
     try:
         found: list[str] = []

@@ -45,8 +45,8 @@ def free_port() -> int:
 class ServerThread:
     """A PolicyServer serving in a thread of this process (same code as the console script)."""
 
-    def __init__(self, policy, bind="tcp://127.0.0.1:*"):
-        self.server = PolicyServer(policy, bind)
+    def __init__(self, policy, bind="tcp://127.0.0.1:*", **options):
+        self.server = PolicyServer(policy, bind, **options)
         self.address = self.server.address
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.server.serve, args=(self.stop,), daemon=True)

@@ -6,7 +6,6 @@ refused unless --insecure."""
 from __future__ import annotations
 
 import stat
-import threading
 
 import pytest
 
@@ -16,7 +15,7 @@ from egomimic_policy.remote.client import RemoteConfig, RemotePolicy, RemoteUnav
 from egomimic_policy.remote.server import PolicyServer, main
 from egomimic_policy.scripted import ScriptedChunkPolicy
 
-from .test_remote_client_server import obs
+from .test_remote_client_server import ServerThread, obs
 
 REFUSED_WITHIN_S = 1.5
 """A client that cannot complete the CURVE handshake never shakes hands: it gives up after this."""
@@ -44,18 +43,11 @@ def pki(tmp_path_factory):
 
 @pytest.fixture
 def encrypted_server(pki):
-    srv = PolicyServer(
-        ScriptedChunkPolicy(),
-        "tcp://127.0.0.1:*",
-        secret_key_file=str(pki["server_secret"]),
-        client_keys_dir=str(pki["allow"]),
+    running = ServerThread(
+        ScriptedChunkPolicy(), secret_key_file=str(pki["server_secret"]), client_keys_dir=str(pki["allow"])
     )
-    stop = threading.Event()
-    thread = threading.Thread(target=srv.serve, args=(stop,), daemon=True)
-    thread.start()
-    yield srv
-    stop.set()
-    thread.join(5)
+    yield running.server
+    running.close()
 
 
 def connect(address, connect_timeout_s=5.0, **files) -> RemotePolicy:
