@@ -14,6 +14,7 @@ camera images, and anyone who can connect can drive the model).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import queue
 import signal
@@ -55,6 +56,21 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 def is_loopback(address: str) -> bool:
     host = urlparse(address).hostname or ""
     return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+class _RefusalLog(logging.Handler):
+    """The ZAP authenticator's decisions: each refused client is counted and said on stderr (its
+    public key, never a secret); allowed ones stay quiet."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.refused = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("DENIED"):
+            self.refused += 1
+            print(f"egomimic-policy-server: refused a client ({message})", file=sys.stderr, flush=True)
 
 
 class _BadRequest(Exception):
@@ -108,10 +124,15 @@ class PolicyServer:
         # CURVE needs a ZAP authenticator of its own context (one per context)
         self._ctx = context or (zmq.Context() if self.encrypted else zmq.Context.instance())
         self._auth = None
+        self._refusals = _RefusalLog()
         if self.encrypted:
             public, secret = keys.load_pair(secret_key_file, "--secret-key")
             allow_dir = keys.allowed_clients(client_keys_dir)
-            self._auth = ThreadAuthenticator(self._ctx)
+            auth_log = logging.getLogger(f"egomimic.policy_server.auth.{id(self)}")
+            auth_log.setLevel(logging.DEBUG)
+            auth_log.propagate = False
+            auth_log.addHandler(self._refusals)
+            self._auth = ThreadAuthenticator(self._ctx, log=auth_log)
             self._auth.start()
             self._auth.configure_curve(domain="*", location=str(allow_dir))
         self._clients_seen: set[bytes] = set()
@@ -141,6 +162,11 @@ class PolicyServer:
         self.expired = 0
         self.failed = 0
         self.bad_requests = 0
+
+    @property
+    def refused_clients(self) -> int:
+        """Clients the CURVE allow-list turned away (each also said on stderr)."""
+        return self._refusals.refused
 
     # --------------------------------------------------------- socket thread
     def serve(self, stop: threading.Event) -> None:
