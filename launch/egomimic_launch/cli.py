@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import os
 import signal
 import subprocess
@@ -207,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     ns, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         graph = load_graph(ns.launch_file, overrides)
+        kill_spec = _parse_kill(ns.kill_after, graph)
+        if not (ns.duration >= 0 and math.isfinite(ns.duration)):
+            raise LaunchArgumentError(f"--duration {ns.duration:g}: seconds >= 0 (0: run until interrupted)")
     except LaunchArgumentError as exc:
         safe_print(f"egomimic-launch: {exc}", err=True)
         return EXIT_USAGE
@@ -299,7 +303,6 @@ def main(argv: list[str] | None = None) -> int:
                 monitor.begin(t_up)
             if ns.trials and monitor:
                 trials_thread = _start_trials(ns, graph, client, monitor, launcher, trials_out)
-            kill_spec = _parse_kill(ns.kill_after)
             deadline = time.monotonic() + ns.duration if ns.duration > 0 else None
             t_start = time.monotonic()
             while not launcher.stop_event.wait(0.1):
@@ -385,11 +388,21 @@ def _start_trials(ns, graph, client, monitor, launcher, out: list) -> threading.
     return thread
 
 
-def _parse_kill(spec: str | None):
+def _parse_kill(spec: str | None, graph) -> tuple[str, float] | None:
+    """--kill-after NODE:SECONDS, checked against the graph before anything starts."""
     if not spec:
         return None
     name, _, seconds = spec.partition(":")
-    return name, float(seconds or 0)
+    names = [n.name for n in graph.nodes]
+    if name not in names:
+        raise LaunchArgumentError(f"--kill-after {spec!r}: no node {name!r} in this graph ({', '.join(names)})")
+    try:
+        after = float(seconds or 0)
+    except ValueError:
+        raise LaunchArgumentError(f"--kill-after {spec!r}: {seconds!r} is not a number of seconds") from None
+    if not 0.0 <= after < 86_400:
+        raise LaunchArgumentError(f"--kill-after {spec!r}: seconds must be >= 0")
+    return name, after
 
 
 def _kill(launcher: Launcher, name: str) -> None:

@@ -89,11 +89,39 @@ def test_record_adds_the_recorder_last_at_the_stack_tier_with_an_absolute_record
         {"task_seed": "one"},
         {"task_seed": "-2"},
         {"task_seed": "3", "backend": "arx5"},  # the box exists only in the synthetic images
+        {"inject_latency_ms": "-5"},  # was accepted, then failed 15 s later inside the node
+        {"namespace": ""},  # was a traceback
+        {"namespace": "eva-1"},  # every node failed, the reason only in their logs
+        {"namespace": "1eva"},
     ],
 )
 def test_bad_launch_arguments_are_refused(args):
     with pytest.raises(LaunchArgumentError):
         build_graph(args)
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["namespace:="], "namespace:=''"),
+        (["--kill-after", "frames:abc"], "'abc' is not a number"),  # was a traceback after a 14 s start-up
+        (["--kill-after", "framez:3"], "no node 'framez'"),
+        (["--duration", "-5"], "--duration -5"),  # was accepted
+        (["inject_latency_ms:=-5"], "inject_latency_ms:=-5"),
+    ],
+)
+def test_bad_launcher_input_is_one_line_and_exit_2_before_anything_starts(argv, says):
+    out = subprocess.run(
+        [sys.executable, "-m", "egomimic_launch.cli", "eva_bimanual.launch.py", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, ROS_DOMAIN_ID="231"),
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0] and "Traceback" not in out.stderr, out.stderr
+    assert "[launch]" not in out.stdout, "nothing started"
 
 
 def test_config_pin_reaches_the_policy_node_normalized():

@@ -220,6 +220,10 @@ class LaunchArgumentError(ValueError):
     """A launch argument is unknown or has a value outside its choices."""
 
 
+MAX_INJECTED_LATENCY_MS = 60_000.0
+"""inject_latency_ms above a minute rehearses nothing but a dead server."""
+
+
 def resolve_arguments(overrides: dict[str, str]) -> dict[str, str]:
     known = {a.name: a for a in LAUNCH_ARGUMENTS}
     unknown = sorted(set(overrides) - set(known))
@@ -279,9 +283,19 @@ def resolve_arguments(overrides: dict[str, str]) -> dict[str, str]:
         )
     args["task_seed"] = str(seed)
     try:
-        float(args["inject_latency_ms"])
+        latency = float(args["inject_latency_ms"])
     except ValueError:
         raise LaunchArgumentError(f"inject_latency_ms:={args['inject_latency_ms']!r} is not a number") from None
+    if not 0.0 <= latency <= MAX_INJECTED_LATENCY_MS:
+        raise LaunchArgumentError(
+            f"inject_latency_ms:={args['inject_latency_ms']} must be within [0, {MAX_INJECTED_LATENCY_MS:g}] ms"
+        )
+    ns = args["namespace"].strip("/")
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*", ns):
+        raise LaunchArgumentError(
+            f"namespace:={args['namespace']!r} is not a ROS namespace: letters, digits and underscores, starting "
+            "with a letter (e.g. eva, lab_eva)"
+        )
     if not args["web_port"].isdigit() or int(args["web_port"]) > 65535:
         raise LaunchArgumentError(f"web_port:={args['web_port']!r} is not a port number (0-65535)")
     return args
