@@ -32,6 +32,7 @@ from pathlib import Path
 
 from egomimic_bringup import LAUNCH_DIR
 from egomimic_bringup.graph import LAUNCH_ARGUMENTS, LaunchArgumentError
+from egomimic_launch import params_check
 from egomimic_launch.environment import apply_to_this_process
 from egomimic_launch.process import NodeProcess, safe_print
 from egomimic_launch.steps import NODE_START_TIMEOUT_S, estop, wait_for_node
@@ -214,6 +215,14 @@ def main(argv: list[str] | None = None) -> int:
     except LaunchArgumentError as exc:
         safe_print(f"egomimic-launch: {exc}", err=True)
         return EXIT_USAGE
+    # every parameter file (the deployment's and params_file:=) against the graph, before any start
+    files = dict.fromkeys(f for spec in graph.nodes for f in (*spec.params_files, *spec.override_files))
+    problems = [line for f in files for line in params_check.check(f, graph)]
+    if problems:
+        for line in problems:
+            safe_print(f"egomimic-launch: {line}", err=True)
+        return EXIT_USAGE
+    changed = params_check.differing_limits(graph.args["params_file"], graph) if graph.args["params_file"] else []
     if ns.trials:
         for spec in graph.nodes:
             if spec.name == "recorder":
@@ -223,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     env.setdefault("ROS_LOG_DIR", str(run_dir / "ros_logs"))
     os.environ["ROS_LOG_DIR"] = env["ROS_LOG_DIR"]
+    if changed:
+        safe_print(f"[launch] params_file changes safety gate parameters from their defaults: {'; '.join(changed)}")
     safe_print(
         f"[launch] {len(graph.nodes)} nodes, namespace /{graph.namespace}, ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']}, "
         f"logs in {run_dir}"

@@ -34,7 +34,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from egomimic_bringup.graph import LAUNCH_ARGUMENTS, build_graph
+from egomimic_bringup.graph import LAUNCH_ARGUMENTS, LaunchArgumentError, build_graph
 
 STEPS_MODULE = "egomimic_launch.steps"
 
@@ -91,6 +91,12 @@ def _graph_actions(context):
 
     overrides = {a.name: LaunchConfiguration(a.name).perform(context) for a in LAUNCH_ARGUMENTS}
     graph = build_graph(overrides)  # LaunchArgumentError: one line naming the argument
+    from egomimic_launch import params_check
+
+    files = dict.fromkeys(f for spec in graph.nodes for f in (*spec.params_files, *spec.override_files))
+    problems = [line for f in files for line in params_check.check(f, graph)]
+    if problems:  # before any node starts, as egomimic-launch
+        raise LaunchArgumentError("; ".join(problems))
     ns = graph.namespace
     params_dir = Path(tempfile.mkdtemp(prefix="egomimic_launch_params_"))
     launcher_pid = str(os.getpid())

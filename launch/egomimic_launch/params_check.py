@@ -1,0 +1,192 @@
+"""A parameter file (params_file:=) checked against the graph before any process starts.
+
+ROS 2 applies a YAML parameter file quietly: a selector that matches no node (`/**/driver_leftt`)
+and a key no node declares (`max_translaton_step_m`) are ignored, so a misspelled safety limit
+is a limit silently not applied. Here every selector must match a node of this graph, every key
+must be a parameter one of those nodes declares (the node's PARAMETERS: its config dataclasses),
+every value must have the parameter's type (a quoted "50.0" is text, not a number) and lie in its
+documented range. Each problem is one line; the launcher refuses to start on any.
+
+`differing_limits` lists the safety gate's limits that differ from their defaults, for the log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+import typing
+from collections.abc import Iterable
+from pathlib import Path
+
+import yaml
+
+ROS_PARAMETERS = "ros__parameters"
+STANDARD = ("use_sim_time", "start_type_description_service")
+"""Parameters every rclpy node declares itself."""
+STANDARD_PREFIXES = ("qos_overrides.",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Declared:
+    """One parameter a node declares: its name pattern (`<cam>` stands for a camera) and field."""
+
+    pattern: re.Pattern
+    name: str
+    owner: type
+    field: dataclasses.Field
+    hint: object
+
+
+def node_class(module: str):
+    """The node class of a node module: the one with PARAMETERS defined in it."""
+    mod = importlib.import_module(module)
+    for value in vars(mod).values():
+        if isinstance(value, type) and value.__module__ == mod.__name__ and "PARAMETERS" in vars(value):
+            return value
+    return None
+
+
+def declared_parameters(module: str) -> list[Declared]:
+    cls = node_class(module)
+    out = []
+    for config, prefix, skip in getattr(cls, "PARAMETERS", ()):
+        hints = typing.get_type_hints(config)
+        for f in dataclasses.fields(config):
+            if f.name in skip:
+                continue
+            name = prefix + f.name
+            pattern = re.compile(re.escape(name).replace(re.escape("<cam>"), r"[A-Za-z0-9_]+") + r"\Z")
+            out.append(Declared(pattern, name, config, f, hints.get(f.name)))
+    return out
+
+
+def _selector_regex(selector: str) -> tuple[re.Pattern, bool]:
+    """(regex, absolute): `/**` any namespaces, `*` one level; a selector without a leading `/`
+    names the node itself."""
+    absolute = selector.startswith("/")
+    parts = []
+    for token in re.split(r"(\*\*|\*)", selector):
+        parts.append(".*" if token == "**" else "[^/]*" if token == "*" else re.escape(token))
+    return re.compile("".join(parts) + r"\Z"), absolute
+
+
+def _flatten(params: dict, prefix: str = "") -> Iterable[tuple[str, object]]:
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from _flatten(value, name + ".")
+        else:
+            yield name, value
+
+
+def _type_problem(value, hint) -> str:
+    """'' when `value` fits a parameter typed `hint`; else what is wrong."""
+    args = typing.get_args(hint)
+    if hint is bool:
+        return "" if isinstance(value, bool) else f"{value!r} is not true/false"
+    if hint is int:
+        return "" if isinstance(value, int) and not isinstance(value, bool) else f"{value!r} is not an integer"
+    if hint is float or (args and set(args) == {float, type(None)}):
+        if isinstance(value, str):
+            return f"{value!r} is text, expected a number (remove the quotes)"
+        if value is None and args:
+            return ""
+        return "" if isinstance(value, int | float) and not isinstance(value, bool) else f"{value!r} is not a number"
+    if hint is str:
+        return "" if isinstance(value, str) else f"{value!r} is not text (quote it)"
+    if typing.get_origin(hint) is tuple:
+        if not isinstance(value, list):
+            return f"{value!r} is not a list"
+        item = args[0] if args else object
+        if item is float and any(isinstance(v, bool) or not isinstance(v, int | float) for v in value):
+            return f"{value!r} is not a list of numbers"
+        if item is str and any(not isinstance(v, str) for v in value):
+            return f"{value!r} is not a list of text"
+    return ""
+
+
+def check(path: str | Path, graph) -> list[str]:
+    """Every problem of the parameter file at `path` for `graph`, one line each ([] when none)."""
+    where = f"params_file {path}"
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        return [f"{where}: not readable YAML ({exc.__class__.__name__}: {str(exc).splitlines()[0]})"]
+    if data is None:
+        return []
+    if not isinstance(data, dict):
+        return [f"{where}: expected a map of node selectors, e.g. /**/safety_gate: {{ros__parameters: {{...}}}}"]
+    nodes = {spec.name: spec for spec in graph.nodes}
+    declared = {name: declared_parameters(spec.module) for name, spec in nodes.items()}
+    problems = []
+    for selector, body in data.items():
+        if not isinstance(selector, str):
+            problems.append(f"{where}: selector {selector!r} is not text")
+            continue
+        if not isinstance(body, dict) or not isinstance(body.get(ROS_PARAMETERS), dict) or len(body) != 1:
+            problems.append(f"{where}: {selector}: expected {{{ROS_PARAMETERS}: {{name: value, ...}}}}")
+            continue
+        regex, absolute = _selector_regex(selector)
+        matched = [
+            name for name in nodes if regex.match(f"/{graph.namespace}/{name}".replace("//", "/") if absolute else name)
+        ]
+        if not matched:
+            problems.append(f"{where}: {selector} matches no node of this graph ({', '.join(nodes)})")
+            continue
+        for key, value in _flatten(body[ROS_PARAMETERS]):
+            if key in STANDARD or key.startswith(STANDARD_PREFIXES):
+                continue
+            owners = [(n, d) for n in matched for d in declared[n] if d.pattern.match(key)]
+            if not owners:
+                near = sorted({d.name for n in matched for d in declared[n]}, key=lambda d: _distance(d, key))[:3]
+                problems.append(
+                    f"{where}: {selector}: no parameter {key!r} on {', '.join(matched)} (did you mean {', '.join(near)}?)"
+                )
+                continue
+            _, d = owners[0]
+            wrong = _type_problem(value, d.hint)
+            if wrong:
+                problems.append(f"{where}: {selector}: {key}: {wrong}")
+                continue
+            range_ = d.field.metadata.get("range")
+            if (
+                range_ is not None
+                and isinstance(value, int | float)
+                and not isinstance(value, bool)
+                and not range_[0] <= value <= range_[1]
+            ):
+                problems.append(f"{where}: {selector}: {key}: {value!r} is outside [{range_[0]}, {range_[1]}]")
+    return problems
+
+
+def differing_limits(path: str | Path, graph) -> list[str]:
+    """'name default -> value' for each safety-gate parameter the file sets to a non-default value."""
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    gate = next((spec for spec in graph.nodes if spec.name == "safety_gate"), None)
+    if gate is None or not isinstance(data, dict):
+        return []
+    out = []
+    for selector, body in data.items():
+        regex, absolute = _selector_regex(str(selector))
+        target = f"/{graph.namespace}/{gate.name}".replace("//", "/") if absolute else gate.name
+        if not regex.match(target) or not isinstance(body, dict):
+            continue
+        for key, value in _flatten(body.get(ROS_PARAMETERS) or {}):
+            for d in declared_parameters(gate.module):
+                if d.pattern.match(key):
+                    default = d.field.default
+                    if default is not dataclasses.MISSING and value != default:
+                        out.append(f"{key} {default!r} -> {value!r}")
+    return out
+
+
+def _distance(a: str, b: str) -> int:
+    """Levenshtein distance: the closest declared names to a misspelled key."""
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        prev = cur
+    return prev[-1]
