@@ -10,9 +10,13 @@ import sys
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from egomimic_bringup.graph import build_graph
 from egomimic_launch import params_check
+
+GRAPH = build_graph({})
 
 
 def write(tmp_path, data) -> str:
@@ -79,3 +83,41 @@ def test_the_launcher_refuses_before_starting_anything(tmp_path):
     assert out.returncode == 2 and "[launch]" not in out.stdout
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "max_translaton_step_m" in lines[0] and "Traceback" not in out.stderr
+
+
+_leaves = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=12), st.binary(max_size=8)
+)
+_trees = st.recursive(
+    _leaves,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3),
+    max_leaves=10,
+)
+_names = st.sampled_from(["/**/safety_gate", "/**/policy", "cameras", "/**", "/eva/*", "x", "/**/driver_left"])
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    data=st.one_of(
+        _trees,
+        st.dictionaries(_names, st.fixed_dictionaries({"ros__parameters": _trees}), max_size=3),
+        st.dictionaries(
+            _names,
+            st.fixed_dictionaries(
+                {
+                    "ros__parameters": st.dictionaries(
+                        st.sampled_from(["rate_hz", "max_translation_step_m", "executor", "front_1"]), _trees
+                    )
+                }
+            ),
+            max_size=3,
+        ),
+    )
+)
+def test_fuzzed_parameter_files_get_lines_never_a_crash(tmp_path, data):
+    try:
+        text = yaml.safe_dump(data)
+    except yaml.YAMLError:
+        return
+    problems = params_check.check(write(tmp_path, text), GRAPH)
+    assert isinstance(problems, list) and all(isinstance(p, str) and "\n" not in p for p in problems)
