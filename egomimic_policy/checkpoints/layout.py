@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -81,12 +82,29 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
                 raise
             ckpt = torch.load(path, map_location="cpu", weights_only=True)  # legacy (non-zip) format
     except Exception as exc:
-        raise CheckpointError(f"cannot read checkpoint {str(path)!r}: {type(exc).__name__}: {exc}") from exc
+        raise CheckpointError(f"cannot read checkpoint {str(path)!r}: {_unreadable_because(path, exc)}") from exc
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "hyper_parameters" not in ckpt:
         raise CheckpointError(
             f"{str(path)!r} is not a Lightning-style checkpoint (need a dict with 'state_dict' and 'hyper_parameters')"
         )
     return ckpt
+
+
+def _unreadable_because(path: Path, exc: Exception) -> str:
+    """Why torch.load failed, in one line (torch's own messages run to paragraphs)."""
+    try:
+        size = path.stat().st_size
+    except OSError as err:
+        return err.strerror or type(err).__name__
+    if size == 0:
+        return "the file is empty (0 bytes)"
+    if isinstance(exc, pickle.UnpicklingError):
+        return (
+            f"corrupted, or it holds objects other than tensors and plain data ({size} bytes; such objects are "
+            "never unpickled here: that would run code from the file)"
+        )
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    return f"truncated or not a torch file ({size} bytes; {type(exc).__name__}: {first[:200]})"
 
 
 def model_config_of(ckpt: Mapping) -> dict:

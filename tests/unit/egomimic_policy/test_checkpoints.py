@@ -505,3 +505,21 @@ def test_upgrade_layout_refuses_twins_and_conflicting_configs(fold):
     assert list(upgraded["state_dict"]) == ["nets.policy.a"] and model_config_of(upgraded) == {"_target_": "x"}
     assert ckpt.keys() == before.keys() and list(ckpt["state_dict"]) == ["model.a"]  # input untouched
     assert "model_config" in ckpt["hyper_parameters"]
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "random bytes", "a directory"])
+def test_a_damaged_checkpoint_is_one_line_naming_the_file(tmp_path, damage):
+    path = tmp_path / "model.ckpt"
+    if damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "truncated":
+        torch.save({"state_dict": {"w": torch.zeros(1000)}, "hyper_parameters": {}}, path)
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif damage == "random bytes":
+        path.write_bytes(np.random.default_rng(0).bytes(5000))
+    else:
+        path.mkdir()
+    with pytest.raises(CheckpointError) as caught:
+        load_checkpoint(path)
+    message = str(caught.value)
+    assert str(path) in message and "\n" not in message and len(message) < 400, message
