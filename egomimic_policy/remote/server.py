@@ -48,6 +48,11 @@ INSECURE_WARNING = (
     "egomimic-policy-server: WARNING --insecure: no authentication, no encryption; anyone who reaches this "
     "port can answer in the model's place"
 )
+DEFAULT_MAX_CLIENTS = 8
+"""Robots (or tools) one server answers at a time; a policy server serves one robot in practice."""
+DEFAULT_IDLE_TIMEOUT_S = 10.0
+"""A client that sent nothing for this long is forgotten and its slot freed (a connected policy
+node pings every 0.2 s and gives up on the server after 1 s of silence)."""
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """A request larger than this is refused by zmq before it is allocated (--max-message-mb). Three
 640x480 RGB images with two steps of history are about 5.5 MB."""
@@ -100,6 +105,8 @@ class PolicyServer:
         *,
         allow_remote: bool = False,
         max_pending: int = 2,
+        max_clients: int = DEFAULT_MAX_CLIENTS,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         secret_key_file: str = "",
         client_keys_dir: str = "",
@@ -153,6 +160,10 @@ class PolicyServer:
         self._results_tx.connect(inproc)
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._max_pending = max_pending
+        self.max_clients, self.idle_timeout_s = max_clients, idle_timeout_s
+        self._clients: dict[bytes, float] = {}
+        """Client identity -> when it last sent anything (monotonic s); idle ones are forgotten."""
+        self.clients_refused = 0
         self._busy = threading.Event()
         self._started_ns = time.time_ns()
         self.instance = f"{os.getpid()}-{self._started_ns}"
@@ -197,6 +208,23 @@ class PolicyServer:
             if self._auth is not None:
                 self._auth.stop()
 
+    def _admit(self, identity: bytes, request_id: int) -> bool:
+        """Count `identity` as a client (a session: hello, infer, reset; a ping is answered without
+        one); a new one beyond max_clients is answered BUSY. A client silent for idle_timeout_s is
+        forgotten, freeing its slot (a connected policy node pings every heartbeat)."""
+        now = time.monotonic()
+        if identity not in self._clients:
+            for other, seen in list(self._clients.items()):
+                if now - seen > self.idle_timeout_s:
+                    del self._clients[other]
+            if len(self._clients) >= self.max_clients:
+                self.clients_refused += 1
+                detail = f"{len(self._clients)} clients already (--max-clients {self.max_clients})"
+                self._reply(identity, {"type": P.ERROR, "id": request_id, "code": P.BUSY, "detail": detail})
+                return False
+        self._clients[identity] = now
+        return True
+
     def _reply(self, identity: bytes, message: dict) -> None:
         self._router.send_multipart([identity, pack(message)])
 
@@ -219,6 +247,10 @@ class PolicyServer:
             raise _BadRequest(-1, str(exc)) from None
         if not isinstance(kind, str):
             raise _BadRequest(request_id, f"type must be text, got {type(kind).__name__}")
+        if identity in self._clients:
+            self._clients[identity] = time.monotonic()  # any message keeps a session alive
+        elif kind in (P.HELLO, P.INFER, P.RESET) and not self._admit(identity, request_id):
+            return
         if kind == P.PING:
             self._reply(
                 identity, {"type": P.PONG, "id": request_id, "busy": self._busy.is_set(), "instance": self.instance}
@@ -368,6 +400,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="pin: refuse a checkpoint whose model config (canonical JSON) has another SHA-256 (a legacy Fold needs it)",
     )
     p.add_argument(
+        "--max-clients",
+        type=int,
+        default=DEFAULT_MAX_CLIENTS,
+        help="clients answered at a time; a further one gets BUSY (default: %(default)s)",
+    )
+    p.add_argument(
+        "--idle-timeout-s",
+        type=float,
+        default=DEFAULT_IDLE_TIMEOUT_S,
+        help="forget a client silent this long, freeing its slot (default: %(default)g)",
+    )
+    p.add_argument(
         "--max-message-mb",
         type=float,
         default=DEFAULT_MAX_MESSAGE_BYTES / 2**20,
@@ -408,6 +452,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.policy.startswith("tcp://"):
         print("egomimic-policy-server: --policy must be a local policy, not another server", file=sys.stderr)
         return 2
+    if args.max_clients < 1 or not 0.1 <= args.idle_timeout_s <= 86_400:
+        print(
+            "egomimic-policy-server: --max-clients must be >= 1 and --idle-timeout-s within [0.1, 86400]",
+            file=sys.stderr,
+        )
+        return 2
     if not 0.001 <= args.max_message_mb <= 4096:
         print(
             f"egomimic-policy-server: --max-message-mb {args.max_message_mb:g} is outside [0.001, 4096]",
@@ -428,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
             args.bind,
             allow_remote=args.allow_remote,
             max_message_bytes=int(args.max_message_mb * 2**20),
+            max_clients=args.max_clients,
+            idle_timeout_s=args.idle_timeout_s,
             secret_key_file=args.secret_key,
             client_keys_dir=args.allow_clients,
             insecure=args.insecure,

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from egomimic_policy.remote import protocol as P
-from egomimic_policy.remote.wire import observation_to_dict, pack, unpack
+from egomimic_policy.remote.wire import PROTOCOL_VERSION, observation_to_dict, pack, unpack
 from egomimic_policy.scripted import ScriptedChunkPolicy
 
 from .test_remote_client_server import ServerThread, obs
@@ -212,3 +212,30 @@ def test_a_thousand_connect_disconnects_leak_no_file_descriptors(server, sock):
         time.sleep(0.05)
     assert me.num_fds() <= fds + 2, (fds, me.num_fds())
     assert me.memory_info().rss < rss + 20 * 2**20, "no growth beyond allocator noise"
+
+
+def test_clients_beyond_the_cap_get_busy_until_one_goes_idle():
+    running = ServerThread(ScriptedChunkPolicy(), max_clients=1, idle_timeout_s=0.5)
+    ctx = zmq.Context.instance()
+    first, second = ctx.socket(zmq.DEALER), ctx.socket(zmq.DEALER)
+    try:
+        for s in (first, second):
+            s.setsockopt(zmq.LINGER, 0)
+            s.setsockopt(zmq.RCVTIMEO, REPLY_TIMEOUT_MS)
+            s.connect(running.address)
+        hello = {"type": P.HELLO, "id": 1, "v": PROTOCOL_VERSION}
+        assert ask(first, pack(hello))["type"] == P.META
+        refused = ask(second, pack(hello))
+        assert refused["type"] == P.ERROR and refused["code"] == P.BUSY and refused["id"] == 1, refused
+        assert ask(second, pack({"type": P.PING, "id": 2}))["type"] == P.PONG, "a ping needs no session"
+        assert running.server.clients_refused == 1
+        deadline = time.monotonic() + 5.0  # the first client falls silent: its slot frees after 0.5 s
+        reply = refused
+        while reply["type"] != P.META and time.monotonic() < deadline:
+            time.sleep(0.1)
+            reply = ask(second, pack(hello))
+        assert reply["type"] == P.META, reply
+    finally:
+        first.close(0)
+        second.close(0)
+        running.close()
