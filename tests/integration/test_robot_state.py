@@ -125,6 +125,12 @@ def test_tf_tree_walk_is_the_drivers_ee_pose(tmp_path, ros_node):
         with lock:
             return [s for s in poses[arm] if s in joints[arm] and f"{arm.value}_{EEF_LINK}" in dynamic.get(s, {})]
 
+    def moving(arm) -> bool:
+        """The matched samples span some motion (robot_state starts before arming, the policy after)."""
+        stamps = matched(arm)
+        with lock:
+            return len(stamps) > 1 and float(np.ptp(np.array([joints[arm][s] for s in stamps]), axis=0).max()) > 0.02
+
     log = open(tmp_path / "launch.log", "w")
     cmd = [*LAUNCH, "eva_bimanual.launch.py", "viz:=true", "--duration", "25", "--run-dir", str(tmp_path / "run")]
     cmd.append("--quiet")
@@ -133,7 +139,7 @@ def test_tf_tree_walk_is_the_drivers_ee_pose(tmp_path, ros_node):
     try:
         ok = wait_for(
             lambda: (
-                (all(len(matched(a)) >= 3 * MIN_MATCHED for a in ARMS) and wanted <= marker_namespaces())
+                (all(len(matched(a)) >= 3 * MIN_MATCHED and moving(a) for a in ARMS) and wanted <= marker_namespaces())
                 or proc.poll() is not None
             ),
             60,

@@ -33,9 +33,12 @@ def test_an_external_camera_driver_replaces_the_camera_node_and_the_gate_reads_i
         build_graph({"camera_backend": "external", "task_seed": "3"})
 
 
-def test_viz_adds_tf_and_markers_off_the_control_path_before_the_recorder():
+def test_viz_adds_tf_and_markers_off_the_control_path_before_arming():
     graph = build_graph({"viz": "true", "record": "true"})
-    assert [n.name for n in graph.nodes][-3:] == ["robot_state", "monitor", "recorder"]
+    names = [n.name for n in graph.nodes]
+    # before the gate (arming waits for their discovery to settle); the recorder stays last
+    assert names[names.index("safety_gate") - 2 : names.index("safety_gate")] == ["robot_state", "monitor"]
+    assert names[-1] == "recorder"
     for name in ("robot_state", "monitor"):
         node = next(n for n in graph.nodes if n.name == name)
         assert not node.required and node.priority == "" and node.cpus == "", f"{name} is off the control path"
@@ -45,8 +48,9 @@ def test_viz_adds_tf_and_markers_off_the_control_path_before_the_recorder():
 
 def test_web_adds_the_web_view_and_what_rviz_shows_off_the_control_path():
     graph = build_graph({"web": "true", "web_port": "9000", "web_host": "0.0.0.0"})
-    assert [n.name for n in graph.nodes][-3:] == ["robot_state", "monitor", "webview"]
-    web = graph.nodes[-1]
+    names = [n.name for n in graph.nodes]
+    assert names[names.index("safety_gate") - 3 : names.index("safety_gate")] == ["robot_state", "monitor", "webview"]
+    web = graph.nodes[names.index("webview")]
     assert web.module == "egomimic_nodes.webview_node" and web.parameters == {"host": "0.0.0.0", "port": 9000}
     assert not web.required and web.priority == "" and web.cpus == "", "the web view is off the control path"
     for bad in ("http", "-1", "70000", ""):

@@ -394,6 +394,50 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                     description=f"camera {cam} ({cam_backend})",
                 )
             )
+    # Observers (rviz's nodes, the web view) start before the gate: a process that
+    # joins the graph makes DDS busy with discovery for a moment, and one that joined after arming
+    # delayed the gate's camera input past its 300 ms limit (a HOLD 2.4 s after arming, web:=true
+    # in a fresh-clone run). Before the gate, arming waits for that discovery to settle
+    # (graph_settle). None of them is required or on the control path.
+    if args["viz"] == "true" or args["web"] == "true":
+        # TF, the robot description and the markers for rviz (robot_state_publisher's and a monitor's
+        # job). Off the control path: not required, normal priority (below the stack's tier), no
+        # CPU pinning; they only read the graph.
+        nodes.append(
+            NodeSpec(
+                "robot_state",
+                f"{NODE_PACKAGE}.robot_state_node",
+                ns,
+                {"urdf_path": str(PACKAGE_DIR / "urdf" / "eva.urdf")},
+                **yaml_files,
+                required=False,
+                description="TF (/tf, /tf_static) and robot_description from urdf/eva.urdf",
+            )
+        )
+        nodes.append(
+            NodeSpec(
+                "monitor",
+                f"{NODE_PACKAGE}.monitor_node",
+                ns,
+                {},
+                **yaml_files,
+                required=False,
+                description="rviz markers (viz/markers): poses, chunk, gate state, workspace boxes",
+            )
+        )
+    if args["web"] == "true":
+        # Off the control path like viz's nodes: a reader only, not required, normal priority.
+        nodes.append(
+            NodeSpec(
+                "webview",
+                f"{NODE_PACKAGE}.webview_node",
+                ns,
+                {"host": args["web_host"], "port": int(args["web_port"])},
+                **yaml_files,
+                required=False,
+                description=f"web view (Foxglove WebSocket) on ws://{args['web_host']}:{args['web_port']}",
+            )
+        )
     # The gate starts after the cameras and drivers, so arming (which needs fresh state and
     # camera health) can succeed at once; before the policy, so ARMING sees its first command.
     nodes.append(
@@ -435,47 +479,9 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                 description=f"policy ({args['policy']})",
             )
         )
-    if args["viz"] == "true" or args["web"] == "true":
-        # TF, the robot description and the markers for rviz (robot_state_publisher's and a monitor's
-        # job). Off the control path: not required, normal priority (below the stack's tier), no
-        # CPU pinning; they only read the graph.
-        nodes.append(
-            NodeSpec(
-                "robot_state",
-                f"{NODE_PACKAGE}.robot_state_node",
-                ns,
-                {"urdf_path": str(PACKAGE_DIR / "urdf" / "eva.urdf")},
-                **yaml_files,
-                required=False,
-                description="TF (/tf, /tf_static) and robot_description from urdf/eva.urdf",
-            )
-        )
-        nodes.append(
-            NodeSpec(
-                "monitor",
-                f"{NODE_PACKAGE}.monitor_node",
-                ns,
-                {},
-                **yaml_files,
-                required=False,
-                description="rviz markers (viz/markers): poses, chunk, gate state, workspace boxes",
-            )
-        )
-    if args["web"] == "true":
-        # Off the control path like viz's nodes: a reader only, not required, normal priority.
-        nodes.append(
-            NodeSpec(
-                "webview",
-                f"{NODE_PACKAGE}.webview_node",
-                ns,
-                {"host": args["web_host"], "port": int(args["web_port"])},
-                **yaml_files,
-                required=False,
-                description=f"web view (Foxglove WebSocket) on ws://{args['web_host']}:{args['web_port']}",
-            )
-        )
     if args["record"] == "true":
-        # Not required: a recorder that dies must not stop the arms mid-task (the summary and
+        # Last, so that teardown (in reverse) stops it first and the episode ends while every
+        # stream is live. Not required: a recorder that dies must not stop the arms mid-task (the summary and
         # the launcher's log say it exited). Stack tier: it must never delay the command path.
         nodes.append(
             NodeSpec(
