@@ -44,7 +44,7 @@ from egomimic_nodes import diagnostics, topics
 from egomimic_nodes.outbox import Outbox
 from egomimic_nodes.params import declare_config
 from egomimic_nodes.spin import lower_this_thread, run_node
-from egomimic_nodes.taken import TakenSubscriptions
+from egomimic_nodes.taken import SequenceGaps, TakenSubscriptions
 
 IMAGE_TOPICS = (topics.IMAGE_RAW, topics.IMAGE_COMPRESSED)
 READER_HISTORY_S = 2.0
@@ -58,11 +58,6 @@ EVENT_DEPTH = 100
 """History of a reader whose topic has no nominal rate (statuses, chunks, /diagnostics, about ten
 publishers at 1 Hz)."""
 DIAGNOSTICS_PERIOD_S = 1.0
-
-
-def type_name(msg_type: type) -> str:
-    """`pkg/msg/Type` of a generated message class."""
-    return f"{msg_type.__module__.split('.')[0]}/msg/{msg_type.__name__}"
 
 
 def bag_topics(namespace: str, images: bool) -> list[tuple[topics.Topic, str]]:
@@ -114,7 +109,7 @@ class BagNode(Node):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.writer = BagWriter(
             path,
-            [BagTopic(name, type_name(topic.type), (offered_qos(topic),)) for topic, name in selected],
+            [BagTopic(name, topics.type_name(topic.type), (offered_qos(topic),)) for topic, name in selected],
             InterfaceDefinitions(),
             queue_messages=self.config.queue_messages,
             flush_period_s=self.config.flush_period_s,
@@ -125,7 +120,7 @@ class BagNode(Node):
             self._taken.subscribe(topic.type, name, reader_qos(topic), raw=True) for topic, name in selected
         ]
         self._names = [name for _topic, name in selected]
-        self._last_seq: dict[tuple[int, bytes], int] = {}
+        self._gaps = SequenceGaps()
         self.overwritten = [0] * len(selected)
         self.lost = [0] * len(selected)
         self._last_take: float | None = None
@@ -155,19 +150,8 @@ class BagNode(Node):
             taken = self._taken.take(sub)
             full = len(taken) >= sub.qos_profile.depth
             for data, info in taken:
-                self._count_gap(index, info, full)
+                (self.overwritten if full else self.lost)[index] += self._gaps.count(index, info)
                 self.writer.submit(index, int(info.get("received_timestamp") or time.time_ns()), data)
-
-    def _count_gap(self, index: int, info: dict, history_full: bool) -> None:
-        seq = info.get("publication_sequence_number")
-        gid = info.get("publisher_gid")
-        if not seq or gid is None:
-            return
-        key = (index, bytes(gid["data"]) if isinstance(gid, dict) else bytes(gid))
-        last = self._last_seq.get(key)
-        if last is not None and seq > last + 1:
-            (self.overwritten if history_full else self.lost)[index] += seq - last - 1
-        self._last_seq[key] = seq
 
     def missing(self, dropped: list[int] | tuple[int, ...]) -> str:
         """'dropped D (queue full), overwritten O (reader history full), lost L (never reached the

@@ -85,3 +85,22 @@ class TakenSubscriptions:
 
 def _never_called(_msg) -> None:  # the node is never spun
     raise AssertionError("a taken subscription was spun by an executor")
+
+
+class SequenceGaps:
+    """Samples a reader never took, from the gaps in each publisher's sequence numbers (the info
+    take() returns): missed in the reader's history or before it. One table for all of an
+    owner's readers, keyed by what the owner names them by."""
+
+    def __init__(self):
+        self._last: dict[tuple[object, bytes], int] = {}
+
+    def count(self, reader_key, info: dict) -> int:
+        """How many of this publisher's samples came between its previous one and this one."""
+        seq, gid = info.get("publication_sequence_number"), info.get("publisher_gid")
+        if not seq or gid is None:
+            return 0
+        key = (reader_key, bytes(gid["data"]) if isinstance(gid, dict) else bytes(gid))
+        last = self._last.get(key)
+        self._last[key] = seq
+        return seq - last - 1 if last is not None and seq > last + 1 else 0

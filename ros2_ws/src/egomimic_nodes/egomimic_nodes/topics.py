@@ -34,6 +34,11 @@ CAMERA_RATE_HZ = 30.0
 egomimic_hw.description.CONTROL_RATE_HZ: one action per tick, one joint command per arm."""
 
 
+def type_name(msg_type: type) -> str:
+    """`pkg/msg/Type` of a generated message class (as bags and the web view name schemas)."""
+    return f"{msg_type.__module__.split('.')[0]}/msg/{msg_type.__name__}"
+
+
 @dataclass(frozen=True)
 class Topic:
     template: str

@@ -39,11 +39,10 @@ from sensor_msgs.msg import CompressedImage, Image
 from egomimic_data.bags import InterfaceDefinitions
 from egomimic_hw.description import ARMS, CAMERAS
 from egomimic_nodes import diagnostics, topics
-from egomimic_nodes.bag_node import type_name
 from egomimic_nodes.outbox import Outbox
 from egomimic_nodes.params import declare_config, field_meta
 from egomimic_nodes.spin import run_node
-from egomimic_nodes.taken import TakenSubscriptions
+from egomimic_nodes.taken import SequenceGaps, TakenSubscriptions
 
 VIEWED = (
     topics.TF,
@@ -158,7 +157,7 @@ class WebViewNode(Node):
         )
 
         def channel(name: str, msg_type: type):
-            schema_name = type_name(msg_type)
+            schema_name = topics.type_name(msg_type)
             msgdef, _ = definitions.definition(schema_name)
             schema = foxglove.Schema(name=schema_name, encoding="ros2msg", data=msgdef.encode())
             return foxglove.Channel(name, message_encoding="cdr", schema=schema, context=self._view_context)
@@ -179,7 +178,7 @@ class WebViewNode(Node):
             for cam in CAMERAS
         ]
         self._last_jpeg = dict.fromkeys(CAMERAS, 0.0)
-        self._last_seq: dict[tuple[str, bytes], int] = {}
+        self._gaps = SequenceGaps()
         self.forwarded = 0
         self.skipped = 0
         self.lost = 0
@@ -196,20 +195,10 @@ class WebViewNode(Node):
 
     # --- forwarding ---
 
-    def _count_gap(self, name: str, info: dict) -> None:
-        seq, gid = info.get("publication_sequence_number"), info.get("publisher_gid")
-        if not seq or gid is None:
-            return
-        key = (name, bytes(gid["data"]) if isinstance(gid, dict) else bytes(gid))
-        last = self._last_seq.get(key)
-        if last is not None and seq > last + 1:
-            self.lost += seq - last - 1
-        self._last_seq[key] = seq
-
     def _forward(self) -> None:
         for sub, channel, name in self._passed:
             for data, info in self._taken.take(sub):
-                self._count_gap(name, info)
+                self.lost += self._gaps.count(name, info)
                 if channel.has_sinks():
                     channel.log(bytes(data), log_time=int(info.get("received_timestamp") or time.time_ns()))
                     self.forwarded += 1
@@ -219,7 +208,7 @@ class WebViewNode(Node):
             if not taken:
                 continue
             for _data, info in taken:
-                self._count_gap(cam, info)
+                self.lost += self._gaps.count(cam, info)
             if not channel.has_sinks() or now - self._last_jpeg[cam] < 1.0 / self.config.image_rate_hz:
                 self.skipped += len(taken)
                 continue
