@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -146,6 +147,21 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _write_failure(cache: Path, exc: BaseException) -> str:
+    """One line for a prepared checkpoint that could not be written (a full disk, a file-size
+    limit, an I/O error): where, how much room is left, and what to do."""
+    try:
+        free = f"{shutil.disk_usage(cache).free / 1e6:.0f} MB free there"
+    except OSError:
+        free = "free space unknown"
+    text = str(exc).strip()
+    why = getattr(exc, "strerror", None) or (text.splitlines()[0] if text else type(exc).__name__)
+    return (
+        f"cannot write the prepared checkpoint into the cache {str(cache)!r} ({free}): {why}; "
+        f"free some space or set ${CACHE_DIR_ENV} to another directory"
+    )
+
+
 def prepare_cached(
     source_path: str | os.PathLike,
     *,
@@ -197,7 +213,10 @@ def prepare_cached(
         started = time.monotonic()
         artifact_obj, record = prepare(ckpt)
         marker_path.unlink(missing_ok=True)  # a crash below must not leave an old marker vouching for a new file
-        atomic_torch_save(artifact_obj, artifact)
+        try:
+            atomic_torch_save(artifact_obj, artifact)
+        except (OSError, RuntimeError) as exc:  # torch reports a full disk as RuntimeError ("enforce fail")
+            raise CheckpointError(_write_failure(cache, exc)) from exc
         st = source.stat()
         marker = {
             "marker_version": MARKER_VERSION,

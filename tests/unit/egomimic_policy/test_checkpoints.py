@@ -523,3 +523,53 @@ def test_a_damaged_checkpoint_is_one_line_naming_the_file(tmp_path, damage):
         load_checkpoint(path)
     message = str(caught.value)
     assert str(path) in message and "\n" not in message and len(message) < 400, message
+
+
+CACHE_WRITE_CHILD = textwrap.dedent(
+    """
+    import resource, signal, sys
+    from egomimic_policy.checkpoints import CheckpointError
+    from egomimic_policy.families import FoldAlgorithm
+    if sys.argv[3] == "fsize":  # the file-size limit makes writes fail as a full disk does (EFBIG, not SIGXFSZ)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    try:
+        FoldAlgorithm.prepare_rollout_checkpoint(sys.argv[1], cache_dir=sys.argv[2])
+    except CheckpointError as exc:
+        print(exc)
+        sys.exit(3)
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["fsize", "read_only"])
+def test_a_cache_that_cannot_be_written_is_one_line_and_leaves_nothing(fold, tmp_path, how):
+    """A full disk (a file-size limit stands in: the same failed write, without a small
+    filesystem to mount) and a read-only cache directory each give one CheckpointError line
+    naming the cache, and leave neither a partial artifact nor a marker behind."""
+    source = save_checkpoint(tmp_path / "src" / "w.ckpt", fold, neutral_norm_stats(), epoch=0, global_step=1)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    prefix = []
+    if how == "read_only":
+        os.chmod(cache, 0o555)
+        prefix = read_only_prefix()
+    try:
+        done = subprocess.run(
+            [*prefix, sys.executable, "-c", CACHE_WRITE_CHILD, str(source), str(cache), how],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+        )
+    finally:
+        os.chmod(cache, 0o755)
+    assert done.returncode == 3, (done.returncode, done.stdout, done.stderr[-2000:])
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1 and str(cache) in lines[0], lines
+    if how == "fsize":
+        assert "cannot write the prepared checkpoint" in lines[0] and "MB free" in lines[0], lines
+    else:
+        assert "Permission denied" in lines[0], lines
+    assert "Traceback" not in done.stderr
+    assert [p.name for p in cache.iterdir() if not p.name.endswith(".lock")] == []
