@@ -39,6 +39,9 @@ from egomimic_launch.steps import NODE_START_TIMEOUT_S, estop, wait_for_node
 from egomimic_launch.steps import auto_arm as arm_when_settled
 
 EXIT_OK, EXIT_USAGE, EXIT_SAFE_STOP, EXIT_LOOP_DID_NOT_RUN, EXIT_START_FAILED, EXIT_ALREADY_RUNNING = 0, 2, 3, 4, 5, 6
+EXIT_INTERNAL = 1
+"""An error of the launcher itself (a bug): one line, the traceback with --debug; the graph is
+torn down first either way (main's finally)."""
 DISCOVERY_WAIT_S = 3.0
 """How long the launcher listens for a previous graph before starting. DDS discovery of running
 nodes takes a few hundred ms on an idle machine, but 1.5 s was once not enough on a loaded one
@@ -55,9 +58,10 @@ def _help_epilog() -> str:
         lines.append(f"  {a.name}{choices}\n      {a.description} (default: {a.default!r})")
     lines += [
         "",
-        "exit codes: 0 clean stop; 2 bad arguments; 3 safe stop after a required node exited or stopped",
-        "            answering; 4 the control loop did not run (--summary checks failed); 5 a node failed to",
-        "            start; 6 nodes of another graph are running on this namespace and domain",
+        "exit codes: 0 clean stop; 1 an error of the launcher itself (--debug: its traceback); 2 bad",
+        "            arguments; 3 safe stop after a required node exited or stopped answering; 4 the control",
+        "            loop did not run (--summary checks failed); 5 a node failed to start; 6 nodes of",
+        "            another graph are running on this namespace and domain",
         "",
         "environment (set unless already set): ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST,",
         "  ROS_DOMAIN_ID=42, FASTDDS_DEFAULT_PROFILES_FILE=<repo>/config/fastdds_local.xml",
@@ -104,6 +108,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
         "--trial-timeout", type=float, default=20.0, metavar="S", help="seconds per trial after arming (default 20)"
     )
     parser.add_argument("--trials-json", type=Path, help="write the trials' results as JSON here")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="print the traceback of an error of the launcher itself (default: one line)",
+    )
     ns = parser.parse_args(argv)
     if ns.trials:
         from egomimic_launch.trials import parse_seeds
@@ -208,6 +217,18 @@ def clean_shared_memory(env) -> None:
 def main(argv: list[str] | None = None) -> int:
     ns, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     try:
+        return _run(ns, overrides)
+    except Exception as exc:  # a launcher bug: one line unless --debug; the graph is already down (_run's finally)
+        if ns.debug:
+            raise
+        safe_print(
+            f"egomimic-launch: internal error: {type(exc).__name__}: {exc} (--debug prints the traceback)", err=True
+        )
+        return EXIT_INTERNAL
+
+
+def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
+    try:
         graph = load_graph(ns.launch_file, overrides)
         kill_spec = _parse_kill(ns.kill_after, graph)
         if not (ns.duration >= 0 and math.isfinite(ns.duration)):
@@ -229,7 +250,11 @@ def main(argv: list[str] | None = None) -> int:
                 spec.parameters["auto_start"] = False  # one episode per trial, opened by the runner
     env = apply_to_this_process()
     run_dir = ns.run_dir or Path(tempfile.mkdtemp(prefix=f"egomimic-{datetime.now(UTC):%Y%m%d-%H%M%S}-"))
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        safe_print(f"egomimic-launch: --run-dir {str(run_dir)!r}: cannot create it ({exc.strerror or exc})", err=True)
+        return EXIT_USAGE
     env.setdefault("ROS_LOG_DIR", str(run_dir / "ros_logs"))
     os.environ["ROS_LOG_DIR"] = env["ROS_LOG_DIR"]
     if changed:

@@ -112,6 +112,7 @@ def test_bad_launch_arguments_are_refused(args):
         (["--kill-after", "framez:3"], "no node 'framez'"),
         (["--duration", "-5"], "--duration -5"),  # was accepted
         (["inject_latency_ms:=-5"], "inject_latency_ms:=-5"),
+        (["--run-dir", "/dev/null/run"], "--run-dir '/dev/null/run': cannot create it"),
     ],
 )
 def test_bad_launcher_input_is_one_line_and_exit_2_before_anything_starts(argv, says):
@@ -126,6 +127,21 @@ def test_bad_launcher_input_is_one_line_and_exit_2_before_anything_starts(argv, 
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0] and "Traceback" not in out.stderr, out.stderr
     assert "[launch]" not in out.stdout, "nothing started"
+
+
+def test_a_launcher_bug_is_one_line_and_exit_1_and_debug_prints_its_traceback(monkeypatch, capsys):
+    from egomimic_launch import cli
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(cli, "load_graph", broken)
+    assert cli.main(["eva_bimanual.launch.py"]) == cli.EXIT_INTERNAL
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "egomimic-launch: internal error: RuntimeError: boom (--debug prints the traceback)"
+    ]
+    with pytest.raises(RuntimeError, match="boom"):
+        cli.main(["eva_bimanual.launch.py", "--debug"])
 
 
 def test_config_pin_reaches_the_policy_node_normalized():
