@@ -472,6 +472,10 @@ class EpisodeReader:
             self._group = zarr.open_group(str(self.path), mode="r", zarr_format=3)
         except (FileNotFoundError, zarr.errors.GroupNotFoundError) as exc:
             raise EpisodeError(f"{self.path} is not an EVA episode (no zarr v3 group): {exc}") from None
+        except (ValueError, TypeError, KeyError, OSError) as exc:  # zarr.json truncated, random bytes, not JSON
+            raise EpisodeError(
+                f"{self.path} is not a readable episode (its zarr metadata is damaged: {type(exc).__name__}: {exc})"
+            ) from None
         self.attrs: dict[str, Any] = dict(self._group.attrs)
         a = self.attrs
         self.has_commit_marker = "frames_committed" in a

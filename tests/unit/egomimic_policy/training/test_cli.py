@@ -3,8 +3,10 @@ naming it, never a traceback."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -70,6 +72,9 @@ def test_help_describes_the_config(capsys):
         ("unknown_model", "FoldConfig has no field 'depth'"),
         ("no_family", "no policy family"),
         ("no_episodes", "no episodes here"),
+        ("missing_episode", "no such file or directory"),
+        ("random_bytes_episode", "is not an episode"),
+        ("damaged_episode", "its zarr metadata is damaged"),
         ("missing_camera", "no camera 'right_wrist'"),
         ("out_has_run", "already holds a run's checkpoints"),
         ("bad_resume", "cannot read checkpoint"),
@@ -94,6 +99,16 @@ def test_bad_input_exits_2_with_one_line(setup, message, episodes, tmp_path, cap
     elif setup == "no_episodes":
         (tmp_path / "empty").mkdir()
         args[3] = tmp_path / "empty"
+    elif setup == "missing_episode":
+        args[3] = tmp_path / "gone.zarr"
+    elif setup == "random_bytes_episode":
+        args[3] = tmp_path / "noise.zarr"
+        args[3].write_bytes(np.random.default_rng(0).bytes(4096))
+    elif setup == "damaged_episode":  # a store whose zarr.json is cut short: was a UnicodeDecodeError traceback
+        args[3] = tmp_path / "cut.zarr"
+        shutil.copytree(Path(episodes) / "a.zarr", args[3])
+        meta = args[3] / "zarr.json"
+        meta.write_bytes(meta.read_bytes()[: len(meta.read_bytes()) // 2])
     elif setup == "missing_camera":
         args[3] = write_episode(tmp_path / "cams.zarr", 3, cameras=("front_1", "left_wrist"))
     elif setup == "out_has_run":
