@@ -501,7 +501,7 @@ class EpisodeReader:
         else:
             self.data_status = str(stored) if stored else STATUS_COMPLETE
         self.finalized = stored != STATUS_RECORDING
-        with _vlen_bytes_accepted():
+        with self._reading("the list of arrays"), _vlen_bytes_accepted():
             self.array_keys: frozenset[str] = frozenset(self._group.array_keys())
         self.cameras: tuple[str, ...] = tuple(a["cameras"]) if "cameras" in a else self._derive_cameras()
         self._cache: dict[str, zarr.Array] = {}
@@ -518,13 +518,31 @@ class EpisodeReader:
     def __len__(self) -> int:
         return self.length
 
+    @contextlib.contextmanager
+    def _reading(self, what: str):
+        """Damage inside the store (a chunk or metadata file cut short, overwritten or deleted)
+        surfaces from zarr and its codecs as ValueError, RuntimeError, OSError, ... (and from the
+        JPEG decoder as ValueError; as MemoryError where noise lands on a variable-length
+        chunk's item count): one EpisodeError naming the store and what was being read,
+        so every consumer (training, replay, egomimic-episodes) reports it in one line."""
+        try:
+            yield
+        except EpisodeError:
+            raise
+        except (ValueError, TypeError, KeyError, RuntimeError, OSError, AttributeError, MemoryError) as exc:
+            # MemoryError: noise in a variable-length chunk's item count asks numpy for gigabytes
+            raise EpisodeError(
+                f"{self.path}: cannot read {what} (damaged store): {type(exc).__name__}: {exc}"
+            ) from None
+
     def _array(self, key: str) -> zarr.Array:
         if key not in self._cache:
-            try:
-                with _vlen_bytes_accepted():
-                    node = self._group[key]
-            except KeyError:
-                raise EpisodeError(f"{self.path} has no array {key!r}") from None
+            with self._reading(f"array {key!r}"):
+                try:
+                    with _vlen_bytes_accepted():
+                        node = self._group[key]
+                except KeyError:
+                    raise EpisodeError(f"{self.path} has no array {key!r}") from None
             if not isinstance(node, zarr.Array):
                 raise EpisodeError(f"{self.path}: {key!r} is a group, not an array")
             if key != ANNOTATIONS_KEY and node.shape[0] < self.length:
@@ -534,7 +552,9 @@ class EpisodeReader:
 
     def array(self, key: str) -> np.ndarray:
         """A whole numeric array, (T, ...) cut to the episode length."""
-        return np.asarray(self._array(key)[: self.length])
+        node = self._array(key)
+        with self._reading(f"array {key!r}"):
+            return np.asarray(node[: self.length])
 
     def _even_stamps(self) -> np.ndarray:
         return np.round(np.arange(self.length) * (1e9 / self.fps)).astype(np.int64)
@@ -560,18 +580,24 @@ class EpisodeReader:
             raise EpisodeError(f"{self.path} has no camera {cam!r}; it has {list(self.cameras)}")
         if not 0 <= t < self.length:
             raise IndexError(f"frame {t} outside [0, {self.length})")
-        return bytes(np.asarray(self._array(IMAGE_PREFIX + cam)[t : t + 1])[0])  # arr[t] is a 0-d object array
+        node = self._array(IMAGE_PREFIX + cam)
+        with self._reading(f"{cam} frame {t}"):
+            return bytes(np.asarray(node[t : t + 1])[0])  # arr[t] is a 0-d object array
 
     def image(self, cam: str, t: int) -> np.ndarray:
         """RGB uint8 (H, W, 3)."""
-        return simplejpeg.decode_jpeg(self.jpeg(cam, t), colorspace="RGB")
+        jpeg = self.jpeg(cam, t)
+        with self._reading(f"{cam} frame {t} (JPEG)"):
+            return simplejpeg.decode_jpeg(jpeg, colorspace="RGB")
 
     def window(self, key: str, t: int, horizon: int) -> np.ndarray:
         """Rows [t, t + horizon) of a numeric array, padded past the end with the last row
         (what training reads, docs/eva.md)."""
         if not 0 <= t < self.length or horizon < 1:
             raise IndexError(f"window [{t}, {t}+{horizon}) outside an episode of {self.length}")
-        rows = np.asarray(self._array(key)[t : min(t + horizon, self.length)])
+        node = self._array(key)
+        with self._reading(f"array {key!r} rows {t}.."):
+            rows = np.asarray(node[t : min(t + horizon, self.length)])
         if rows.shape[0] < horizon:
             rows = np.concatenate([rows, np.repeat(rows[-1:], horizon - rows.shape[0], axis=0)])
         return rows
@@ -604,7 +630,10 @@ class EpisodeReader:
         if ANNOTATIONS_KEY not in self.array_keys:
             return []
         out = []
-        for entry in np.asarray(self._array(ANNOTATIONS_KEY)[:]).reshape(-1):
+        node = self._array(ANNOTATIONS_KEY)
+        with self._reading("the annotations"):
+            entries = np.asarray(node[:]).reshape(-1)
+        for entry in entries:
             value = entry.item() if isinstance(entry, np.void) else entry
             if isinstance(value, (bytes, bytearray, memoryview)):
                 value = bytes(value).decode("utf-8")
