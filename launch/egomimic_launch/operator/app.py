@@ -16,6 +16,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Input, Label, Static
 
@@ -173,10 +174,14 @@ class OperatorApp(App[None]):
 
     def render_snapshot(self, snap: Snapshot) -> None:
         self.snap = snap
-        self.main_screen.query_one("#gate", Static).update(gate_text(snap))
-        self.main_screen.query_one("#policy", Static).update(policy_text(snap))
-        self.main_screen.query_one("#recorder", Static).update(recorder_text(snap))
-        self.main_screen.query_one("#streams", Static).update(streams_table(snap))
+        try:
+            panels = [
+                self.main_screen.query_one(f"#{name}", Static) for name in ("gate", "policy", "recorder", "streams")
+            ]
+        except NoMatches:
+            return  # the panels are being removed: the refresh timer can fire while the app exits (seen under load)
+        for panel, text in zip(panels, (gate_text, policy_text, recorder_text, streams_table), strict=True):
+            panel.update(text(snap))
 
     def action_call(self, action: str) -> None:
         self.run_worker(lambda: self._report(action, self.backend.trigger(action)), thread=True)

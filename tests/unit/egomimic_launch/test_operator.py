@@ -164,3 +164,16 @@ def test_help_says_losing_it_moves_nothing(capsys):
     assert exit_.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "holds no control path" in out and "changes nothing" in out and "--record-dir" in out
+
+
+def test_the_refresh_timer_never_crashes_an_exit():
+    """The refresh timer can fire while the app exits and its panels are being removed: a CI run
+    under load raised NoMatches('#gate') out of the pilot. Many short runs with a fast refresh."""
+
+    async def drive() -> None:
+        for _ in range(25):
+            app = OperatorApp(StandIn(), refresh_s=0.001)
+            async with app.run_test(size=(120, 40)) as pilot:
+                await pilot.pause(0.005)
+
+    asyncio.run(drive())
