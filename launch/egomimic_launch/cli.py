@@ -109,6 +109,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
     )
     parser.add_argument("--trials-json", type=Path, help="write the trials' results as JSON here")
     parser.add_argument(
+        "--print-enclaves",
+        action="store_true",
+        help="with security:=true, print the SROS2 enclaves the keystore must hold, one per line, and exit",
+    )
+    parser.add_argument(
         "--debug",
         action="store_true",
         help="print the traceback of an error of the launcher itself (default: one line)",
@@ -243,12 +248,25 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
         for line in problems:
             safe_print(f"egomimic-launch: {line}", err=True)
         return EXIT_USAGE
+    if ns.print_enclaves:
+        for enclave in graph.enclaves():
+            print(enclave)
+        return EXIT_OK if graph.secured else EXIT_USAGE
+    from egomimic_launch import security
+
+    refusals = security.problems(graph, dict(os.environ))
+    if refusals:
+        for line in refusals:
+            safe_print(f"egomimic-launch: {line}", err=True)
+        return EXIT_USAGE
     changed = params_check.differing_limits(graph.args["params_file"], graph) if graph.args["params_file"] else []
     if ns.trials:
         for spec in graph.nodes:
             if spec.name == "recorder":
                 spec.parameters["auto_start"] = False  # one episode per trial, opened by the runner
     env = apply_to_this_process()
+    env.update(graph.security_environment())
+    os.environ.update(graph.security_environment())  # the launcher's own participant too
     run_dir = ns.run_dir or Path(tempfile.mkdtemp(prefix=f"egomimic-{datetime.now(UTC):%Y%m%d-%H%M%S}-"))
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -270,7 +288,7 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
     from egomimic_nodes import topics
 
     clean_shared_memory(env)  # segments of processes that died without cleaning up
-    client = LauncherClient()
+    client = LauncherClient(enclave=graph.launcher_enclave)
     others = client.graph_nodes_running(graph, DISCOVERY_WAIT_S)
     if others:
         safe_print(

@@ -108,6 +108,8 @@ def node_command(spec: NodeSpec, launch_params: Path) -> list[str]:
     cmd += ["--params-file", str(launch_params)]  # launch arguments win over the deployment YAML
     for f in spec.override_files:
         cmd += ["--params-file", f]  # the operator's params_file wins over everything
+    if spec.enclave:
+        cmd += ["--enclave", spec.enclave]  # security:=true (SROS2)
     return cmd
 
 

@@ -18,9 +18,11 @@ from std_srvs.srv import Trigger
 
 
 class LauncherClient:
-    def __init__(self, name: str = "egomimic_launcher"):
+    def __init__(self, name: str = "egomimic_launcher", enclave: str = ""):
+        """`enclave`: with security:=true, the SROS2 enclave of this participant (Graph.launcher_enclave)."""
         self.context = rclpy.Context()
-        rclpy.init(context=self.context, args=["--ros-args", "--disable-external-lib-logs"])
+        ros_args = ["--ros-args", "--disable-external-lib-logs", *(["--enclave", enclave] if enclave else [])]
+        rclpy.init(context=self.context, args=ros_args)
         self.node = Node(name, context=self.context)
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)

@@ -9,6 +9,8 @@ each step as a short process in its event chain:
     python -m egomimic_launch.steps arm        --namespace NS
     python -m egomimic_launch.steps estop      --namespace NS --reason TEXT
 
+(with security:=true each also gets `--enclave /<ns>/egomimic_launcher` before the step).
+
 Exit status 0 when the step succeeded, 1 when it did not (each prints one line saying why), 2 on
 bad arguments. `ros2 launch` then arms, waits and e-stops as `egomimic-launch` does, from the
 same code.
@@ -82,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m egomimic_launch.steps",
         description="one launch step, as the ROS 2 launch file runs it (see the module docstring)",
     )
+    parser.add_argument("--enclave", default="", help="SROS2 enclave of this step's participant (security:=true)")
     sub = parser.add_subparsers(dest="step", required=True)
     wait = sub.add_parser("wait-node", help="exit 0 once the node is in the ROS graph")
     wait.add_argument("--name", required=True)
@@ -102,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     apply_to_this_process()
     from egomimic_launch.ros_client import LauncherClient  # rclpy after the environment is set
 
-    client = LauncherClient(f"egomimic_launch_{args.step.replace('-', '_')}_{os.getpid()}")
+    client = LauncherClient(f"egomimic_launch_{args.step.replace('-', '_')}_{os.getpid()}", enclave=args.enclave)
     try:
         if args.step == "wait-node":
             ok = wait_for_node(client, args.name, args.namespace, args.timeout)

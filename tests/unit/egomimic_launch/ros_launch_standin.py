@@ -186,6 +186,7 @@ class Node(ExecuteProcess):
         remappings=None,
         output="log",
         additional_env=None,
+        ros_arguments=None,
         **kwargs,
     ):
         ros_args = ["--ros-args"]
@@ -199,6 +200,7 @@ class Node(ExecuteProcess):
             ros_args += ["--params-file", str(p)]
         for src, dst in remappings or []:
             ros_args += ["-r", f"{src}:={dst}"]
+        ros_args += list(ros_arguments or [])  # launch_ros passes them to rcl as given
         super().__init__(
             cmd=[executable_path(package, executable), *ros_args],
             name=name,
@@ -360,7 +362,9 @@ class LaunchService:
     def _step_of(action: ExecuteProcess) -> str | None:
         cmd = action.cmd
         if "-m" in cmd and cmd[cmd.index("-m") + 1] == "egomimic_launch.steps":
-            return cmd[cmd.index("-m") + 2]
+            from egomimic_launch.steps import build_parser
+
+            return build_parser().parse_args(cmd[cmd.index("-m") + 2 :]).step  # the real step's parser accepts it
         return None
 
     def drain(self) -> None:

@@ -24,6 +24,7 @@ from tests.unit.egomimic_launch import ros_launch_standin as standin
 LAUNCH_FILE = LAUNCH_DIR / "eva_bimanual.launch.py"
 DDS_KEYS = DDS_VARIABLES
 NODE_KEYS = ("EGOMIMIC_PRIORITY", "EGOMIMIC_CPUS")
+SECURITY_KEYS = ("ROS_SECURITY_ENABLE", "ROS_SECURITY_STRATEGY")
 
 
 @pytest.fixture
@@ -46,6 +47,7 @@ def combinations(tmp_path: Path) -> list[dict[str, str]]:
         {"policy": "expert", "task_seed": "7", "control_cpus": "0", "stack_cpus": "1", "inject_latency_ms": "20"},
         {"namespace": "lab_eva", "params_file": str(params), "auto_arm": "false", "camera_backend": "synthetic"},
         {"web": "true", "web_port": "9000", "bag": "true", "bag_dir": str(tmp_path / "bags")},
+        {"security": "true", "namespace": "lab_eva"},
     ]
 
 
@@ -61,7 +63,7 @@ def file_contents(path: str):
     return yaml.safe_load(Path(path).read_text())
 
 
-@pytest.mark.parametrize("case", range(6))
+@pytest.mark.parametrize("case", range(8))
 def test_the_launch_file_starts_what_egomimic_launch_starts(ros_launch, tmp_path, monkeypatch, case):
     monkeypatch.chdir(tmp_path)  # record_dir and generated files resolve the same for both
     args = combinations(tmp_path)[case]
@@ -71,7 +73,7 @@ def test_the_launch_file_starts_what_egomimic_launch_starts(ros_launch, tmp_path
 
     nodes = [s for s in service.started if isinstance(s.action, standin.Node)]
     assert [s.action.node_name for s in nodes] == [spec.name for spec in graph.nodes], "same nodes, same order"
-    expected_env = ros_environment(dict(env))
+    expected_env = dict(ros_environment(dict(env)), **graph.security_environment())  # egomimic-launch adds it
     for started, spec in zip(nodes, graph.nodes, strict=True):
         theirs = node_command(spec, spec.write_launch_params(tmp_path / "egomimic_launch_params"))
         ours_args, ours_files = ros_args_without_files(started.cmd)
@@ -83,9 +85,15 @@ def test_the_launch_file_starts_what_egomimic_launch_starts(ros_launch, tmp_path
         assert started.cmd[0].endswith(f"/lib/egomimic_nodes/{spec.module.split('.')[1]}")
         assert isinstance(started.action, standin.LifecycleNode) == spec.lifecycle
         their_env = node_environment(spec, expected_env)
-        for key in DDS_KEYS + NODE_KEYS:
+        for key in DDS_KEYS + NODE_KEYS + SECURITY_KEYS:
             assert started.env.get(key) == their_env.get(key), f"{spec.name}: {key}"
         assert started.env["EGOMIMIC_LAUNCHER_PID"].isdigit(), "nodes exit with their launcher (spin.py)"
+    steps = [s for s in service.started if not isinstance(s.action, standin.Node)]
+    for step in steps:  # waits and arming join with the launcher's enclave, as egomimic-launch's own client does
+        assert ("--enclave" in step.cmd) == graph.secured, step.cmd
+        if graph.secured:
+            assert step.cmd[step.cmd.index("--enclave") + 1] == graph.launcher_enclave == "/lab_eva/egomimic_launcher"
+            assert all(step.env.get(k) == v for k, v in graph.security_environment().items())
     for spec in graph.nodes:
         if spec.lifecycle:
             node = next(s.action for s in nodes if s.action.node_name == spec.name)

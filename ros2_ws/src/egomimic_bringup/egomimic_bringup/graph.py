@@ -15,7 +15,7 @@ while every stream still runs, then the policy stops, and the drivers last. The 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from egomimic_bringup import CONFIG_DIR, PACKAGE_DIR
@@ -150,6 +150,16 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
         "640x480 cameras at 30 Hz)",
         ("true", "false"),
     ),
+    LaunchArgument(
+        "security",
+        "false",
+        "SROS2, on a ROS install whose Fast DDS has the DDS Security plugins: ROS_SECURITY_ENABLE=true, "
+        "ROS_SECURITY_STRATEGY=Enforce and one enclave per node (/<namespace>/<node>, and "
+        "/<namespace>/egomimic_launcher for the launcher and its steps) from the keystore in "
+        "ROS_SECURITY_KEYSTORE (README 'DDS between machines'). Refused on pip installs: their Fast DDS has no "
+        "security plugins",
+        ("true", "false"),
+    ),
     LaunchArgument("task_name", RecorderConfig.task_name, "recorded into episodes (also settable at run time)"),
     LaunchArgument(
         "task_description", RecorderConfig.task_description, "recorded into episodes (also settable at run time)"
@@ -189,6 +199,8 @@ class NodeSpec:
     """A Linux CPU list the node pins itself to (control_cpus / stack_cpus), "" for none. See
     egomimic_nodes.cpus.pin_cpus."""
     description: str = ""
+    enclave: str = ""
+    """With security:=true, the node's SROS2 enclave (`--enclave`): /<namespace>/<name>."""
 
     def write_launch_params(self, directory: Path) -> Path:
         """This node's launch-argument parameters as a ROS params file, for both launchers.
@@ -214,6 +226,36 @@ class Graph:
     namespace: str
     auto_arm: bool
     args: dict
+
+    @property
+    def secured(self) -> bool:
+        return self.args.get("security") == "true"
+
+    @property
+    def launcher_enclave(self) -> str:
+        """The enclave of the launcher's own participant and of its steps (arm, e-stop, waits):
+        with Enforce, a participant without one cannot join. "" without security:=true."""
+        return enclave_of(self.namespace, LAUNCHER_ENCLAVE) if self.secured else ""
+
+    def enclaves(self) -> list[str]:
+        """Every enclave the keystore must hold for this graph, in start order, the launcher's last."""
+        return [n.enclave for n in self.nodes if n.enclave] + ([self.launcher_enclave] if self.secured else [])
+
+    def security_environment(self) -> dict[str, str]:
+        """What rcl reads to secure every participant (the keystore itself comes from the
+        operator's ROS_SECURITY_KEYSTORE)."""
+        return dict(SECURITY_ENVIRONMENT) if self.secured else {}
+
+
+SECURITY_ENVIRONMENT = {"ROS_SECURITY_ENABLE": "true", "ROS_SECURITY_STRATEGY": "Enforce"}
+"""security:=true: every participant authenticates and encrypts, and one without its enclave's
+keys fails to start instead of joining in the clear (Enforce, not Permissive)."""
+LAUNCHER_ENCLAVE = "egomimic_launcher"
+
+
+def enclave_of(namespace: str, name: str) -> str:
+    ns = namespace.strip("/")
+    return f"/{ns}/{name}" if ns else f"/{name}"
 
 
 class LaunchArgumentError(ValueError):
@@ -501,4 +543,6 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                 description=f"episode recorder -> {args['record_dir']}",
             )
         )
+    if args["security"] == "true":
+        nodes = [replace(n, enclave=enclave_of(ns, n.name)) for n in nodes]
     return Graph(tuple(nodes), ns, args["auto_arm"] == "true", args)

@@ -68,13 +68,16 @@ def _environment(context):
     return [SetEnvironmentVariable(key, env[key]) for key in DDS_VARIABLES if key in env]
 
 
-def _step(step: str, namespace: str, *args: str, name: str):
+def _step(step: str, namespace: str, *args: str, name: str, graph):
+    """One launch step as a process; with security:=true it joins with the launcher's enclave."""
     from launch.actions import ExecuteProcess
 
+    enclave = ["--enclave", graph.launcher_enclave] if graph.launcher_enclave else []
     return ExecuteProcess(
-        cmd=[sys.executable, "-m", STEPS_MODULE, step, "--namespace", namespace, *args],
+        cmd=[sys.executable, "-m", STEPS_MODULE, *enclave, step, "--namespace", namespace, *args],
         name=name,
         output="screen",
+        additional_env=graph.security_environment(),
     )
 
 
@@ -103,7 +106,7 @@ def _graph_actions(context):
 
     def safe_stop(why: str):
         """E-stop through the gate, then shut the launch down."""
-        estop = _step("estop", ns, "--reason", why, name="egomimic_estop")
+        estop = _step("estop", ns, "--reason", why, name="egomimic_estop", graph=graph)
         return [
             LogInfo(msg=f"[launch] SAFE STOP: {why}"),
             RegisterEventHandler(OnProcessExit(target_action=estop, on_exit=[Shutdown(reason=why)])),
@@ -134,8 +137,11 @@ def _graph_actions(context):
                 "EGOMIMIC_LAUNCHER_PID": launcher_pid,
                 "EGOMIMIC_PRIORITY": spec.priority,
                 "EGOMIMIC_CPUS": spec.cpus,
+                **graph.security_environment(),
             },
         )
+        if spec.enclave:
+            kwargs["ros_arguments"] = ["--enclave", spec.enclave]  # security:=true (SROS2)
         node = LifecycleNode(**kwargs) if spec.lifecycle else Node(**kwargs)
         if spec.required:
             actions.append(RegisterEventHandler(OnProcessExit(target_action=node, on_exit=on_required_exit(spec.name))))
@@ -193,7 +199,7 @@ def _graph_actions(context):
         else:
 
             def when_up(next_actions, node=node, spec=spec):
-                waiter = _step("wait-node", ns, "--name", spec.name, name=f"egomimic_wait_{spec.name}")
+                waiter = _step("wait-node", ns, "--name", spec.name, name=f"egomimic_wait_{spec.name}", graph=graph)
 
                 def after_wait(event, ctx):
                     if ctx.is_shutdown:
@@ -210,7 +216,7 @@ def _graph_actions(context):
         if spec.arm_after and graph.auto_arm:
 
             def when_up(next_actions, inner=when_up):
-                arm = _step("arm", ns, name="egomimic_arm")
+                arm = _step("arm", ns, name="egomimic_arm", graph=graph)
 
                 def after_arm(event, ctx):
                     return None if ctx.is_shutdown else next_actions
