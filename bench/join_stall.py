@@ -15,15 +15,12 @@ Why: with one CPU hog, pauses of 330-370 ms (once 1024 ms) in the frames node's
 command/proposed and in the cameras' health followed joins, in the source timestamps (the
 writer late) or in the reception (the reader late), and the gate latched HOLD ("newest frame is
 304 ms old", "no command for 302 ms"): the suite's and `make run`'s rare HOLD just after arming,
-when the recorder, the web view or rviz's nodes join. What is known (perf sched_switch): each
-Fast DDS shared-memory listener also wakes on a timeout of healthy_check_timeout_ms / 3 (333 ms
-by default), and the pauses are that long, as if a push's wake-up were missed and the sample
-waited for the listener's next timeout (eProsima/Fast-DDS#6535 reports 333 ms waits). With
-healthy_check_timeout_ms 60 in the profile, 3 of the 7 participants' listeners woke every 20 ms
-but 4 still every 333 ms, and 50 or 3000 did not change the pauses: the setting does not reach
-every port yet (`--profile` runs both modes with another profile to try it). Not a fix: the
-joiner's priority (`--joiner-nice -5` still paused the drivers' states to a HOLD), a deeper
-writer history (1 s), or a 50 ms timeout alone.
+when the recorder, the web view or rviz's nodes join. The cause was stale shared-memory port
+files in /dev/shm, reused by new participants (egomimic_launch/shm.py, which the launcher now
+runs first): their listeners saw pushes only at their periodic wake-up every
+healthy_check_timeout_ms / 3 = 333 ms (perf sched_switch). With 140 stale port files: 347-384 ms
+and a HOLD in 4 of 6 runs; with them removed: 59-77 ms, no HOLD, 3 runs. Not a fix on their own:
+the joiner's priority (`--joiner-nice`), a deeper writer history, a 50 ms health-check timeout.
 Each mode runs on its own ROS_DOMAIN_ID with ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST; nothing
 leaves loopback.
 Run: `.venv/bin/python bench/join_stall.py [--joins 15] [--load 1] [--domain 91] [--profile XML]`.

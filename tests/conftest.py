@@ -52,6 +52,9 @@ def pytest_sessionfinish(session, exitstatus):
             timeout=60,
             check=False,
         )
+    from egomimic_launch.shm import remove_unused
+
+    remove_unused()
 
 
 TEST_HANG_S = float(os.environ.get("EGOMIMIC_TEST_HANG_S", "900"))

@@ -205,7 +205,11 @@ class Launcher:
 
 
 def clean_shared_memory(env) -> None:
-    """Remove Fast DDS segments left by killed processes (fastdds shm clean needs psutil)."""
+    """Remove Fast DDS segments left by killed processes (fastdds shm clean needs psutil), then
+    every Fast DDS file in /dev/shm that no process maps (egomimic_launch.shm: a stale port
+    reused by a new participant delivered with ~333 ms pauses)."""
+    from egomimic_launch.shm import remove_unused
+
     venv_bin = Path(sys.executable).parent
     tool = venv_bin / "fastdds"
     if tool.exists():
@@ -217,6 +221,9 @@ def clean_shared_memory(env) -> None:
             timeout=30,
             check=False,
         )
+    removed = remove_unused()
+    if removed:
+        safe_print(f"[launch] removed {len(removed)} stale Fast DDS shared-memory file(s) no process used")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,8 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -198,3 +200,13 @@ def pytest_terminal_summary(terminalreporter):
         )
     )
     tr.write_line(f"written to {out}")
+
+
+@pytest.fixture(autouse=True)
+def no_stale_shared_memory():
+    """Fast DDS files that no process maps (left by the processes these tests kill) are removed
+    before each test: a participant that reuses a stale port gets ~333 ms delivery pauses
+    (egomimic_launch.shm)."""
+    from egomimic_launch.shm import remove_unused
+
+    remove_unused()
