@@ -14,6 +14,8 @@ operators can rehearse a slow model (and the executor's hold/stop behaviour) in 
 from __future__ import annotations
 
 import math
+import re
+import shutil
 import time
 from pathlib import Path
 
@@ -77,6 +79,46 @@ def choose_device(value: str, device: str, allow_cpu: bool = False) -> tuple[str
         f"policy {value!r}: device {device!r} unavailable (no CUDA device); running on the CPU because "
         "allow_cpu_policy is true: expect seconds per chunk"
     )
+
+
+def preflight(value: str, cache_dir: str | Path | None = None) -> str | None:
+    """Why `value` cannot be loaded, in one line, checked before anything starts (None: it can,
+    as far as can be told without building it). For a checkpoint path: it exists, reads as a
+    checkpoint (not empty, truncated or random bytes), and its cache directory is writable.
+    The launcher calls this so that a bad policy:= stops the start before the drivers run."""
+    import os
+
+    value = value.strip()
+    if value in ("", "none", *SCRIPTED, *FAMILIES) or value.startswith("tcp://"):
+        return None
+    if "://" in value:
+        return f"policy:={value}: only tcp:// server addresses are supported"
+    path = Path(value).expanduser()
+    if not path.exists():
+        return f"policy:={value} is neither a known policy nor an existing checkpoint; choices: {', '.join(CHOICES)}"
+    from egomimic_policy.checkpoints import CheckpointError, default_cache_dir, load_checkpoint
+
+    try:
+        load_checkpoint(path)
+    except CheckpointError as exc:
+        return f"policy:={value}: {exc}"
+    cache = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    existing = next((p for p in (cache, *cache.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        return (
+            f"policy:={value}: the checkpoint cache {str(cache)!r} cannot be written "
+            f"({str(existing)!r} is {'not a directory' if existing and not existing.is_dir() else 'not writable'}); "
+            "set $EGOMIMIC_CACHE_DIR to a writable directory"
+        )
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", path.stem)[:80]  # the cache's entry names (checkpoints/cache.py)
+    prepared = cache.is_dir() and any(cache.glob(f"{stem}.rollout-*.ckpt"))
+    need, free = path.stat().st_size, shutil.disk_usage(existing).free
+    if not prepared and free < need:  # the prepared artifact is about the weights' size
+        return (
+            f"policy:={value}: the checkpoint cache {str(cache)!r} has {free / 1e6:.0f} MB free; preparing this "
+            f"checkpoint needs about {need / 1e6:.0f} MB (free space or set $EGOMIMIC_CACHE_DIR)"
+        )
+    return None
 
 
 def load_policy(

@@ -255,6 +255,13 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
         for line in problems:
             safe_print(f"egomimic-launch: {line}", err=True)
         return EXIT_USAGE
+    if any(spec.name == "policy" for spec in graph.nodes):
+        from egomimic_policy.loading import preflight
+
+        why = preflight(graph.args["policy"])
+        if why:
+            safe_print(f"egomimic-launch: {why}", err=True)
+            return EXIT_USAGE
     if ns.print_enclaves:
         for enclave in graph.enclaves():
             print(enclave)
