@@ -183,7 +183,7 @@ def test_an_oversized_request_is_refused_before_allocation_and_others_are_served
         running.close()
 
 
-def test_a_thousand_connect_disconnects_leak_no_file_descriptors(server, sock):
+def test_a_thousand_connect_disconnects_leak_no_file_descriptors_or_memory(server, sock):
     """Each client connects, pings and leaves; the server (a thread of this process) holds no more
     descriptors afterwards than after the first hundred (zmq's own pools settle by then)."""
     import psutil
@@ -211,7 +211,10 @@ def test_a_thousand_connect_disconnects_leak_no_file_descriptors(server, sock):
     while me.num_fds() > fds + 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert me.num_fds() <= fds + 2, (fds, me.num_fds())
-    assert me.memory_info().rss < rss + 20 * 2**20, "no growth beyond allocator noise"
+    after = me.memory_info().rss
+    assert after <= rss * 1.05, (
+        f"RSS {rss / 2**20:.1f} -> {after / 2**20:.1f} MiB after 1000 reconnects (issue 18: within 5 %)"
+    )
 
 
 def test_clients_beyond_the_cap_get_busy_until_one_goes_idle():
