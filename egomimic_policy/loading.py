@@ -14,7 +14,6 @@ operators can rehearse a slow model (and the executor's hold/stop behaviour) in 
 from __future__ import annotations
 
 import math
-import re
 import shutil
 import time
 from pathlib import Path
@@ -97,6 +96,7 @@ def preflight(value: str, cache_dir: str | Path | None = None) -> str | None:
     if not path.exists():
         return f"policy:={value} is neither a known policy nor an existing checkpoint; choices: {', '.join(CHOICES)}"
     from egomimic_policy.checkpoints import CheckpointError, default_cache_dir, load_checkpoint
+    from egomimic_policy.checkpoints.cache import entry_stem
 
     try:
         load_checkpoint(path)
@@ -110,8 +110,7 @@ def preflight(value: str, cache_dir: str | Path | None = None) -> str | None:
             f"({str(existing)!r} is {'not a directory' if existing and not existing.is_dir() else 'not writable'}); "
             "set $EGOMIMIC_CACHE_DIR to a writable directory"
         )
-    stem = re.sub(r"[^A-Za-z0-9._-]", "_", path.stem)[:80]  # the cache's entry names (checkpoints/cache.py)
-    prepared = cache.is_dir() and any(cache.glob(f"{stem}.rollout-*.ckpt"))
+    prepared = cache.is_dir() and any(cache.glob(f"{entry_stem(path)}.rollout-*.ckpt"))
     need, free = path.stat().st_size, shutil.disk_usage(existing).free
     if not prepared and free < need:  # the prepared artifact is about the weights' size
         return (

@@ -147,6 +147,11 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def entry_stem(source: Path) -> str:
+    """The file-name-safe prefix of `source`'s cache entries (`<stem>.rollout-<compat>-<fp>.ckpt`)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", source.stem)[:80]
+
+
 def _write_failure(cache: Path, exc: BaseException) -> str:
     """One line for a prepared checkpoint that could not be written (a full disk, a file-size
     limit, an I/O error): where, how much room is left, and what to do."""
@@ -182,8 +187,7 @@ def prepare_cached(
     ckpt = source_checkpoint if source_checkpoint is not None else load_checkpoint(source)
     fingerprint = source_fingerprint(source, ckpt, compat_version, pin_config_sha256)
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    stem = re.sub(r"[^A-Za-z0-9._-]", "_", source.stem)[:80]
-    artifact = cache / f"{stem}.rollout-{compat_version}-{fingerprint[:16]}.ckpt"
+    artifact = cache / f"{entry_stem(source)}.rollout-{compat_version}-{fingerprint[:16]}.ckpt"
     marker_path = artifact.with_name(artifact.name + ".json")
 
     marker, reason = check_entry(artifact, marker_path, fingerprint, compat_version, verify_sha256=verify_sha256)

@@ -79,8 +79,6 @@ def remove_unused(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc"), min_age_s
                 continue
             path.unlink()
             removed.append(path.name)
-        except FileNotFoundError:
-            continue
-        except PermissionError:
+        except OSError:  # gone meanwhile, or not ours to remove
             continue
     return removed
