@@ -37,24 +37,53 @@ def pytest_configure(config):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Remove Fast DDS shared memory left by node processes the tests had to kill."""
-    import subprocess
-    import sys
+    """Remove the Fast DDS shared memory of node processes the tests had to kill."""
+    from egomimic_launch.shm import remove_stale
 
-    venv_bin = Path(sys.executable).parent
-    tool = venv_bin / "fastdds"
-    if tool.exists():
-        subprocess.run(
-            [str(tool), "shm", "clean"],
-            env=dict(os.environ, PATH=f"{venv_bin}:{os.environ.get('PATH', '')}"),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=60,
-            check=False,
-        )
-    from egomimic_launch.shm import remove_unused
+    remove_stale()
 
-    remove_unused()
+
+@pytest.fixture(scope="module", autouse=True)
+def no_stale_shared_memory(request):
+    """Fast DDS files left by processes an earlier module killed, removed before each module's
+    own fixtures start a graph (an autouse fixture runs before the other fixtures of its scope):
+    a participant that reuses a stale port gets ~333 ms delivery pauses. Between modules, because
+    removing files while a participant starts orphans its port (egomimic_launch.shm); the
+    launcher cleans at its own start too."""
+    from egomimic_launch.shm import remove_stale
+
+    done = remove_stale()
+    _SHM_CLEANUPS.append((request.module.__name__, done, [_who(pid) for pid in done.users[:3]]))
+    assert not done.orphaned, f"a process started while stale Fast DDS files were removed: {done.orphaned}"
+
+
+_SHM_CLEANUPS: list = []
+"""(module, egomimic_launch.shm.Cleanup, who used DDS) per test module, summed up at the end of the session."""
+
+
+def _who(pid: int) -> str:
+    """`pid (its command line)`, or `pid (this pytest)`."""
+    if pid == os.getpid():
+        return f"{pid} (this pytest)"
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        cmd = "exited"
+    return f"{pid} ({cmd[:80]})"
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How the stale shared-memory clean-ups went: a module that started with DDS still in use
+    (a process of an earlier module left running) starts on whatever stale ports are there."""
+    if not _SHM_CLEANUPS:
+        return
+    removed = sum(len(d.removed) for _, d, _ in _SHM_CLEANUPS)
+    busy = [(m, who) for m, d, who in _SHM_CLEANUPS if d.users or d.unreadable]
+    line = f"Fast DDS shared memory: {len(_SHM_CLEANUPS)} module start(s), {removed} stale file(s) removed"
+    if busy:
+        shown = "; ".join(f"{m} ({', '.join(who) or 'maps unreadable'})" for m, who in busy[:5])
+        line += f", {len(busy)} skipped because DDS was in use: {shown}"
+    terminalreporter.write_line(line)
 
 
 TEST_HANG_S = float(os.environ.get("EGOMIMIC_TEST_HANG_S", "900"))

@@ -22,7 +22,6 @@ import importlib.util
 import math
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -204,26 +203,20 @@ class Launcher:
                 safe_print(f"[launch] {proc.spec.name} stopped (exit {code})")
 
 
-def clean_shared_memory(env) -> None:
-    """Remove Fast DDS segments left by killed processes (fastdds shm clean needs psutil), then
-    every Fast DDS file in /dev/shm that no process maps (egomimic_launch.shm: a stale port
-    reused by a new participant delivered with ~333 ms pauses)."""
-    from egomimic_launch.shm import remove_unused
+def clean_shared_memory() -> None:
+    """Remove the Fast DDS shared-memory files of killed processes, when no process uses DDS
+    (egomimic_launch.shm: a stale port reused by a new participant delivered with ~333 ms
+    pauses; removing files while a participant starts orphans its port)."""
+    from egomimic_launch.shm import remove_stale
 
-    venv_bin = Path(sys.executable).parent
-    tool = venv_bin / "fastdds"
-    if tool.exists():
-        subprocess.run(
-            [str(tool), "shm", "clean"],
-            env=dict(env, PATH=f"{venv_bin}:{env.get('PATH', '')}"),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=30,
-            check=False,
+    done = remove_stale()
+    if done.removed:
+        safe_print(f"[launch] removed {len(done.removed)} stale Fast DDS shared-memory file(s) no process used")
+    for pid, names in done.orphaned.items():
+        safe_print(
+            f"[launch] WARNING: process {pid} started while stale Fast DDS files were removed and maps "
+            f"{', '.join(names)}: its shared-memory port no longer receives from new writers; restart it"
         )
-    removed = remove_unused()
-    if removed:
-        safe_print(f"[launch] removed {len(removed)} stale Fast DDS shared-memory file(s) no process used")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -301,7 +294,7 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
     from egomimic_launch.summary import RunMonitor
     from egomimic_nodes import topics
 
-    clean_shared_memory(env)  # segments of processes that died without cleaning up
+    clean_shared_memory()  # ports of processes killed earlier, while no DDS process runs
     client = LauncherClient(enclave=graph.launcher_enclave)
     others = client.graph_nodes_running(graph, DISCOVERY_WAIT_S)
     if others:
@@ -408,7 +401,7 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
         launcher.teardown()
         client.close()
         if launcher.killed_any or launcher.dead_node:
-            clean_shared_memory(env)
+            clean_shared_memory()
     safe_print(f"[launch] stopped: {launcher.stop_reason or 'done'}")
     if ns.trials:
         from egomimic_launch.trials import TrialsReport

@@ -1,84 +1,121 @@
-"""Fast DDS shared-memory files that no process uses, removed before a graph starts.
+"""Fast DDS shared-memory files left by killed processes, removed while no process uses DDS.
 
 Why: Fast DDS keeps each participant's listening port in /dev/shm (`fastdds_port<N>`, named by
 domain and participant index, so the next graph on that domain opens the same names) and reuses
 a port file it finds there. A port left by a process that was killed (the fault battery, a
-SIGKILLed launcher, a crash) is reused with its old state, and a listener on such a port was
-measured to see pushes only at its periodic wake-up, every healthy_check_timeout_ms / 3 = 333 ms:
-with 140 stale port files in /dev/shm, a process joining the running sim graph paused the gate's
-inputs 347-384 ms and latched HOLD in 4 of 6 runs; with them removed, 59-77 ms and no HOLD in 3
-runs (bench/join_stall.py, one CPU hog). `fastdds shm clean` left those files (it judges ports
-by their lock files). Here a file is stale when no process maps it (/proc/<pid>/maps).
+SIGKILLed launcher, a crash) is reused with its old state: its dead listener never pops, the
+ring buffer is never empty, and a push into a non-empty buffer wakes nobody, so the new listener
+sees pushes only at its periodic wake-up, every healthy_check_timeout_ms / 3 = 333 ms. With 140
+stale port files in /dev/shm, a process joining the running sim graph paused the gate's inputs
+347-384 ms and latched HOLD in 4 of 6 runs; with them removed, 59-77 ms and no HOLD in 3 runs
+(bench/join_stall.py, one CPU hog).
 
-Conservative on purpose: only files of this user, older than MIN_AGE_S, and nothing at all when
-the maps of one of this user's processes (init aside) cannot be read: it might use any of them.
+Why only when nothing uses DDS: a file is judged by name, then removed by name, and a
+participant that starts in between opens the old file (a reused port keeps its old mtime) and
+maps it. Removed under it, its port is orphaned: the writers that open that port later create a
+new file, and that participant never hears them (a driver that received no command in a whole
+run, a node missing from discovery: fc48, fc50 and a CI run, when this removed "unmapped" files
+while a graph was starting). `fastdds shm clean` has the same race (it tests a lock file, then
+deletes). So nothing is removed while any process maps a Fast DDS port (a live participant
+maps its own for its whole life): the launcher cleans
+before it starts its own participants, and the tests between modules. A removal that still
+raced (a participant started by someone else in that instant) is reported by `orphaned`.
+
+Conservative on purpose: only files of this user, older than MIN_AGE_S (a process may be
+creating one right now), and nothing at all when the maps of one of this user's processes
+(init aside) cannot be read.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 SHM_DIR = Path("/dev/shm")
 PREFIXES = ("fastdds_", "fastrtps_", "sem.fastdds_", "sem.fastrtps_")
-SUFFIXES = ("_el", "_mutex", "_sl")
-"""Companions of a segment or port (lock and mutex files): kept or removed with their base."""
+PORTS = ("fastdds_port", "fastrtps_port")
+"""A participant maps its listening ports for its whole life; a process that maps none is no
+live participant (a process whose participants are gone may still map other processes' data
+segments, `fastdds_<id>`: Fast DDS keeps those mapped, seen in pytest after rclpy's shutdown)."""
 MIN_AGE_S = 5.0
 """A file younger than this may belong to a process that is still creating it (shm_open, then mmap)."""
+_DELETED = " (deleted)"
 
 
-def _base(name: str) -> str:
-    name = name.removeprefix("sem.")
-    for suffix in SUFFIXES:
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
+@dataclass
+class Cleanup:
+    """What one clean-up did."""
+
+    removed: list[str] = field(default_factory=list)
+    users: list[int] = field(default_factory=list)
+    """PIDs that map a Fast DDS port (live participants): while there is one, nothing is removed."""
+    orphaned: dict[int, list[str]] = field(default_factory=dict)
+    """PID -> files it maps that this clean-up removed (it started in that instant): its
+    shared-memory port is cut off from new writers, and the process must be restarted."""
+    unreadable: bool = False
+    """The maps of one of this user's processes could not be read: nothing was removed."""
 
 
-def mapped_names(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc")) -> set[str] | None:
-    """Base names of the /dev/shm files some process maps, or None when the maps of one of this
-    user's processes cannot be read."""
-    uid = os.getuid()
-    names: set[str] = set()
+def _maps(proc: Path, shm_dir: Path) -> tuple[dict[int, set[str]], bool]:
+    """PID -> names of Fast DDS files in `shm_dir` it maps (a removed one ends in " (deleted)"),
+    and whether the maps of one of this user's processes (init aside) could not be read."""
+    uid, prefix = os.getuid(), str(shm_dir) + "/"
+    users: dict[int, set[str]] = {}
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
         try:
             owner = entry.stat().st_uid
             text = (entry / "maps").read_text()
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):
             continue  # exited meanwhile
         except PermissionError:
             if owner == uid and entry.name != "1":  # init (a container's too) uses no DDS; its maps may be closed
-                return None
+                return users, True
             continue  # another user's process: their files are theirs, and never removed here
-        except ProcessLookupError:
-            continue
         for line in text.splitlines():
-            path = line.rpartition(" ")[2]
-            if path.startswith(str(shm_dir) + "/"):
-                names.add(_base(path.rsplit("/", 1)[1]))
-    return names
+            fields = line.split(maxsplit=5)
+            if len(fields) < 6 or not fields[5].startswith(prefix):
+                continue
+            name = fields[5][len(prefix) :]
+            if name.startswith(PREFIXES):
+                users.setdefault(int(entry.name), set()).add(name)
+    return users, False
 
 
-def remove_unused(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc"), min_age_s: float = MIN_AGE_S) -> list[str]:
-    """Remove this user's Fast DDS files in `shm_dir` that no process maps; returns their names."""
+def _live_port(name: str) -> bool:
+    return name.startswith(PORTS) and not name.endswith(_DELETED)
+
+
+def remove_stale(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc"), min_age_s: float = MIN_AGE_S) -> Cleanup:
+    """Remove this user's Fast DDS files in `shm_dir` when no process maps a Fast DDS port."""
+    result = Cleanup()
     if not shm_dir.is_dir():
-        return []
-    in_use = mapped_names(shm_dir, proc)
-    if in_use is None:
-        return []
-    uid, now, removed = os.getuid(), time.time(), []
+        return result
+    maps, result.unreadable = _maps(proc, shm_dir)
+    result.users = sorted(pid for pid, names in maps.items() if any(_live_port(n) for n in names))
+    if result.unreadable or result.users:
+        return result
+    uid, now = os.getuid(), time.time()
     for path in sorted(shm_dir.iterdir()):
-        if not path.name.startswith(PREFIXES) or _base(path.name) in in_use:
+        if not path.name.startswith(PREFIXES):
             continue
         try:
             st = path.lstat()
             if st.st_uid != uid or now - st.st_mtime < min_age_s:
                 continue
             path.unlink()
-            removed.append(path.name)
         except OSError:  # gone meanwhile, or not ours to remove
             continue
-    return removed
+        result.removed.append(path.name)
+    if result.removed:
+        after, _ = _maps(proc, shm_dir)
+        # Only ports: a data segment's name is never reused, and a file of that name made since
+        # the removal (not "deleted") is a fresh port, no orphan.
+        gone = {name + _DELETED for name in result.removed if name.startswith(PORTS)}
+        result.orphaned = {
+            pid: sorted(n.removesuffix(_DELETED) for n in names & gone) for pid, names in after.items() if names & gone
+        }
+    return result

@@ -8,8 +8,6 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-import pytest
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -71,7 +69,10 @@ class RigHiccup(Exception):
     is raised in one case only: the gate held for the silence of a stream the fault did not
     touch (another driver, a camera) and the rig itself saw that stream silent for the whole hold
     window (tests/faults/rig.py silent_streams), so the whole machine stalled; the trial then
-    measured the stall, not the fault. Everything else after the fault is asserted."""
+    measured the stall, not the fault. And in one more: a fault that SIGSTOPs a process writing
+    to the gate, after which the gate held on its command timeout while this rig kept sending (the
+    stopped process held the gate's shared-memory port lock: conclude's `stopped`). Everything
+    else after the fault is asserted."""
 
 
 def pytest_pyfunc_call(pyfuncitem):
@@ -200,13 +201,3 @@ def pytest_terminal_summary(terminalreporter):
         )
     )
     tr.write_line(f"written to {out}")
-
-
-@pytest.fixture(autouse=True)
-def no_stale_shared_memory():
-    """Fast DDS files that no process maps (left by the processes these tests kill) are removed
-    before each test: a participant that reuses a stale port gets ~333 ms delivery pauses
-    (egomimic_launch.shm)."""
-    from egomimic_launch.shm import remove_unused
-
-    remove_unused()

@@ -164,7 +164,9 @@ def conclude(
     keep_streaming=True,
     extra=None,
     deadline_s: float = DEADLINE_S,
+    stopped: str = "",
 ) -> TrialResult:
+    """`stopped`: the node the fault SIGSTOPped, when it is one that writes to the gate."""
     armed_at = getattr(rig, "armed_stamp_s", None)
     early = [
         s
@@ -187,6 +189,18 @@ def conclude(
             raise RigHiccup(
                 f"{fault}: the gate held for {status.reason} ({status.detail}) and this rig saw {', '.join(silent)} "
                 f"silent for that whole window too: the machine stalled, the injected fault was not what was measured"
+            )
+        if stopped and status.reason == "STALE_COMMAND" and status.reason not in reasons:
+            # This rig kept sending (else `silent` above), the gate heard none of it: a writer
+            # stopped while it holds a reader's shared-memory port mutex (Fast DDS try_push)
+            # leaves that reader deaf to every writer until it runs again (bench/deaf_reader.py:
+            # 2 of 150 stops of a 1 kHz writer). The gate held all the same, on its command
+            # timeout, but the staleness under test was not what it measured: re-run, listed.
+            bad = [c for c in rig.commands_since(t_start) if c.violations]
+            assert not bad, f"{fault}: commands outside limits reached the drivers: {bad[0].violations}"
+            raise RigHiccup(
+                f"{fault}: the gate held for {status.reason} ({status.detail}) while this rig kept sending: the "
+                f"stopped {stopped} held the gate's shared-memory port lock (the gate heard no writer until it ran)"
             )
         assert status.reason in reasons, f"{fault}: reason {status.reason} ({status.detail}), expected {reasons}"
     if keep_streaming and rig._stream_thread is None:
@@ -453,11 +467,21 @@ def test_stale_state_driver_frozen(rig):
     for rng in trials("stale_state"):
         t_start = time.time()
         arm_and_stream(rig, rng)
-        pid = rig.node_pid(f"driver_{random_arm(rng).value}")
+        driver = f"driver_{random_arm(rng).value}"
+        pid = rig.node_pid(driver)
         t_fault = time.time()
         rig.freeze(pid)
         try:
-            conclude(rig, "stale_state", t_start, t_fault, {"HOLD"}, {"STALE_STATE"}, deadline_s=stale_state_bound(rig))
+            conclude(
+                rig,
+                "stale_state",
+                t_start,
+                t_fault,
+                {"HOLD"},
+                {"STALE_STATE"},
+                deadline_s=stale_state_bound(rig),
+                stopped=driver,
+            )
         finally:
             rig.thaw(pid)
         time.sleep(0.2)  # the driver is back: still no resume
@@ -498,6 +522,7 @@ def _camera_trial(rig: Rig, rng, fault: str, how: str) -> None:
             {"STALE_CAMERA"},
             extra=lambda r: r.with_note(f"{(r.time_to_state_s + t_fault - t_inject) * 1e3:.0f} ms after injection"),
             deadline_s=DEADLINE_S if how == "freeze" else stale_camera_bound(rig),
+            stopped="cameras" if how == "sigstop" else "",
         )
     finally:
         if pid is not None:

@@ -48,16 +48,6 @@ def start_launch(run_dir: Path, *args: str, duration_s: float = 60.0) -> subproc
     )
 
 
-@pytest.fixture(autouse=True)
-def no_stale_shared_memory():
-    """Fast DDS files that no process maps, left by processes an earlier test killed, removed
-    before each test: a participant that reuses a stale port gets ~333 ms delivery pauses
-    (egomimic_launch.shm)."""
-    from egomimic_launch.shm import remove_unused
-
-    remove_unused()
-
-
 @pytest.fixture
 def node_process(tmp_path):
     """Start `python -m <module> --ros-args ...`; all are stopped (SIGINT, then kill) at the end."""
