@@ -53,48 +53,41 @@ def test_a_process_that_maps_only_data_segments_is_no_participant(tmp_path):
         assert done.orphaned == {}  # the segment's name is never reused: no port was cut off
 
 
-def test_a_process_that_mapped_a_file_in_that_instant_is_reported(tmp_path, monkeypatch):
-    """The race the rule avoids, forced: a participant opens the stale port between the scan and
-    the removal. Its mapping of the removed file is found by the second scan."""
-    port = _file(tmp_path / "fastdds_port99991")
+def _clean_with_a_participant_between_scans(tmp_path, monkeypatch, port, fresh: bool):
+    """remove_stale, with a "participant" that maps `port` right after the first scan: the old
+    (stale) file when `fresh` is False, else a new file of that name made after the removal."""
     real_maps, held = shm._maps, []
 
-    def scan_then_open(proc, shm_dir):
+    def scan(proc, shm_dir):
         users = real_maps(proc, shm_dir)
-        if not held:  # after the first scan: the "participant" maps the stale port
-            f = open(port, "r+b")
+        if not held and (not fresh or not port.exists()):
+            f = open(_file(port, age_s=0.0) if fresh else port, "r+b")
             held.append((f, mmap.mmap(f.fileno(), 0)))
+            if fresh:
+                users = real_maps(proc, shm_dir)
         return users
 
-    monkeypatch.setattr(shm, "_maps", scan_then_open)
+    monkeypatch.setattr(shm, "_maps", scan)
     try:
-        done = remove_stale(shm_dir=tmp_path)
+        return remove_stale(shm_dir=tmp_path)
     finally:
         for f, m in held:
             m.close()
             f.close()
+
+
+def test_a_process_that_mapped_a_file_in_that_instant_is_reported(tmp_path, monkeypatch):
+    """The race the rule avoids, forced: a participant opens the stale port between the scan and
+    the removal. Its mapping of the removed file is found by the second scan."""
+    port = _file(tmp_path / "fastdds_port99991")
+    done = _clean_with_a_participant_between_scans(tmp_path, monkeypatch, port, fresh=False)
     assert done.removed == [port.name]
     assert done.orphaned == {os.getpid(): [port.name]}
 
 
 def test_a_file_made_again_after_the_removal_is_no_orphan(tmp_path, monkeypatch):
     port = _file(tmp_path / "fastdds_port99991")
-    real_maps, held = shm._maps, []
-
-    def scan(proc, shm_dir):
-        if port.exists() or held:
-            return real_maps(proc, shm_dir)
-        f = open(_file(port, age_s=0.0), "r+b")  # a new participant made a fresh port of that name
-        held.append((f, mmap.mmap(f.fileno(), 0)))
-        return real_maps(proc, shm_dir)
-
-    monkeypatch.setattr(shm, "_maps", scan)
-    try:
-        done = remove_stale(shm_dir=tmp_path)
-    finally:
-        for f, m in held:
-            m.close()
-            f.close()
+    done = _clean_with_a_participant_between_scans(tmp_path, monkeypatch, port, fresh=True)
     assert done.removed == [port.name] and done.orphaned == {}
 
 
