@@ -483,6 +483,16 @@ class GateNodeConfig:
         },
     )
 
+    unsafe_limits: bool = field(
+        default=False,
+        metadata={
+            "help": "Accept GateConfig limits above their documented safe maxima (lower bounds, types and "
+            "orderings still hold). Set only by the launch argument unsafe_limits:=true, which logs every "
+            "such value at start; /diagnostics reports it. For bench tests of the gate itself, never on a "
+            "robot near people.",
+        },
+    )
+
     def __post_init__(self) -> None:
         if self.camera_liveness not in CAMERA_LIVENESS:
             raise ConfigError(f"camera_liveness must be one of {list(CAMERA_LIVENESS)}, got {self.camera_liveness!r}")

@@ -284,6 +284,12 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
     os.environ["ROS_LOG_DIR"] = env["ROS_LOG_DIR"]
     if changed:
         safe_print(f"[launch] params_file changes safety gate parameters from their defaults: {'; '.join(changed)}")
+    if graph.unsafe_limits:
+        above = params_check.unsafe_values(graph.args["params_file"], graph) if graph.args["params_file"] else []
+        safe_print(
+            "[launch] UNSAFE LIMITS (unsafe_limits:=true): the safety gate accepts limits above their safe "
+            f"maxima; set above: {'; '.join(above) or 'none'}"
+        )
     safe_print(
         f"[launch] {len(graph.nodes)} nodes, namespace /{graph.namespace}, ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']}, "
         f"logs in {run_dir}"

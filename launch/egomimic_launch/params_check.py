@@ -8,6 +8,9 @@ every value must have the parameter's type (a quoted "50.0" is text, not a numbe
 documented range. Each problem is one line; the launcher refuses to start on any.
 
 `differing_limits` lists the safety gate's limits that differ from their defaults, for the log.
+With unsafe_limits:=true a gate limit above its range's maximum is no problem but one of
+`unsafe_values` (lower bounds and types still hold); `unsafe_limits` itself is refused in a
+file: only the launch argument sets it, where the log shows it.
 """
 
 from __future__ import annotations
@@ -149,24 +152,31 @@ def check(path: str | Path, graph) -> list[str]:
             if wrong:
                 problems.append(f"{where}: {selector}: {key}: {wrong}")
                 continue
-            range_ = d.field.metadata.get("range")
-            if (
-                range_ is not None
-                and isinstance(value, int | float)
-                and not isinstance(value, bool)
-                and not range_[0] <= value <= range_[1]
-            ):
+            if key == "unsafe_limits":
+                problems.append(
+                    f"{where}: {selector}: unsafe_limits: set it with the launch argument unsafe_limits:=true"
+                )
+                continue
+            range_ = _outside(d, value)
+            if range_ and not (graph.unsafe_limits and d.owner.__name__ == "GateConfig" and value > range_[1]):
                 problems.append(f"{where}: {selector}: {key}: {value!r} is outside [{range_[0]}, {range_[1]}]")
     return problems
 
 
-def differing_limits(path: str | Path, graph) -> list[str]:
-    """'name default -> value' for each safety-gate parameter the file sets to a non-default value."""
+def _outside(d: Declared, value) -> tuple | None:
+    """The field's range when a number `value` lies outside it, else None."""
+    range_ = d.field.metadata.get("range")
+    if range_ is None or not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    return None if range_[0] <= value <= range_[1] else range_
+
+
+def _gate_values(path: str | Path, graph) -> Iterable[tuple[str, object, Declared]]:
+    """(key, value, declared) for each safety-gate parameter the file sets."""
     data = yaml.safe_load(Path(path).read_text()) or {}
     gate = next((spec for spec in graph.nodes if spec.name == "safety_gate"), None)
     if gate is None or not isinstance(data, dict):
-        return []
-    out = []
+        return
     for selector, body in data.items():
         regex, absolute = _selector_regex(str(selector))
         target = f"/{graph.namespace}/{gate.name}".replace("//", "/") if absolute else gate.name
@@ -175,10 +185,27 @@ def differing_limits(path: str | Path, graph) -> list[str]:
         for key, value in _flatten(body.get(ROS_PARAMETERS) or {}):
             for d in declared_parameters(gate.module):
                 if d.pattern.match(key):
-                    default = d.field.default
-                    if default is not dataclasses.MISSING and value != default:
-                        out.append(f"{key} {default!r} -> {value!r}")
+                    yield key, value, d
+
+
+def unsafe_values(path: str | Path, graph) -> list[str]:
+    """'name value (safe maximum hi)' for each gate limit the file sets above its range: what
+    unsafe_limits:=true lets through, for the start-up log."""
+    out = []
+    for key, value, d in _gate_values(path, graph):
+        range_ = _outside(d, value)
+        if range_ and value > range_[1]:
+            out.append(f"{key} {value!r} (safe maximum {range_[1]})")
     return out
+
+
+def differing_limits(path: str | Path, graph) -> list[str]:
+    """'name default -> value' for each safety-gate parameter the file sets to a non-default value."""
+    return [
+        f"{key} {d.field.default!r} -> {value!r}"
+        for key, value, d in _gate_values(path, graph)
+        if d.field.default is not dataclasses.MISSING and value != d.field.default
+    ]
 
 
 def _distance(a: str, b: str) -> int:

@@ -71,6 +71,28 @@ def test_the_gates_changed_limits_are_listed(tmp_path):
     assert params_check.differing_limits(path, build_graph({})) == ["max_translation_step_m 0.08 -> 0.05"]
 
 
+def test_unsafe_limits_lets_a_gate_limit_above_its_maximum_through_and_lists_it(tmp_path):
+    """Issue 18: a weakened gate limit is refused unless unsafe_limits:=true, which lifts only the
+    gate's upper bounds (lower bounds, types and other nodes' ranges still hold) and never comes
+    from a file."""
+    weak = write(tmp_path, {"/**/safety_gate": {"ros__parameters": {"command_timeout_s": 1000.0}}})
+    [refused] = params_check.check(weak, build_graph({}))
+    assert "command_timeout_s: 1000.0 is outside [0.0, 10.0]" in refused
+    unsafe = build_graph({"unsafe_limits": "true"})
+    assert unsafe.unsafe_limits and params_check.check(weak, unsafe) == []
+    assert params_check.unsafe_values(weak, unsafe) == ["command_timeout_s 1000.0 (safe maximum 10.0)"]
+    gate = next(n for n in unsafe.nodes if n.name == "safety_gate")
+    assert gate.parameters["unsafe_limits"] is True
+    for data, says in [
+        ({"/**/safety_gate": {"ros__parameters": {"command_timeout_s": -1.0}}}, "is outside"),
+        ({"/**/safety_gate": {"ros__parameters": {"command_timeout_s": "1000"}}}, "command_timeout_s"),
+        ({"/**/driver_left": {"ros__parameters": {"rate_hz": 5000.0}}}, "is outside"),
+        ({"/**/safety_gate": {"ros__parameters": {"unsafe_limits": True}}}, "launch argument unsafe_limits:=true"),
+    ]:
+        [problem] = params_check.check(write(tmp_path, data), unsafe)
+        assert says in problem, problem
+
+
 def test_the_launcher_refuses_before_starting_anything(tmp_path):
     path = write(tmp_path, {"/**/safety_gate": {"ros__parameters": {"max_translaton_step_m": 0.05}}})
     out = subprocess.run(

@@ -233,6 +233,38 @@ def test_a_value_outside_its_range_is_refused_at_start(name, value):
         rclpy.try_shutdown(context=ctx)
 
 
+def test_unsafe_limits_accepts_a_limit_above_its_maximum_and_says_so():
+    """unsafe_limits (set by the launch argument): a limit above its safe maximum is accepted and
+    the descriptor says the maximum is lifted; below the minimum is still refused."""
+    import rclpy
+    from rclpy.parameter import Parameter
+
+    from egomimic_hw.errors import ConfigError
+    from egomimic_nodes.gate_node import GateNode
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, args=["--ros-args", "--disable-external-lib-logs"])
+    unsafe = Parameter("unsafe_limits", value=True)
+    try:
+        node = GateNode(
+            start_decisions=False,
+            context=ctx,
+            parameter_overrides=[unsafe, Parameter("command_timeout_s", value=60.0)],
+        )
+        assert node.gate.config.command_timeout_s == 60.0 and node.unsafe_limits
+        desc = node.describe_parameter("command_timeout_s")
+        assert not desc.floating_point_range and "lifted" in desc.additional_constraints
+        node.destroy_node()
+        with pytest.raises(ConfigError, match="parameter command_timeout_s"):
+            GateNode(
+                start_decisions=False,
+                context=ctx,
+                parameter_overrides=[unsafe, Parameter("command_timeout_s", value=-1.0)],
+            )
+    finally:
+        rclpy.try_shutdown(context=ctx)
+
+
 def test_every_gate_parameter_is_read_only(gate_node):
     """A limit or a workspace box set at run time would be accepted and ignored (the gate builds
     its config once): it must be refused instead, with the reason."""

@@ -151,6 +151,14 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
         ("true", "false"),
     ),
     LaunchArgument(
+        "unsafe_limits",
+        "false",
+        "let params_file set the safety gate's limits above their documented safe maxima (lower bounds, "
+        "types and orderings still hold); every such value is logged at start and /diagnostics reports it. "
+        "For bench tests of the gate, never on a robot near people",
+        ("true", "false"),
+    ),
+    LaunchArgument(
         "security",
         "false",
         "SROS2, on a ROS install whose Fast DDS has the DDS Security plugins: ROS_SECURITY_ENABLE=true, "
@@ -226,6 +234,10 @@ class Graph:
     namespace: str
     auto_arm: bool
     args: dict
+
+    @property
+    def unsafe_limits(self) -> bool:
+        return self.args.get("unsafe_limits") == "true"
 
     @property
     def secured(self) -> bool:
@@ -491,6 +503,7 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                 "required_cameras": list(cameras),
                 # a stock driver has no health topic: the gate reads its images' stamps
                 "camera_liveness": "image_stamps" if camera_backend == "external" else "health_reports",
+                "unsafe_limits": args["unsafe_limits"] == "true",
             },
             **yaml_files,
             arm_after=True,

@@ -122,6 +122,13 @@ def _graph_actions(context):
         return handler
 
     actions = []
+    if graph.unsafe_limits:  # as egomimic-launch: every value above its safe maximum, in the log
+        above = [line for f in files for line in params_check.unsafe_values(f, graph)]
+        actions.append(
+            LogInfo(
+                msg=f"[launch] UNSAFE LIMITS (unsafe_limits:=true): set above their safe maxima: {'; '.join(above) or 'none'}"
+            )
+        )
     starts = []  # per node, the actions that start it
     ready = []  # per node, a function registering `next_actions` to run once the node is up
     for spec in graph.nodes:

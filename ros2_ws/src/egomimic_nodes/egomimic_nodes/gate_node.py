@@ -138,8 +138,13 @@ class GateNode(Node):
         super().__init__("safety_gate", **node_options)
         # Every parameter is read-only: the gate builds its config once, so a `ros2 param set`
         # of a limit or a workspace box is refused, never accepted and silently ignored.
-        config = declare_config(self, GateConfig)
         node_config = declare_config(self, GateNodeConfig)
+        config = declare_config(self, GateConfig, lift_upper=node_config.unsafe_limits)
+        self.unsafe_limits = node_config.unsafe_limits
+        if node_config.unsafe_limits:
+            self.get_logger().warning(
+                "UNSAFE LIMITS: limits above their documented safe maxima are accepted (unsafe_limits:=true)"
+            )
         rate_hz = node_config.watchdog_rate_hz
         check_sources = node_config.check_state_publishers
         # one solver per arm, shared with the gate
@@ -578,6 +583,7 @@ class GateNode(Node):
                 "watchdog_late": self.watchdog_late,
                 "watchdog_late_max_ms": round(self.watchdog_late_max_s * 1e3, 1),
                 "empty_wakeups": self.empty_wakeups,
+                "unsafe_limits": self.unsafe_limits,
             }
         )
         values.update({f"deferred.{k}": v for k, v in sorted(g.deferred_counts.items())})

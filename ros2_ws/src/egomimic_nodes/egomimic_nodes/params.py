@@ -84,8 +84,10 @@ def _default(f: dataclasses.Field):
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
 
 
-def descriptor(cls, f: dataclasses.Field, kind: _Kind) -> ParameterDescriptor:
-    """The descriptor of field `f` of `cls`: help, range, read-only unless `runtime`."""
+def descriptor(cls, f: dataclasses.Field, kind: _Kind, lift_upper: bool = False) -> ParameterDescriptor:
+    """The descriptor of field `f` of `cls`: help, range, read-only unless `runtime`. With
+    `lift_upper` (the gate's unsafe_limits) the range goes from the descriptor (rclpy would refuse
+    a value above it) and declare_config checks the lower bound alone."""
     any_type = bool(f.metadata.get("any_type"))
     desc = ParameterDescriptor(
         description=f.metadata.get("help", f"{cls.__name__}.{f.name}"),
@@ -95,7 +97,9 @@ def descriptor(cls, f: dataclasses.Field, kind: _Kind) -> ParameterDescriptor:
     if kind.array_type is not None:
         desc.type = kind.array_type
     range_ = f.metadata.get("range")
-    if range_ is not None:
+    if range_ is not None and lift_upper:
+        desc.additional_constraints = f"{range_[0]} <= value (unsafe_limits: the safe maximum {range_[1]} is lifted)"
+    elif range_ is not None:
         lo, hi = range_
         if kind.is_float:
             desc.floating_point_range = [FloatingPointRange(from_value=float(lo), to_value=float(hi), step=0.0)]
@@ -105,9 +109,10 @@ def descriptor(cls, f: dataclasses.Field, kind: _Kind) -> ParameterDescriptor:
     return desc
 
 
-def declare_config(node, cls, prefix: str = "", skip: tuple[str, ...] = (), **fixed):
+def declare_config(node, cls, prefix: str = "", skip: tuple[str, ...] = (), lift_upper: bool = False, **fixed):
     """Declare `cls`'s fields as `<prefix><field>` parameters (module docstring); return
-    `cls(...)` built from their values and `fixed`."""
+    `cls(...)` built from their values and `fixed`. `lift_upper`: accept values above each
+    field's range (lower bounds and types still hold): the gate's unsafe_limits."""
     kwargs = dict(fixed)
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
@@ -119,7 +124,7 @@ def declare_config(node, cls, prefix: str = "", skip: tuple[str, ...] = (), **fi
             continue
         name = prefix + f.name
         try:
-            param = node.declare_parameter(name, kind.default, descriptor(cls, f, kind))
+            param = node.declare_parameter(name, kind.default, descriptor(cls, f, kind, lift_upper))
         except (InvalidParameterValueException, InvalidParameterTypeException) as exc:
             raise ConfigError(f"parameter {name}: {exc}") from None
         value = param.value if param.type_ != Parameter.Type.NOT_SET else None
@@ -135,7 +140,11 @@ def declare_config(node, cls, prefix: str = "", skip: tuple[str, ...] = (), **fi
                 raise ConfigError(f"parameter {name}: expected a number, got {value!r}")
             value = float(value)
         range_ = f.metadata.get("range")
-        if range_ is not None and isinstance(value, (int, float)) and not range_[0] <= value <= range_[1]:
+        if (
+            range_ is not None
+            and isinstance(value, (int, float))
+            and not range_[0] <= value <= (float("inf") if lift_upper else range_[1])
+        ):
             # rclpy checks the range of a value of the declared type; an integer given for a float is checked here
             raise ConfigError(f"parameter {name}: {value!r} is outside [{range_[0]}, {range_[1]}]")
         if isinstance(value, list):
