@@ -16,14 +16,17 @@ maps it. Removed under it, its port is orphaned: the writers that open that port
 new file, and that participant never hears them (a driver that received no command in a whole
 run, a node missing from discovery: fc48, fc50 and a CI run, when this removed "unmapped" files
 while a graph was starting). `fastdds shm clean` has the same race (it tests a lock file, then
-deletes). So nothing is removed while any process maps a Fast DDS port (a live participant
-maps its own for its whole life): the launcher cleans
-before it starts its own participants, and the tests between modules. A removal that still
-raced (a participant started by someone else in that instant) is reported by `orphaned`.
+deletes). So nothing is removed while a live participant exists: a process that holds a lock
+(flock, /proc/locks) on a file of /dev/shm's filesystem; Fast DDS locks each participant's data
+segment and listening ports (`_el`, `_sl`) for their whole life, and a process whose
+participants are gone holds none, even while it still maps other processes' files (pytest was
+seen mapping ports between test modules). The launcher cleans before it starts its own
+participants, and the tests between modules. A removal that still raced (a participant started
+by someone else in that instant) is reported by `orphaned`.
 
 Conservative on purpose: only files of this user, older than MIN_AGE_S (a process may be
-creating one right now), and nothing at all when the maps of one of this user's processes
-(init aside) cannot be read.
+creating one right now); any lock on that filesystem counts, and nothing is removed when
+/proc/locks cannot be read.
 """
 
 from __future__ import annotations
@@ -36,9 +39,6 @@ from pathlib import Path
 SHM_DIR = Path("/dev/shm")
 PREFIXES = ("fastdds_", "fastrtps_", "sem.fastdds_", "sem.fastrtps_")
 PORTS = ("fastdds_port", "fastrtps_port")
-"""A participant maps its listening ports for its whole life; a process that maps none is no
-live participant (a process whose participants are gone may still map other processes' data
-segments, `fastdds_<id>`: Fast DDS keeps those mapped, seen in pytest after rclpy's shutdown)."""
 MIN_AGE_S = 5.0
 """A file younger than this may belong to a process that is still creating it (shm_open, then mmap)."""
 _DELETED = " (deleted)"
@@ -50,31 +50,27 @@ class Cleanup:
 
     removed: list[str] = field(default_factory=list)
     users: list[int] = field(default_factory=list)
-    """PIDs that map a Fast DDS port (live participants): while there is one, nothing is removed."""
+    """PIDs that hold a lock on the shared-memory filesystem (live participants): while there is
+    one, nothing is removed."""
     orphaned: dict[int, list[str]] = field(default_factory=dict)
     """PID -> files it maps that this clean-up removed (it started in that instant): its
     shared-memory port is cut off from new writers, and the process must be restarted."""
     unreadable: bool = False
-    """The maps of one of this user's processes could not be read: nothing was removed."""
+    """/proc/locks could not be read: nothing was removed."""
 
 
-def _maps(proc: Path, shm_dir: Path) -> tuple[dict[int, set[str]], bool]:
+def _maps(proc: Path, shm_dir: Path) -> dict[int, set[str]]:
     """PID -> names of Fast DDS files in `shm_dir` it maps (a removed one ends in " (deleted)"),
-    and whether the maps of one of this user's processes (init aside) could not be read."""
-    uid, prefix = os.getuid(), str(shm_dir) + "/"
+    for the processes whose maps can be read."""
+    prefix = str(shm_dir) + "/"
     users: dict[int, set[str]] = {}
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            owner = entry.stat().st_uid
             text = (entry / "maps").read_text()
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # exited meanwhile
-        except PermissionError:
-            if owner == uid and entry.name != "1":  # init (a container's too) uses no DDS; its maps may be closed
-                return users, True
-            continue  # another user's process: their files are theirs, and never removed here
+        except OSError:  # exited meanwhile, or not readable
+            continue
         for line in text.splitlines():
             fields = line.split(maxsplit=5)
             if len(fields) < 6 or not fields[5].startswith(prefix):
@@ -82,20 +78,35 @@ def _maps(proc: Path, shm_dir: Path) -> tuple[dict[int, set[str]], bool]:
             name = fields[5][len(prefix) :]
             if name.startswith(PREFIXES):
                 users.setdefault(int(entry.name), set()).add(name)
-    return users, False
+    return users
 
 
-def _live_port(name: str) -> bool:
-    return name.startswith(PORTS) and not name.endswith(_DELETED)
+def _lock_holders(proc: Path, shm_dir: Path) -> set[int] | None:
+    """PIDs holding a lock on a file of `shm_dir`'s filesystem (/proc/locks), None when
+    /proc/locks cannot be read."""
+    st = shm_dir.stat()
+    device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:"
+    try:
+        text = (proc / "locks").read_text()
+    except OSError:
+        return None
+    holders = set()
+    for line in text.splitlines():  # "1: FLOCK  ADVISORY  WRITE 4193 00:1b:1591371 0 EOF"
+        fields = [f for f in line.split() if f != "->"]
+        where = next((i for i, f in enumerate(fields) if f.startswith(device) and f.count(":") == 2), None)
+        if where is not None and where > 0 and fields[where - 1].lstrip("-").isdigit():
+            holders.add(int(fields[where - 1]))
+    return holders
 
 
 def remove_stale(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc"), min_age_s: float = MIN_AGE_S) -> Cleanup:
-    """Remove this user's Fast DDS files in `shm_dir` when no process maps a Fast DDS port."""
+    """Remove this user's Fast DDS files in `shm_dir` when no live participant exists."""
     result = Cleanup()
     if not shm_dir.is_dir():
         return result
-    maps, result.unreadable = _maps(proc, shm_dir)
-    result.users = sorted(pid for pid, names in maps.items() if any(_live_port(n) for n in names))
+    holders = _lock_holders(proc, shm_dir)
+    result.unreadable = holders is None
+    result.users = sorted(holders or ())
     if result.unreadable or result.users:
         return result
     uid, now = os.getuid(), time.time()
@@ -111,11 +122,15 @@ def remove_stale(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc"), min_age_s:
             continue
         result.removed.append(path.name)
     if result.removed:
-        after, _ = _maps(proc, shm_dir)
-        # Only ports: a data segment's name is never reused, and a file of that name made since
-        # the removal (not "deleted") is a fresh port, no orphan.
+        # A live participant (it holds a lock now) that maps a removed port: it started in that
+        # instant. Only ports: a data segment's name is never reused, a file of that name made
+        # since the removal (not "deleted") is a fresh port, and a process with no participant
+        # left may map removed files harmlessly.
+        live = _lock_holders(proc, shm_dir) or set()
         gone = {name + _DELETED for name in result.removed if name.startswith(PORTS)}
         result.orphaned = {
-            pid: sorted(n.removesuffix(_DELETED) for n in names & gone) for pid, names in after.items() if names & gone
+            pid: sorted(n.removesuffix(_DELETED) for n in names & gone)
+            for pid, names in _maps(proc, shm_dir).items()
+            if names & gone and pid in live
         }
     return result

@@ -1,9 +1,10 @@
-"""Stale Fast DDS shared-memory files: removed only while no process maps a Fast DDS port (no
-live participant: removing files while one starts orphans its port), kept when young (a process may be
+"""Stale Fast DDS shared-memory files: removed only while no process holds a lock there (no live
+participant: removing files while one starts orphans its port), kept when young (a process may be
 creating it), never a file that is not Fast DDS's; a removal that raced is reported."""
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import time
@@ -33,52 +34,65 @@ def test_with_no_user_every_old_fastdds_file_goes(tmp_path):
     assert not port.exists() and not lock.exists() and not mutex.exists() and not segment.exists()
 
 
-def test_while_one_process_maps_a_fastdds_port_nothing_goes(tmp_path):
+def test_while_one_process_holds_a_lock_there_nothing_goes(tmp_path):
+    """A live participant holds its segment's and ports' lock files (flock) for its whole life."""
     stale = _file(tmp_path / "fastdds_port99991")
-    live = _file(tmp_path / "fastdds_port99992")
-    with open(live, "r+b") as f, mmap.mmap(f.fileno(), 0):  # this process maps it, as a listener would
+    lock = _file(tmp_path / "fastdds_port99992_el")
+    with open(lock, "r+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         done = remove_stale(shm_dir=tmp_path)
         assert done.removed == [] and done.users == [os.getpid()]
-    assert stale.exists() and live.exists()
+    assert stale.exists() and lock.exists()
 
 
-def test_a_process_that_maps_only_data_segments_is_no_participant(tmp_path):
-    """After rclpy's shutdown Fast DDS keeps other processes' data segments mapped (pytest's maps,
-    fault battery): that alone must not stop the clean-up, or stale ports stay for good."""
+def test_a_process_that_maps_files_but_holds_no_lock_is_no_participant(tmp_path):
+    """After rclpy's shutdown Fast DDS keeps other processes' ports and segments mapped (pytest's
+    maps, fault battery): that alone must not stop the clean-up, or stale ports stay for good."""
     port = _file(tmp_path / "fastdds_port99991")
     segment = _file(tmp_path / "fastdds_0123456789abcdef")
-    with open(segment, "r+b") as f, mmap.mmap(f.fileno(), 0):
+    with open(port, "r+b") as f, mmap.mmap(f.fileno(), 0), open(segment, "r+b") as g, mmap.mmap(g.fileno(), 0):
         done = remove_stale(shm_dir=tmp_path)
         assert sorted(done.removed) == sorted([port.name, segment.name]) and done.users == []
-        assert done.orphaned == {}  # the segment's name is never reused: no port was cut off
+        assert done.orphaned == {}  # it maps a removed port, but no participant of it is alive
+
+
+def test_without_proc_locks_nothing_goes(tmp_path):
+    (tmp_path / "proc").mkdir()
+    stale = _file(tmp_path / "fastdds_port99991")
+    done = remove_stale(shm_dir=tmp_path, proc=tmp_path / "proc")
+    assert done.unreadable and done.removed == [] and stale.exists()
 
 
 def _clean_with_a_participant_between_scans(tmp_path, monkeypatch, port, fresh: bool):
-    """remove_stale, with a "participant" that maps `port` right after the first scan: the old
-    (stale) file when `fresh` is False, else a new file of that name made after the removal."""
-    real_maps, held = shm._maps, []
+    """remove_stale, with a "participant" that starts right after the check for live ones: it
+    locks its segment and maps `port`, the old (stale) file when `fresh` is False, else a new
+    file of that name made after the removal."""
+    real_holders, held = shm._lock_holders, []
 
-    def scan(proc, shm_dir):
-        users = real_maps(proc, shm_dir)
+    def holders(proc, shm_dir):
+        live = real_holders(proc, shm_dir)
         if not held and (not fresh or not port.exists()):
+            lock = open(_file(tmp_path / "fastdds_fedcba9876543210_el", age_s=0.0), "r+b")
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             f = open(_file(port, age_s=0.0) if fresh else port, "r+b")
-            held.append((f, mmap.mmap(f.fileno(), 0)))
+            held.append((lock, f, mmap.mmap(f.fileno(), 0)))
             if fresh:
-                users = real_maps(proc, shm_dir)
-        return users
+                live = real_holders(proc, shm_dir)
+        return live
 
-    monkeypatch.setattr(shm, "_maps", scan)
+    monkeypatch.setattr(shm, "_lock_holders", holders)
     try:
         return remove_stale(shm_dir=tmp_path)
     finally:
-        for f, m in held:
+        for lock, f, m in held:
             m.close()
             f.close()
+            lock.close()
 
 
-def test_a_process_that_mapped_a_file_in_that_instant_is_reported(tmp_path, monkeypatch):
-    """The race the rule avoids, forced: a participant opens the stale port between the scan and
-    the removal. Its mapping of the removed file is found by the second scan."""
+def test_a_participant_that_started_in_that_instant_is_reported(tmp_path, monkeypatch):
+    """The race the rule narrows, forced: a participant opens the stale port between the check
+    and the removal. Its mapping of the removed port is found afterwards."""
     port = _file(tmp_path / "fastdds_port99991")
     done = _clean_with_a_participant_between_scans(tmp_path, monkeypatch, port, fresh=False)
     assert done.removed == [port.name]
