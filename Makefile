@@ -50,7 +50,7 @@ help: ## list the targets
 	@echo "  make bench        benchmarks under bench/ (not part of make test)"
 	@echo "  make soak         the sim graph for DURATION s (default 600 here) beside a one-core CPU hog: HOLDs, rejections, rates, CPU, RSS"
 	@echo "  make demo-learn   record expert episodes through the graph, train, deploy: trained vs untrained vs expert success (DEMO_ARGS)"
-	@echo "  make shm-clean    remove Fast DDS shared memory left by killed processes"
+	@echo "  make shm-clean    remove Fast DDS shared memory left by killed processes (only while no participant is alive)"
 	@echo "  make clean-venv   delete .venv"
 	@echo "variables: DURATION=<s>  RUN_ARGS='policy:=scripted ...'  PYTEST_ARGS=...  DEMO_ARGS='--demos 0:40 ...'  ROS_DOMAIN_ID=<0-232>"
 
@@ -130,8 +130,8 @@ soak: $(STAMP) ## not part of make test: 10 minutes by default
 demo-learn: $(STAMP) ## record expert episodes through the graph, train, deploy, compare (not in make test)
 	$(PY) tools/demo_learn.py --out out/demo_learn $(DEMO_ARGS)
 
-shm-clean:
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/fastdds shm clean
+shm-clean: $(STAMP) ## remove stale Fast DDS shared memory (only while no participant is alive)
+	$(PY) -c "from egomimic_launch.shm import remove_stale; d = remove_stale(); print(f'removed {len(d.removed)} file(s)' + (f'; kept all: participants alive (pids {d.users}, lock files {d.busy})' if d.users or d.busy else ''))"
 
 clean-venv:
 	rm -rf $(VENV)

@@ -487,9 +487,9 @@ class GateNodeConfig:
         default=False,
         metadata={
             "help": "Accept GateConfig limits above their documented safe maxima (lower bounds, types and "
-            "orderings still hold). Set only by the launch argument unsafe_limits:=true, which logs every "
-            "such value at start; /diagnostics reports it. For bench tests of the gate itself, never on a "
-            "robot near people.",
+            "orderings still hold). The launchers set it only from the launch argument unsafe_limits:=true (a "
+            "params_file cannot) and log every such value at start; /diagnostics reports it. For bench "
+            "tests of the gate itself, never on a robot near people.",
         },
     )
 

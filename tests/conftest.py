@@ -78,10 +78,10 @@ def pytest_terminal_summary(terminalreporter):
     if not _SHM_CLEANUPS:
         return
     removed = sum(len(d.removed) for _, d, _ in _SHM_CLEANUPS)
-    busy = [(m, who) for m, d, who in _SHM_CLEANUPS if d.users or d.unreadable]
+    busy = [(m, who + d.busy[:2]) for m, d, who in _SHM_CLEANUPS if d.users or d.busy or d.unreadable]
     line = f"Fast DDS shared memory: {len(_SHM_CLEANUPS)} module start(s), {removed} stale file(s) removed"
     if busy:
-        shown = "; ".join(f"{m} ({', '.join(who) or 'maps unreadable'})" for m, who in busy[:5])
+        shown = "; ".join(f"{m} ({', '.join(who) or '/proc/locks unreadable'})" for m, who in busy[:5])
         line += f", {len(busy)} skipped because DDS was in use: {shown}"
     terminalreporter.write_line(line)
 

@@ -285,7 +285,7 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
     if changed:
         safe_print(f"[launch] params_file changes safety gate parameters from their defaults: {'; '.join(changed)}")
     if graph.unsafe_limits:
-        above = params_check.unsafe_values(graph.args["params_file"], graph) if graph.args["params_file"] else []
+        above = [line for f in files for line in params_check.unsafe_values(f, graph)]
         safe_print(
             "[launch] UNSAFE LIMITS (unsafe_limits:=true): the safety gate accepts limits above their safe "
             f"maxima; set above: {'; '.join(above) or 'none'}"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 import re
 import typing
 from collections.abc import Iterable
@@ -128,14 +129,14 @@ def check(path: str | Path, graph) -> list[str]:
             problems.append(f"{where}: selector {selector!r} is not text")
             continue
         if not isinstance(body, dict) or not isinstance(body.get(ROS_PARAMETERS), dict) or len(body) != 1:
-            problems.append(f"{where}: {selector}: expected {{{ROS_PARAMETERS}: {{name: value, ...}}}}")
+            problems.append(f"{where}: {_shown(selector)}: expected {{{ROS_PARAMETERS}: {{name: value, ...}}}}")
             continue
         regex, absolute = _selector_regex(selector)
         matched = [
             name for name in nodes if regex.match(f"/{graph.namespace}/{name}".replace("//", "/") if absolute else name)
         ]
         if not matched:
-            problems.append(f"{where}: {selector} matches no node of this graph ({', '.join(nodes)})")
+            problems.append(f"{where}: {_shown(selector)} matches no node of this graph ({', '.join(nodes)})")
             continue
         for key, value in _flatten(body[ROS_PARAMETERS]):
             if key in STANDARD or key.startswith(STANDARD_PREFIXES):
@@ -144,31 +145,41 @@ def check(path: str | Path, graph) -> list[str]:
             if not owners:
                 near = sorted({d.name for n in matched for d in declared[n]}, key=lambda d: _distance(d, key))[:3]
                 problems.append(
-                    f"{where}: {selector}: no parameter {key!r} on {', '.join(matched)} (did you mean {', '.join(near)}?)"
+                    f"{where}: {_shown(selector)}: no parameter {key!r} on {', '.join(matched)} (did you mean {', '.join(near)}?)"
                 )
-                continue
-            _, d = owners[0]
-            wrong = _type_problem(value, d.hint)
-            if wrong:
-                problems.append(f"{where}: {selector}: {key}: {wrong}")
                 continue
             if key == "unsafe_limits":
                 problems.append(
-                    f"{where}: {selector}: unsafe_limits: set it with the launch argument unsafe_limits:=true"
+                    f"{where}: {_shown(selector)}: unsafe_limits: set it with the launch argument unsafe_limits:=true"
                 )
                 continue
-            range_ = _outside(d, value)
-            if range_ and not (graph.unsafe_limits and d.owner.__name__ == "GateConfig" and value > range_[1]):
-                problems.append(f"{where}: {selector}: {key}: {value!r} is outside [{range_[0]}, {range_[1]}]")
+            found = []  # every node the selector reaches checks the value: /** sets a key for all
+            for _, d in owners:
+                wrong = _type_problem(value, d.hint)
+                range_ = None if wrong else _outside(d, value)
+                # range_ only for a number: unsafe_limits lifts a gate limit's finite maximum
+                lifted = bool(range_) and graph.unsafe_limits and d.owner.__name__ == "GateConfig"
+                if range_ and not (lifted and math.isfinite(value) and value > range_[1]):
+                    wrong = f"{value!r} is outside [{range_[0]}, {range_[1]}]"
+                if wrong and wrong not in found:
+                    found.append(wrong)
+            problems += [f"{where}: {_shown(selector)}: {_shown(key)}: {wrong}" for wrong in found]
     return problems
 
 
+def _shown(text: str) -> str:
+    """A selector or key as a problem line shows it: quoted when it holds a control character,
+    so that each problem stays one line."""
+    return text if text.isprintable() else repr(text)
+
+
 def _outside(d: Declared, value) -> tuple | None:
-    """The field's range when a number `value` lies outside it, else None."""
+    """The field's range when a number `value` lies outside it (a non-finite one always does,
+    unsafe_limits or not: the gate refuses it at start), else None."""
     range_ = d.field.metadata.get("range")
     if range_ is None or not isinstance(value, int | float) or isinstance(value, bool):
         return None
-    return None if range_[0] <= value <= range_[1] else range_
+    return None if math.isfinite(value) and range_[0] <= value <= range_[1] else range_
 
 
 def _gate_values(path: str | Path, graph) -> Iterable[tuple[str, object, Declared]]:
@@ -194,7 +205,7 @@ def unsafe_values(path: str | Path, graph) -> list[str]:
     out = []
     for key, value, d in _gate_values(path, graph):
         range_ = _outside(d, value)
-        if range_ and value > range_[1]:
+        if range_ and math.isfinite(value) and value > range_[1]:
             out.append(f"{key} {value!r} (safe maximum {range_[1]})")
     return out
 

@@ -25,12 +25,14 @@ participants, and the tests between modules. A removal that still raced (a parti
 by someone else in that instant) is reported by `orphaned`.
 
 Conservative on purpose: only files of this user, older than MIN_AGE_S (a process may be
-creating one right now); any lock on that filesystem counts, and nothing is removed when
-/proc/locks cannot be read.
+creating one right now); any lock on that filesystem counts, a Fast DDS lock file that a probe
+cannot lock counts too (a participant in another PID namespace, which /proc/locks hides), and
+nothing is removed when /proc/locks cannot be read.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 from dataclasses import dataclass, field
@@ -55,6 +57,9 @@ class Cleanup:
     orphaned: dict[int, list[str]] = field(default_factory=dict)
     """PID -> files it maps that this clean-up removed (it started in that instant): its
     shared-memory port is cut off from new writers, and the process must be restarted."""
+    busy: list[str] = field(default_factory=list)
+    """Lock files a process holds that /proc/locks did not show (another PID namespace): while
+    there is one, nothing is removed."""
     unreadable: bool = False
     """/proc/locks could not be read: nothing was removed."""
 
@@ -99,6 +104,29 @@ def _lock_holders(proc: Path, shm_dir: Path) -> set[int] | None:
     return holders
 
 
+def _busy_lock_files(shm_dir: Path) -> list[str]:
+    """Fast DDS lock files (`_el`, `_sl`) some process holds a lock on, by trying one: a lock
+    conflict is kernel-wide, so this sees participants /proc/locks hides (another PID namespace:
+    a container sharing /dev/shm)."""
+    busy = []
+    for path in sorted(shm_dir.iterdir()):
+        if not path.name.startswith(PREFIXES) or not path.name.endswith(("_el", "_sl")):
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue  # gone meanwhile, or not ours
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            busy.append(path.name)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)  # releases the probe's lock
+    return busy
+
+
 def remove_stale(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc"), min_age_s: float = MIN_AGE_S) -> Cleanup:
     """Remove this user's Fast DDS files in `shm_dir` when no live participant exists."""
     result = Cleanup()
@@ -108,6 +136,9 @@ def remove_stale(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc"), min_age_s:
     result.unreadable = holders is None
     result.users = sorted(holders or ())
     if result.unreadable or result.users:
+        return result
+    result.busy = _busy_lock_files(shm_dir)
+    if result.busy:
         return result
     uid, now = os.getuid(), time.time()
     for path in sorted(shm_dir.iterdir()):

@@ -25,6 +25,7 @@ of the session and goes to out/faults/summary.json.
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -190,12 +191,20 @@ def conclude(
                 f"{fault}: the gate held for {status.reason} ({status.detail}) and this rig saw {', '.join(silent)} "
                 f"silent for that whole window too: the machine stalled, the injected fault was not what was measured"
             )
-        if stopped and status.reason == "STALE_COMMAND" and status.reason not in reasons:
-            # This rig kept sending (else `silent` above), the gate heard none of it: a writer
-            # stopped while it holds a reader's shared-memory port mutex (Fast DDS try_push)
-            # leaves that reader deaf to every writer until it runs again (bench/deaf_reader.py:
-            # 2 of 150 stops of a 1 kHz writer). The gate held all the same, on its command
-            # timeout, but the staleness under test was not what it measured: re-run, listed.
+        silence = re.fullmatch(r"(?:HOLD: )?no command for (\d+) ms", status.detail)
+        if (
+            stopped
+            and status.reason == "STALE_COMMAND"
+            and status.reason not in reasons
+            and silence
+            and status.stamp_s - int(silence.group(1)) / 1e3 >= t_fault - PERIOD_S
+        ):
+            # The gate's silence began at the stop, and this rig kept sending (else `silent`
+            # above): the gate heard none of it. A writer stopped while it holds a reader's
+            # shared-memory port mutex (Fast DDS try_push) leaves that reader deaf to every
+            # writer until it runs again (bench/deaf_reader.py: 2 of 150 stops of a 1 kHz
+            # writer). The gate held all the same, on its command timeout, but the staleness
+            # under test was not what it measured: re-run, listed.
             bad = [c for c in rig.commands_since(t_start) if c.violations]
             assert not bad, f"{fault}: commands outside limits reached the drivers: {bad[0].violations}"
             raise RigHiccup(

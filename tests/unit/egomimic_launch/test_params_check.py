@@ -88,9 +88,19 @@ def test_unsafe_limits_lets_a_gate_limit_above_its_maximum_through_and_lists_it(
         ({"/**/safety_gate": {"ros__parameters": {"command_timeout_s": "1000"}}}, "command_timeout_s"),
         ({"/**/driver_left": {"ros__parameters": {"rate_hz": 5000.0}}}, "is outside"),
         ({"/**/safety_gate": {"ros__parameters": {"unsafe_limits": True}}}, "launch argument unsafe_limits:=true"),
+        ({"/**/safety_gate": {"ros__parameters": {"command_timeout_s": float("inf")}}}, "is outside"),
     ]:
         [problem] = params_check.check(write(tmp_path, data), unsafe)
         assert says in problem, problem
+
+
+def test_a_key_every_node_takes_is_checked_against_each(tmp_path):
+    """`/**` reaches the drivers first (their command_timeout_s has no range) and the gate too:
+    the gate's range still refuses 50 s before anything starts."""
+    path = write(tmp_path, {"/**": {"ros__parameters": {"command_timeout_s": 50.0}}})
+    assert params_check.check(path, build_graph({})) == [
+        f"params_file {path}: /**: command_timeout_s: 50.0 is outside [0.0, 10.0]"
+    ]
 
 
 def test_the_launcher_refuses_before_starting_anything(tmp_path):
