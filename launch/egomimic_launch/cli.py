@@ -158,6 +158,8 @@ class Launcher:
         self.procs = []
         self.stop_event = threading.Event()
         self.stop_reason = ""
+        self.shm_note = ""
+        """What the shared-memory clean-up at start did (clean_shared_memory), for the summary."""
         self.dead_node: tuple[str, int] | None = None
         self.dead_at_wall: float | None = None
         self.safe_stop_detail = ""
@@ -203,20 +205,31 @@ class Launcher:
                 safe_print(f"[launch] {proc.spec.name} stopped (exit {code})")
 
 
-def clean_shared_memory() -> None:
-    """Remove the Fast DDS shared-memory files of killed processes, when no process uses DDS
+def clean_shared_memory() -> str:
+    """Remove the Fast DDS shared-memory files of killed processes, when no participant is alive
     (egomimic_launch.shm: a stale port reused by a new participant delivered with ~333 ms
-    pauses; removing files while a participant starts orphans its port)."""
-    from egomimic_launch.shm import remove_stale
+    pauses; removing files while a participant starts orphans its port). Returns what it did,
+    in one line, for the run's summary."""
+    from egomimic_launch.shm import PREFIXES, SHM_DIR, remove_stale
 
     done = remove_stale()
     if done.removed:
-        safe_print(f"[launch] removed {len(done.removed)} stale Fast DDS shared-memory file(s) no process used")
+        note = f"removed {len(done.removed)} stale Fast DDS file(s)"
+    elif done.users or done.busy or done.unreadable:
+        left = sum(1 for p in SHM_DIR.iterdir() if p.name.startswith(PREFIXES)) if SHM_DIR.is_dir() else 0
+        who = f"pids {', '.join(map(str, done.users))}" if done.users else f"held locks {', '.join(done.busy[:3])}"
+        note = (
+            f"kept {left} Fast DDS file(s): participants alive ({'unreadable /proc/locks' if done.unreadable else who})"
+        )
+    else:
+        note = "no stale Fast DDS files"
+    safe_print(f"[launch] shared memory: {note}")
     for pid, names in done.orphaned.items():
         safe_print(
             f"[launch] WARNING: process {pid} started while stale Fast DDS files were removed and maps "
             f"{', '.join(names)}: its shared-memory port no longer receives from new writers; restart it"
         )
+    return note
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,7 +313,7 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
     from egomimic_launch.summary import RunMonitor
     from egomimic_nodes import topics
 
-    clean_shared_memory()  # ports of processes killed earlier, while no DDS process runs
+    shm_note = clean_shared_memory()  # ports of processes killed earlier, while no participant is alive
     client = LauncherClient(enclave=graph.launcher_enclave)
     others = client.graph_nodes_running(graph, DISCOVERY_WAIT_S)
     if others:
@@ -317,6 +330,7 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
         client.close()
         return EXIT_USAGE
     launcher = Launcher(graph, run_dir, echo=not ns.quiet)
+    launcher.shm_note = shm_note
     heartbeats = Heartbeats(client.node, graph)
     policy = graph.args.get("policy")
     monitor = (

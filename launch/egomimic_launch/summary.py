@@ -180,7 +180,8 @@ class RunMonitor:
             d = o.driver_diag.get(arm, {})
             lines.append(
                 f"driver_{arm}: applied {d.get('commands_applied', '?')}, refused {d.get('commands_refused', '?')}, "
-                f"watchdog holds {d.get('watchdog_holds', '?')}; {d.get('message', 'no diagnostics')}"
+                f"watchdog holds {d.get('watchdog_holds', '?')}, command writers matched {d.get('command_writers', '?')}; "
+                f"{d.get('message', 'no diagnostics')}"
             )
         gate_d, policy_d = o.node_diag.get("safety_gate", {}), o.node_diag.get("policy", {})
         lines.append(
@@ -212,6 +213,8 @@ class RunMonitor:
                     "launcher saw the exit (the gate may have held on its own before that)"
                 )
         lines.append(f"stopped because: {launcher.stop_reason}")
+        if getattr(launcher, "shm_note", ""):
+            lines.append(f"shared memory at start: {launcher.shm_note}")
         lines.append(f"logs and params: {run_dir}")
         lines.append("-" * 96)
         for name, ok, timing in checks:

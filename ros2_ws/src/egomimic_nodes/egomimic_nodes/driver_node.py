@@ -439,6 +439,9 @@ class DriverNode(LifecycleNode):
             "outbox_dropped": self._pub_joints.dropped + self._pub_pose.dropped,
             "slowest_publish_ms": round(max(self._pub_joints.slowest_s, self._pub_pose.slowest_s) * 1e3, 1),
             "holding": s.holding if s else True,
+            # DDS-matched writers of joint_command (the gate's): 0 while the gate runs means this
+            # reader never matched it, a discovery or transport fault, not a quiet gate
+            "command_writers": self._sub.get_publisher_count(),
         }
         self._pub_diag.publish(
             diagnostics.array(

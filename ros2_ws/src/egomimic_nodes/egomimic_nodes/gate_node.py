@@ -584,6 +584,12 @@ class GateNode(Node):
                 "watchdog_late_max_ms": round(self.watchdog_late_max_s * 1e3, 1),
                 "empty_wakeups": self.empty_wakeups,
                 "unsafe_limits": self.unsafe_limits,
+                # DDS-matched readers of each arm's joint_command (the driver, observers)
+                **{
+                    f"joint_command_readers.{a.value}": box.publisher.get_subscription_count()
+                    for a, box in self._pub_cmd.items()
+                    if isinstance(box, Outbox)
+                },
             }
         )
         values.update({f"deferred.{k}": v for k, v in sorted(g.deferred_counts.items())})
