@@ -13,9 +13,9 @@ stale port files in /dev/shm, a process joining the running sim graph paused the
 Why only when nothing uses DDS: a file is judged by name, then removed by name, and a
 participant that starts in between opens the old file (a reused port keeps its old mtime) and
 maps it. Removed under it, its port is orphaned: the writers that open that port later create a
-new file, and that participant never hears them (a driver that received no command in a whole
-run, a node missing from discovery: fc48, fc50 and a CI run, when this removed "unmapped" files
-while a graph was starting). `fastdds shm clean` has the same race (it tests a lock file, then
+new file, and that participant never hears them (an earlier version removed "unmapped" files
+while graphs were starting; the driver that received no command in a whole run, seen then, was
+seen again without it: its cause is still open). `fastdds shm clean` has the same race (it tests a lock file, then
 deletes). So nothing is removed while a live participant exists: a process that holds a lock
 (flock, /proc/locks) on a file of /dev/shm's filesystem; Fast DDS locks each participant's data
 segment and listening ports (`_el`, `_sl`) for their whole life, and a process whose
