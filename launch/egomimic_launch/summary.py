@@ -180,7 +180,7 @@ class RunMonitor:
             d = o.driver_diag.get(arm, {})
             lines.append(
                 f"driver_{arm}: applied {d.get('commands_applied', '?')}, refused {d.get('commands_refused', '?')}, "
-                f"watchdog holds {d.get('watchdog_holds', '?')}, command writers matched {d.get('command_writers', '?')}; "
+                f"watchdog holds {d.get('watchdog_holds', '?')}, command writers matched {d.get('command_writers_max', '?')} (most seen); "
                 f"{d.get('message', 'no diagnostics')}"
             )
         gate_d, policy_d = o.node_diag.get("safety_gate", {}), o.node_diag.get("policy", {})

@@ -190,6 +190,7 @@ class DriverNode(LifecycleNode):
             GateStatus, self.resolve_topic_name(topics.SAFETY_STATUS.name()), qos.LATCHED
         )
         self._sub = self._inputs.subscribe(JointState, command_topic, qos.COMMAND)
+        self._command_writers_max = 0
         self._last_measured_at: float | None = None
         self._last_stamp = None
         self._srv = self.create_service(Trigger, f"{self.arm.value}/home", self._on_home)
@@ -419,6 +420,8 @@ class DriverNode(LifecycleNode):
             level, message = diagnostics.OK, s.status
         else:
             level, message = diagnostics.OK, s.status
+        writers = self._sub.get_publisher_count()
+        self._command_writers_max = max(self._command_writers_max, writers)
         values = {
             "commands_received": c.commands_received,
             "commands_applied": c.commands_applied,
@@ -439,9 +442,11 @@ class DriverNode(LifecycleNode):
             "outbox_dropped": self._pub_joints.dropped + self._pub_pose.dropped,
             "slowest_publish_ms": round(max(self._pub_joints.slowest_s, self._pub_pose.slowest_s) * 1e3, 1),
             "holding": s.holding if s else True,
-            # DDS-matched writers of joint_command (the gate's): 0 while the gate runs means this
-            # reader never matched it, a discovery or transport fault, not a quiet gate
-            "command_writers": self._sub.get_publisher_count(),
+            # DDS-matched writers of joint_command (the gate's), now and the most seen: never 1
+            # while the gate ran means this reader never matched it (discovery), 1 with nothing
+            # received means it matched and heard nothing (transport)
+            "command_writers": writers,
+            "command_writers_max": self._command_writers_max,
         }
         self._pub_diag.publish(
             diagnostics.array(
