@@ -159,6 +159,8 @@ class Launcher:
         self.stop_event = threading.Event()
         self.stop_reason = ""
         self.shm_note = ""
+        self.removed_ports: dict[str, list[str]] = {}
+        """Node -> removed Fast DDS ports it still mapped when the run ended (shm.removed_ports_mapped)."""
         """What the shared-memory clean-up at start did (clean_shared_memory), for the summary."""
         self.dead_node: tuple[str, int] | None = None
         self.dead_at_wall: float | None = None
@@ -414,6 +416,11 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
                     break
         if monitor and t_up:
             monitor.end(time.time())
+            from egomimic_launch.shm import removed_ports_mapped
+
+            launcher.removed_ports = removed_ports_mapped(
+                {n.spec.name: n.proc.pid for n in launcher.procs if n.proc.poll() is None}
+            )
         if exit_code == EXIT_OK and not launcher.dead_node:
             # Orderly stop: disarm first so the arms hold while the graph goes down.
             client.trigger(topics.SAFETY_DISARM.resolve(graph.namespace), timeout_s=1.0)

@@ -165,3 +165,28 @@ def remove_stale(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc"), min_age_s:
             if names & gone and pid in live
         }
     return result
+
+
+def removed_ports_mapped(
+    pids: dict[str, int], proc: Path = Path("/proc"), shm_dir: Path = SHM_DIR
+) -> dict[str, list[str]]:
+    """Name -> Fast DDS ports it maps that were removed from `shm_dir` ("(deleted)"), for the
+    given processes. A listener on a removed port is deaf to every writer that opened the port
+    after the removal (Fast DDS regenerates a port it judges unhealthy, or a clean-up raced):
+    the first thing to look at when one node never receives from another."""
+    out = {}
+    for name, pid in pids.items():
+        try:
+            text = (proc / str(pid) / "maps").read_text()
+        except OSError:
+            continue
+        ports = sorted(
+            {
+                line.split(maxsplit=5)[5][len(str(shm_dir)) + 1 :].removesuffix(_DELETED)
+                for line in text.splitlines()
+                if f"{shm_dir}/" in line and line.endswith(_DELETED) and "_port" in line
+            }
+        )
+        if ports:
+            out[name] = ports
+    return out

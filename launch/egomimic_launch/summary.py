@@ -215,6 +215,10 @@ class RunMonitor:
         lines.append(f"stopped because: {launcher.stop_reason}")
         if getattr(launcher, "shm_note", ""):
             lines.append(f"shared memory at start: {launcher.shm_note}")
+        removed = getattr(launcher, "removed_ports", {})
+        if removed:  # a listener there hears no writer that opened the port after the removal
+            shown = "; ".join(f"{name}: {', '.join(ports)}" for name, ports in removed.items())
+            lines.append(f"shared memory at the end: removed ports still mapped by {shown}")
         lines.append(f"logs and params: {run_dir}")
         lines.append("-" * 96)
         for name, ok, timing in checks:

@@ -156,3 +156,16 @@ def test_nothing_there_is_nothing_removed(dirs, tmp_path):
     shm_dir, proc = dirs
     assert remove_stale(shm_dir=tmp_path / "absent", proc=proc).removed == []
     assert remove_stale(shm_dir=shm_dir, proc=proc).removed == []
+
+
+def test_a_removed_port_a_node_still_maps_is_named(dirs):
+    """The run summary's check for a deaf listener: a port removed under a process that maps it."""
+    shm_dir, proc = dirs
+    port = _file(shm_dir / "fastdds_port99991")
+    kept = _file(shm_dir / "fastdds_port99992")
+    with open(port, "r+b") as f, mmap.mmap(f.fileno(), 0), open(kept, "r+b") as g, mmap.mmap(g.fileno(), 0):
+        assert shm.removed_ports_mapped({"driver_right": os.getpid()}, proc, shm_dir) == {}
+        port.unlink()
+        assert shm.removed_ports_mapped({"driver_right": os.getpid()}, proc, shm_dir) == {
+            "driver_right": ["fastdds_port99991"]
+        }
