@@ -39,6 +39,8 @@ def ros_launch():
 def combinations(tmp_path: Path) -> list[dict[str, str]]:
     params = tmp_path / "operator.yaml"
     params.write_text("/**/policy:\n  ros__parameters:\n    executor.query_every_n_ticks: 15\n")
+    weak = tmp_path / "weak.yaml"
+    weak.write_text("/**/safety_gate:\n  ros__parameters:\n    command_timeout_s: 20.0\n")
     return [
         {},
         {"backend": "arx5"},
@@ -48,6 +50,7 @@ def combinations(tmp_path: Path) -> list[dict[str, str]]:
         {"namespace": "lab_eva", "params_file": str(params), "auto_arm": "false", "camera_backend": "synthetic"},
         {"web": "true", "web_port": "9000", "bag": "true", "bag_dir": str(tmp_path / "bags")},
         {"security": "true", "namespace": "lab_eva"},
+        {"unsafe_limits": "true", "params_file": str(weak)},
     ]
 
 
@@ -63,7 +66,7 @@ def file_contents(path: str):
     return yaml.safe_load(Path(path).read_text())
 
 
-@pytest.mark.parametrize("case", range(8))
+@pytest.mark.parametrize("case", range(9))
 def test_the_launch_file_starts_what_egomimic_launch_starts(ros_launch, tmp_path, monkeypatch, case):
     monkeypatch.chdir(tmp_path)  # record_dir and generated files resolve the same for both
     args = combinations(tmp_path)[case]
@@ -112,6 +115,11 @@ def test_the_launch_file_starts_what_egomimic_launch_starts(ros_launch, tmp_path
     assert sequence == expected
     assert not service.is_shutdown
     assert service.log[-1] == f"[launch] all {len(graph.nodes)} nodes up"
+    unsafe = [line for line in service.log if "UNSAFE LIMITS" in line]
+    if graph.unsafe_limits:  # as egomimic-launch: every value above its safe maximum, at start
+        assert len(unsafe) == 1 and "command_timeout_s 20.0 (safe maximum 10.0)" in unsafe[0], service.log
+    else:
+        assert not unsafe
 
 
 def test_every_launch_argument_is_declared_with_its_choices(ros_launch):
