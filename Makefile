@@ -131,7 +131,7 @@ demo-learn: $(STAMP) ## record expert episodes through the graph, train, deploy,
 	$(PY) tools/demo_learn.py --out out/demo_learn $(DEMO_ARGS)
 
 shm-clean: $(STAMP) ## remove stale Fast DDS shared memory (only while no participant is alive)
-	$(PY) -c "from egomimic_launch.shm import remove_stale; d = remove_stale(); print(f'removed {len(d.removed)} file(s)' + (f'; kept all: participants alive (pids {d.users}, lock files {d.busy})' if d.users or d.busy else ''))"
+	$(PY) -c "from egomimic_launch.cli import clean_shared_memory; clean_shared_memory()"
 
 clean-venv:
 	rm -rf $(VENV)

@@ -159,9 +159,9 @@ class Launcher:
         self.stop_event = threading.Event()
         self.stop_reason = ""
         self.shm_note = ""
+        """What the shared-memory clean-up at start did (clean_shared_memory), for the summary."""
         self.removed_ports: dict[str, list[str]] = {}
         """Node -> removed Fast DDS ports it still mapped when the run ended (shm.removed_ports_mapped)."""
-        """What the shared-memory clean-up at start did (clean_shared_memory), for the summary."""
         self.dead_node: tuple[str, int] | None = None
         self.dead_at_wall: float | None = None
         self.safe_stop_detail = ""
