@@ -32,6 +32,7 @@ from pathlib import Path
 from egomimic_bringup import LAUNCH_DIR
 from egomimic_bringup.graph import LAUNCH_ARGUMENTS, LaunchArgumentError
 from egomimic_launch import params_check
+from egomimic_launch.dds_log import alarming, describe, middleware_warnings
 from egomimic_launch.environment import apply_to_this_process
 from egomimic_launch.process import NodeProcess, safe_print
 from egomimic_launch.steps import NODE_START_TIMEOUT_S, estop, wait_for_node
@@ -45,6 +46,9 @@ DISCOVERY_WAIT_S = 3.0
 """How long the launcher listens for a previous graph before starting. DDS discovery of running
 nodes takes a few hundred ms on an idle machine, but 1.5 s was once not enough on a loaded one
 (fault battery): a second graph would have started. It returns 0.5 s after the first node seen."""
+PORT_CHECK_S = 2.0
+"""How often the launcher looks for a node listening on a removed shared-memory port (reads
+/proc/<pid>/maps of each node: well under a millisecond each)."""
 HEARTBEAT_TIMEOUT_S = 1.5
 """Default --heartbeat-timeout: 3 periods of the gate's 2 Hz status, 150 of a driver's 100 Hz."""
 
@@ -161,7 +165,9 @@ class Launcher:
         self.shm_note = ""
         """What the shared-memory clean-up at start did (clean_shared_memory), for the summary."""
         self.removed_ports: dict[str, list[str]] = {}
-        """Node -> removed Fast DDS ports it still mapped when the run ended (shm.removed_ports_mapped)."""
+        """Node -> removed Fast DDS ports it mapped during the run (watch_ports)."""
+        self.dds_warnings: dict = {}
+        """Node -> Counter of Fast DDS's own warnings in its log (dds_log.middleware_warnings)."""
         self.dead_node: tuple[str, int] | None = None
         self.dead_at_wall: float | None = None
         self.safe_stop_detail = ""
@@ -198,6 +204,23 @@ class Launcher:
             if code is not None and proc.spec.required:
                 return proc.spec.name, code
         return None
+
+    def watch_ports(self) -> None:
+        """Say at once when a node (or the launcher) starts listening on a removed Fast DDS port:
+        it hears no writer that opened the port after the removal (shm.removed_ports_mapped)."""
+        from egomimic_launch.shm import removed_ports_mapped
+
+        pids = {n.spec.name: n.proc.pid for n in self.procs if n.proc.poll() is None}
+        pids["launcher"] = os.getpid()
+        for name, ports in removed_ports_mapped(pids).items():
+            new = sorted(set(ports) - set(self.removed_ports.get(name, [])))
+            if new:
+                self.removed_ports[name] = sorted({*self.removed_ports.get(name, []), *new})
+                safe_print(
+                    f"[launch] WARNING: {name} listens on removed Fast DDS port(s) {', '.join(new)}: it hears "
+                    "no writer that opened the port since (Fast DDS regenerates a port it judges unhealthy)",
+                    err=True,
+                )
 
     def teardown(self) -> None:
         for proc in reversed(self.procs):
@@ -388,7 +411,11 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
                 trials_thread = _start_trials(ns, graph, client, monitor, launcher, trials_out)
             deadline = time.monotonic() + ns.duration if ns.duration > 0 else None
             t_start = time.monotonic()
+            next_port_check = t_start
             while not launcher.stop_event.wait(0.1):
+                if time.monotonic() >= next_port_check:
+                    next_port_check += PORT_CHECK_S
+                    launcher.watch_ports()
                 if kill_spec and time.monotonic() - t_start >= kill_spec[1]:
                     _kill(launcher, kill_spec[0])
                     kill_spec = None
@@ -414,13 +441,10 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
                 if trials_thread is not None and not trials_thread.is_alive():
                     launcher.stop_reason = f"{len(trials_out)} trials done"
                     break
+        if t_up:
+            launcher.watch_ports()
         if monitor and t_up:
             monitor.end(time.time())
-            from egomimic_launch.shm import removed_ports_mapped
-
-            launcher.removed_ports = removed_ports_mapped(
-                {n.spec.name: n.proc.pid for n in launcher.procs if n.proc.poll() is None}
-            )
         if exit_code == EXIT_OK and not launcher.dead_node:
             # Orderly stop: disarm first so the arms hold while the graph goes down.
             client.trigger(topics.SAFETY_DISARM.resolve(graph.namespace), timeout_s=1.0)
@@ -430,6 +454,10 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
         if launcher.killed_any or launcher.dead_node:
             clean_shared_memory()
     safe_print(f"[launch] stopped: {launcher.stop_reason or 'done'}")
+    launcher.dds_warnings = middleware_warnings(run_dir / "logs")
+    alarms = alarming(launcher.dds_warnings)
+    if alarms:
+        safe_print(f"[launch] WARNING: Fast DDS reported lost or deaf ports: {describe(alarms)}", err=True)
     if ns.trials:
         from egomimic_launch.trials import TrialsReport
 

@@ -218,7 +218,12 @@ class RunMonitor:
         removed = getattr(launcher, "removed_ports", {})
         if removed:  # a listener there hears no writer that opened the port after the removal
             shown = "; ".join(f"{name}: {', '.join(ports)}" for name, ports in removed.items())
-            lines.append(f"shared memory at the end: removed ports still mapped by {shown}")
+            lines.append(f"shared memory: removed ports mapped during the run by {shown}")
+        from egomimic_launch.dds_log import describe, middleware_warnings
+
+        dds = middleware_warnings(Path(run_dir) / "logs")
+        if dds:
+            lines.append(f"Fast DDS warnings (node logs): {describe(dds)}")
         lines.append(f"logs and params: {run_dir}")
         lines.append("-" * 96)
         for name, ok, timing in checks:

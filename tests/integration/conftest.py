@@ -85,8 +85,11 @@ def ros_node():
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
+    from egomimic_nodes.spin import middleware_warnings
+
     ctx = rclpy.Context()
     rclpy.init(context=ctx)
+    middleware_warnings("warning")  # Fast DDS's warnings of this process go to the test's captured output
     node = rclpy.create_node(f"test_probe_{os.getpid()}", context=ctx)
     ex = SingleThreadedExecutor(context=ctx)
     ex.add_node(node)

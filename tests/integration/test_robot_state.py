@@ -24,6 +24,7 @@ from visualization_msgs.msg import MarkerArray
 
 from egomimic_hw.description import ARMS, EEF_LINK
 from egomimic_hw.rotations import geodesic_angle, quat_to_mat
+from egomimic_launch.dds_log import describe, middleware_warnings
 from egomimic_launch.shm import removed_ports_mapped
 from egomimic_nodes import topics
 
@@ -136,6 +137,7 @@ def test_tf_tree_walk_is_the_drivers_ee_pose(tmp_path, ros_node):
     cmd = [*LAUNCH, "eva_bimanual.launch.py", "viz:=true", "--duration", "25", "--run-dir", str(tmp_path / "run")]
     cmd.append("--quiet")
     published: dict[str, list[str]] = {}
+    view = "graph not looked at (the wait ended early)"
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT)
     try:
         ok = wait_for(
@@ -156,6 +158,7 @@ def test_tf_tree_walk_is_the_drivers_ee_pose(tmp_path, ros_node):
             ),
             15,
         )
+        view = graph_view(ros_node)  # while the graph runs, for a failure's message
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
@@ -174,7 +177,9 @@ def test_tf_tree_walk_is_the_drivers_ee_pose(tmp_path, ros_node):
     # whether this process listens on a removed shared-memory port (deaf to later writers).
     deaf = removed_ports_mapped({"this test": os.getpid()})
     assert not missing, (
-        f"missing {missing}; graph topics {sorted(published)}\nremoved ports mapped here: {deaf}\nlaunch log:\n{output}"
+        f"missing {missing}; graph topics {sorted(published)}\nremoved ports mapped here: {deaf}\n"
+        f"{view}\nFast DDS warnings: {describe(middleware_warnings(tmp_path / 'run' / 'logs'))}\n"
+        f"launch log:\n{output}"
     )
     check_rviz_topics(published)
     with lock:
@@ -204,6 +209,16 @@ def test_tf_tree_walk_is_the_drivers_ee_pose(tmp_path, ros_node):
     for arm, (n, err_m, err_rad, moved) in results.items():
         assert err_m <= TOL_M and err_rad <= TOL_RAD, f"{arm}: {err_m:.2e} m, {err_rad:.2e} rad over {n}"
         assert moved > 0.01, f"{arm}: the arm did not move ({moved:.4f} rad)"
+
+
+def graph_view(node) -> str:
+    """What this node's graph holds besides topic names: the nodes it knows and the endpoints of
+    one stream it receives (to tell a participant never discovered from endpoints lost)."""
+    names = sorted(f"{ns.rstrip('/')}/{n}" for n, ns in node.get_node_names_and_namespaces())
+    joint_states = topics.JOINT_STATES.resolve("eva", arm=ARMS[0])
+    pubs = [i.node_name for i in node.get_publishers_info_by_topic(joint_states)]
+    subs = [i.node_name for i in node.get_subscriptions_info_by_topic(joint_states)]
+    return f"nodes seen: {names}\n{joint_states}: publishers {pubs}, subscribers {subs}"
 
 
 def _root(edges: dict, frame: str) -> str:

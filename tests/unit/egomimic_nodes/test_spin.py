@@ -164,3 +164,12 @@ def test_without_autogroups_nothing_is_said_and_a_refusal_is_reported(tmp_path):
     assert set_autogroup_nice(-5, str(tmp_path / "missing")) == ""
     said = set_autogroup_nice(-5, str(tmp_path))  # a path that cannot be written (a directory)
     assert said.startswith(", autogroup niceness unchanged"), said
+
+
+def test_middleware_warnings_turns_fast_dds_warnings_on_and_refuses_an_unknown_level():
+    from egomimic_nodes.spin import DDS_LOG_ENV, middleware_warnings
+
+    assert middleware_warnings("warning") == "Fast DDS warnings on"
+    assert middleware_warnings("error") == "Fast DDS errors on"
+    said = middleware_warnings("loud")
+    assert said.startswith(f"unknown {DDS_LOG_ENV}='loud'") and "left as is" in said

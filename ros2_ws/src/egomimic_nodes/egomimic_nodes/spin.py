@@ -41,6 +41,10 @@ from rclpy.signals import SignalHandlerOptions
 from egomimic_nodes.cpus import CPUS_ENV, pin_cpus
 
 LAUNCHER_PID_ENV = "EGOMIMIC_LAUNCHER_PID"
+DDS_LOG_ENV = "EGOMIMIC_DDS_LOG"
+"""`warning` (default), `error` (Fast DDS's own default) or `info`: what the middleware logs."""
+DDS_LOG_LEVELS = {"info": 20, "warning": 30, "error": 40}
+"""rmw_log_severity_t values (rmw/types.h)."""
 SPIN_TIMEOUT_S = 0.1
 """The spin loop wakes at least this often to see a signal or a dead parent."""
 PR_SET_PDEATHSIG = 1
@@ -86,6 +90,27 @@ USAGE = """usage: python -m {module} [--help] --ros-args [-r __ns:=/eva] [-r __n
 Parameters are read-only unless said otherwise (`ros2 param describe` shows the same text at
 runtime); a params file applied with --params-file (or the launch argument params_file) sets
 them. The usual way to start the whole graph: `egomimic-launch eva_bimanual.launch.py --help`."""
+
+
+def middleware_warnings(level: str) -> str:
+    """Let Fast DDS print its warnings (its default is errors only) into the node's log.
+
+    Why: the failures that matter most here are silent in the middleware's default setting: a
+    shared-memory port judged unhealthy and regenerated (its listener then hears no later
+    writer), a zombie port, a dropped port. With warnings on, each leaves a line in the node's
+    log, which the launcher counts (egomimic_launch.shm.middleware_warnings). Only for
+    rmw_fastrtps; another RMW keeps its own setting. Returns what was done, or "" when nothing."""
+    if level not in DDS_LOG_LEVELS:
+        return f"unknown {DDS_LOG_ENV}={level!r} (one of {', '.join(DDS_LOG_LEVELS)}); left as is"
+    if rclpy.get_rmw_implementation_identifier() != "rmw_fastrtps_cpp":
+        return ""
+    try:
+        lib = ctypes.CDLL("librmw_fastrtps_cpp.so")
+    except OSError as exc:
+        return f"cannot set Fast DDS's log level: {exc}"
+    lib.rmw_set_log_severity.argtypes = [ctypes.c_int]
+    rc = lib.rmw_set_log_severity(DDS_LOG_LEVELS[level])
+    return f"Fast DDS {level}s on" if rc == 0 else f"rmw_set_log_severity({level}) failed ({rc})"
 
 
 def wants_help(argv: list[str]) -> bool:
@@ -319,6 +344,9 @@ def run_node(factory, args=None) -> int:
             say(f"[FATAL] cannot pin to CPUs {os.environ[CPUS_ENV]!r}: {exc}")
             return 1
     rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
+    middleware = middleware_warnings(os.environ.get(DDS_LOG_ENV, "warning"))
+    if middleware:
+        say(f"[INFO] middleware log: {middleware}")
     node = None
     code = 0
     try:
