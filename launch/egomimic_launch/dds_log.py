@@ -23,9 +23,11 @@ ROUTINE = (
 """(category, text) pairs every orderly run prints: rcl's /rosout writer asks for a history of
 1000 (Fast DDS caps it at its 400 samples per instance), and at exit rmw unregisters types and
 unmatches writers in an order Fast DDS comments on."""
-ALARMS = ("Healthy", "Zombie", "dropped", "inconsistent. Port", "Error")
-"""Words of the warnings that mean lost or deaf shared-memory ports (a port regenerated while its
-listener lives on): the first things to look at when a node never hears another."""
+ALARMS = ("healthy", "zombie", "port dropped", "listener queue", "max listeners", " error:")
+"""Words (lower case) of the messages that mean a lost or deaf shared-memory port ("Port N NOT
+Healthy.", "healthy_check failed", "Zombie. Reset the port", "inconsistent. Port dropped",
+"Failed to open listener queue", "max listeners reached": strings of libfastdds 3.2) or any
+Fast DDS error: the first things to look at when a node never hears another."""
 
 
 def parse(line: str) -> tuple[str, str] | None:
@@ -72,7 +74,7 @@ def alarming(warnings: dict[str, Counter]) -> dict[str, Counter]:
     """The subset that names a lost or deaf port (ALARMS)."""
     out = {}
     for node, seen in warnings.items():
-        hits = Counter({m: n for m, n in seen.items() if any(a in m for a in ALARMS)})
+        hits = Counter({m: n for m, n in seen.items() if any(a in m.lower() for a in ALARMS)})
         if hits:
             out[node] = hits
     return out

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -139,6 +140,7 @@ def test_tf_tree_walk_is_the_drivers_ee_pose(tmp_path, ros_node):
     published: dict[str, list[str]] = {}
     view = "graph not looked at (the wait ended early)"
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT)
+    timeline = GraphTimeline(ros_node)
     try:
         ok = wait_for(
             lambda: (
@@ -160,6 +162,7 @@ def test_tf_tree_walk_is_the_drivers_ee_pose(tmp_path, ros_node):
         )
         view = graph_view(ros_node)  # while the graph runs, for a failure's message
     finally:
+        timeline.stop()
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
             try:
@@ -178,7 +181,8 @@ def test_tf_tree_walk_is_the_drivers_ee_pose(tmp_path, ros_node):
     deaf = removed_ports_mapped({"this test": os.getpid()})
     assert not missing, (
         f"missing {missing}; graph topics {sorted(published)}\nremoved ports mapped here: {deaf}\n"
-        f"{view}\nFast DDS warnings: {describe(middleware_warnings(tmp_path / 'run' / 'logs'))}\n"
+        f"{view}\ngraph timeline (s after launch: nodes added / removed): {timeline.events}\n"
+        f"Fast DDS warnings: {describe(middleware_warnings(tmp_path / 'run' / 'logs'))}\n"
         f"launch log:\n{output}"
     )
     check_rviz_topics(published)
@@ -209,6 +213,31 @@ def test_tf_tree_walk_is_the_drivers_ee_pose(tmp_path, ros_node):
     for arm, (n, err_m, err_rad, moved) in results.items():
         assert err_m <= TOL_M and err_rad <= TOL_RAD, f"{arm}: {err_m:.2e} m, {err_rad:.2e} rad over {n}"
         assert moved > 0.01, f"{arm}: the arm did not move ({moved:.4f} rad)"
+
+
+class GraphTimeline:
+    """When each node appeared in (and left) the probe's graph: tells a node never discovered
+    from one discovered and then dropped (a participant whose lease expired)."""
+
+    def __init__(self, node, period_s: float = 0.2):
+        self.events: list[tuple[float, list[str], list[str]]] = []
+        self._node, self._period = node, period_s
+        self._stop = threading.Event()
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        seen: set[str] = set()
+        while not self._stop.wait(self._period):
+            now = {n for n, _ in self._node.get_node_names_and_namespaces()}
+            if now != seen:
+                self.events.append((round(time.monotonic() - self._t0, 1), sorted(now - seen), sorted(seen - now)))
+                seen = now
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
 
 
 def graph_view(node) -> str:

@@ -84,7 +84,13 @@ class SourceCheck:
             owner = self._owner.get(gid)
         if owner == self.expected:
             return Verdict(True)
-        if owner is None or UNKNOWN_NODE_MARK in owner:
+        if owner is None:
+            # Two different gaps of discovery, told apart for the logs: this one means the
+            # middleware matched the writer (its data arrives) but never told rmw's graph.
+            return self._refuse(False, f"{self.topic} from a writer the ROS graph does not list yet")
+        if UNKNOWN_NODE_MARK in owner:
+            # ... and this one that the writer is listed, but the node that owns it is not (rmw's
+            # ros_discovery_info from that process has not arrived).
             return self._refuse(False, f"{self.topic} from a writer whose node the ROS graph does not know yet")
         return self._refuse(True, f"{self.topic} from {owner}, only {self.expected} is accepted")
 
