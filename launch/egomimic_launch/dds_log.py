@@ -23,10 +23,11 @@ ROUTINE = (
 """(category, text) pairs every orderly run prints: rcl's /rosout writer asks for a history of
 1000 (Fast DDS caps it at its 400 samples per instance), and at exit rmw unregisters types and
 unmatches writers in an order Fast DDS comments on."""
-ALARMS = ("healthy", "zombie", "port dropped", "listener queue", "max listeners", " error:")
+ALARMS = ("healthy", "zombie", "port dropped", "listener queue", "max listeners", "listener on port", " error:")
 """Words (lower case) of the messages that mean a lost or deaf shared-memory port ("Port N NOT
 Healthy.", "healthy_check failed", "Zombie. Reset the port", "inconsistent. Port dropped",
-"Failed to open listener queue", "max listeners reached": strings of libfastdds 3.2) or any
+"Failed to open listener queue", "max listeners reached", "SHM Listener on port N failure":
+strings of libfastdds 3.2) or any
 Fast DDS error: the first things to look at when a node never hears another."""
 
 
