@@ -392,6 +392,12 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
     t_up = None
 
     def auto_arm() -> None:
+        alarms = alarming(middleware_warnings(run_dir / "logs"))
+        if alarms:  # said before arming: a failed arming or a HOLD that follows has its likely cause
+            safe_print(
+                f"[launch] WARNING: Fast DDS reported lost or deaf ports while the graph started: {describe(alarms)}",
+                err=True,
+            )
         if graph.auto_arm:
             arm_when_settled(client, graph.namespace, stop=launcher.stop_event, log=safe_print)
 

@@ -12,6 +12,10 @@ else starts (raise_priority), so a busy machine delays cameras, policy and monit
 With EGOMIMIC_CPUS (the `control_cpus` / `stack_cpus` launch arguments) it also pins itself to
 those CPUs (pin_cpus), e.g. the gate and drivers to a core isolated with `isolcpus`.
 
+Middleware: Fast DDS's warnings go to the node's log (middleware_warnings, EGOMIMIC_DDS_LOG),
+and the spin loop refreshes the process's entry in the ROS graph now and then (graph_refresh:
+a peer that missed it would refuse this node's messages for the whole run).
+
 Nodes die with their launcher: `egomimic-launch` sets EGOMIMIC_LAUNCHER_PID for its children.
 Such a node asks the kernel for SIGTERM when its parent dies (prctl PR_SET_PDEATHSIG) and also
 checks its parent pid on every spin, so a SIGKILLed launcher never leaves an armed, unsupervised
@@ -39,6 +43,7 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
 
 from egomimic_nodes.cpus import CPUS_ENV, pin_cpus
+from egomimic_nodes.graph_refresh import GraphRefresh
 
 LAUNCHER_PID_ENV = "EGOMIMIC_LAUNCHER_PID"
 DDS_LOG_ENV = "EGOMIMIC_DDS_LOG"
@@ -359,8 +364,10 @@ def run_node(factory, args=None) -> int:
         executor = make_executor(node)
         executor.add_node(node)
         profiler = start_profile()
+        refresh = GraphRefresh(node)
         while not stop.reason and rclpy.ok():
             executor.spin_once(timeout_sec=SPIN_TIMEOUT_S)
+            refresh.tick()
             if parent is not None and os.getppid() != parent:
                 stop.reason = f"the launcher (pid {parent}) is gone"
             if getattr(node, "fatal", ""):

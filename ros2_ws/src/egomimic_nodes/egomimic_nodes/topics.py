@@ -16,7 +16,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from rclpy.qos import QoSProfile
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, JointState
-from std_msgs.msg import String
+from std_msgs.msg import Empty, String
 from std_srvs.srv import Trigger
 from tf2_msgs.msg import TFMessage
 from visualization_msgs.msg import MarkerArray
@@ -106,6 +106,9 @@ RECORDER_STATUS = Topic("recorder/status", RecorderStatus, qos.LATCHED)
 DIAGNOSTICS = Topic("/diagnostics", DiagnosticArray, QoSProfile(depth=10))
 TF = Topic("/tf", TFMessage, qos.TF, 2 * STATE_RATE_HZ)
 """The robot_state node: one message per joint_states message of either arm, stamped with it."""
+GRAPH_REFRESH = Topic("_graph_refresh", Empty, QoSProfile(depth=1))
+"""Hidden (leading underscore): a publisher is created and destroyed on it now and then so that
+rmw republishes the process's node list (egomimic_nodes.graph_refresh); nothing is ever sent."""
 TF_STATIC = Topic("/tf_static", TFMessage, qos.TF_STATIC)
 """Mounts, fixed joints and camera optical frames, once (latched)."""
 ROBOT_DESCRIPTION = Topic("robot_description", String, qos.LATCHED)
