@@ -120,6 +120,7 @@ bench: $(STAMP) ## benchmarks print ratios and absolute figures and write JSON u
 	$(PY) bench/graph_cpu.py --domain 96 --out out/bench/graph_cpu.json
 	$(PY) bench/publish_stall.py --domain 87 --stops 120 --load 2
 	$(PY) bench/deaf_reader.py --domain 91 --stops 150 --load 1
+	$(PY) bench/port_death.py --domain 85 --stops 4
 	$(PY) bench/join_stall.py --domain 89 --joins 15 --load 1
 	$(PY) bench/recorder.py --domain 97 --out out/bench/recorder.json
 	$(PY) bench/observers.py --domain 98 --out out/bench/observers.json

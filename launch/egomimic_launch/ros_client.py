@@ -10,8 +10,8 @@ import threading
 import time
 
 import rclpy
-from lifecycle_msgs.msg import Transition
-from lifecycle_msgs.srv import ChangeState
+from lifecycle_msgs.msg import State, Transition
+from lifecycle_msgs.srv import ChangeState, GetState
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from std_srvs.srv import Trigger
@@ -109,16 +109,72 @@ class LauncherClient:
         result = self._call(ChangeState, f"{fqn}/change_state", req, timeout_s)
         return bool(result and result.success)
 
+    def lifecycle_state(self, fqn: str, timeout_s: float = 2.0) -> int | None:
+        """The node's lifecycle state id (lifecycle_msgs/State), None without an answer."""
+        result = self._call(GetState, f"{fqn}/get_state", GetState.Request(), timeout_s)
+        return None if result is None else int(result.current_state.id)
+
+    def reach(self, fqn: str, transition_id: int, timeout_s: float = 10.0) -> str:
+        """Take `transition_id` (configure or activate); "" once the node is in its goal state.
+
+        A transition the node refused is a failure. One that got no answer is checked with the
+        node's state before anything else: the node may have done it while its reply was lost
+        (a start-up on a busy machine: rmw "failed to send response (timeout)" in the node's log,
+        the launcher's client not yet matched), and asking again would be refused as an invalid
+        transition. Still in the start state: asked once more; mid-transition: polled."""
+        start, goal = TRANSITIONS[transition_id]
+        deadline = time.monotonic() + timeout_s
+        req = ChangeState.Request()
+        req.transition.id = transition_id
+        result = self._call(ChangeState, f"{fqn}/change_state", req, timeout_s)
+        if result is not None:
+            return "" if result.success else "refused (see its log)"
+        asked_again = False
+        while time.monotonic() < deadline:
+            state = self.lifecycle_state(fqn, min(2.0, max(0.1, deadline - time.monotonic())))
+            step = after_no_answer(state, start, goal, asked_again)
+            if step == "done":
+                return ""
+            if step == "ask again":
+                asked_again = True
+                result = self._call(ChangeState, f"{fqn}/change_state", req, max(0.1, deadline - time.monotonic()))
+                if result is not None:
+                    return "" if result.success else "refused (see its log)"
+            elif step == "failed":
+                return f"ended in lifecycle state {state} (see its log)"
+            time.sleep(0.1)
+        return f"no answer within {timeout_s:.0f} s"
+
     def activate(self, fqn: str, timeout_s: float = 10.0) -> str:
         """configure + activate; "" on success, else what failed."""
-        if not self.lifecycle_transition(fqn, Transition.TRANSITION_CONFIGURE, timeout_s):
-            return "configure failed (see its log)"
-        if not self.lifecycle_transition(fqn, Transition.TRANSITION_ACTIVATE, timeout_s):
-            return "activate failed (see its log)"
-        return ""
+        err = self.reach(fqn, Transition.TRANSITION_CONFIGURE, timeout_s)
+        if err:
+            return f"configure: {err}"
+        err = self.reach(fqn, Transition.TRANSITION_ACTIVATE, timeout_s)
+        return f"activate: {err}" if err else ""
 
     def close(self) -> None:
         self.executor.shutdown(timeout_sec=1.0)
         self._thread.join(timeout=2.0)
         self.node.destroy_node()
         rclpy.try_shutdown(context=self.context)
+
+
+TRANSITIONS = {
+    Transition.TRANSITION_CONFIGURE: (State.PRIMARY_STATE_UNCONFIGURED, State.PRIMARY_STATE_INACTIVE),
+    Transition.TRANSITION_ACTIVATE: (State.PRIMARY_STATE_INACTIVE, State.PRIMARY_STATE_ACTIVE),
+}
+"""Transition -> (the state it starts from, the state it ends in)."""
+
+
+def after_no_answer(state: int | None, start: int, goal: int, asked_again: bool) -> str:
+    """What to do when a transition request got no answer, given the node's state now: "done"
+    (it is in the goal state), "ask again" (still in the start state, asked only once more),
+    "wait" (no state yet, or mid-transition), "failed" (any other primary state)."""
+    if state == goal:
+        return "done"
+    if state is None or state >= State.TRANSITION_STATE_CONFIGURING:  # ids 10-15: transition states
+        return "wait"
+    if state == start:
+        return "wait" if asked_again else "ask again"
+    return "failed"

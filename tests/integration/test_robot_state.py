@@ -142,13 +142,15 @@ def test_tf_tree_walk_is_the_drivers_ee_pose(tmp_path, ros_node):
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT)
     timeline = GraphTimeline(ros_node)
     try:
-        ok = wait_for(
-            lambda: (
-                (all(len(matched(a)) >= 3 * MIN_MATCHED and moving(a) for a in ARMS) and wanted <= marker_namespaces())
-                or proc.poll() is not None
-            ),
-            60,
-        )
+
+        def ready() -> bool:
+            return all(len(matched(a)) >= 3 * MIN_MATCHED and moving(a) for a in ARMS) and wanted <= marker_namespaces()
+
+        wait_for(lambda: ready() or proc.poll() is not None, 60)
+        # Not ready when the launcher ended first (a start that failed, a graph that never
+        # armed): that is the failure to report, not what the graph shows after it stopped.
+        ok = ready()
+        ended_first = proc.poll() is not None
         # The graph lags behind data (fc48: TF had arrived, robot_description's writer was not
         # in this node's graph yet): poll it until rviz's topics are there, with its own deadline.
         wanted_topics = rviz_topics()
@@ -172,7 +174,12 @@ def test_tf_tree_walk_is_the_drivers_ee_pose(tmp_path, ros_node):
                 proc.wait()
         log.close()
     output = (tmp_path / "launch.log").read_text()[-3000:]
-    assert ok, f"timed out; matched {[len(matched(a)) for a in ARMS]}, markers {sorted(marker_namespaces())}\n{output}"
+    assert ok, (
+        f"not ready ({'the launcher ended first' if ended_first else 'timed out'}): matched "
+        f"{[len(matched(a)) for a in ARMS]}, moving {[moving(a) for a in ARMS]}, markers {sorted(marker_namespaces())}\n"
+        f"graph timeline (s after launch: nodes added / removed): {timeline.events}\n"
+        f"Fast DDS warnings: {describe(middleware_warnings(tmp_path / 'run' / 'logs'))}\n{output}"
+    )
     check_markers(markers)
     missing = [t for t, ty in rviz_topics().items() if published.get(t) != [ty]]
     # fc48, fc50, fc55: robot_description's writer (and in fc55 the cameras') never appeared in

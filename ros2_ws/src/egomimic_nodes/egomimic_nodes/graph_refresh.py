@@ -8,7 +8,7 @@ safety gate and the drivers accept a message only from the expected node (source
 so such a gap froze arming ("cannot arm: no fresh state from left": the gate refused
 joint_states "from a writer whose node the ROS graph does not know yet" for 38 s) or left a
 driver applying no command. In loops of test_robot_state (2026-12-05) that was at least 6 of
-the 8 failures in about 30 runs; with this refresh no run failed to arm (13 runs). What it
+the 8 failures in about 30 runs; with this refresh no run failed to arm (28 runs). What it
 does not fix: the shared-memory port that Fast DDS declares dead and keeps regenerating while a
 graph starts (README, "Open"), which then shows as a HOLD instead.
 

@@ -393,6 +393,9 @@ def run_node(factory, args=None) -> int:
                     say(f"[ERROR] on_exit: {exc}")
         guard = TeardownGuard(code)
         try:
+            # Errors only from here on: the teardown's own warnings ("Type ... is in use") are
+            # routine and would bury a run's real ones (dds_log.ROUTINE).
+            middleware_warnings("error")
             if node is not None:
                 node.destroy_node()
             rclpy.try_shutdown()
