@@ -46,9 +46,10 @@ DISCOVERY_WAIT_S = 3.0
 """How long the launcher listens for a previous graph before starting. DDS discovery of running
 nodes takes a few hundred ms on an idle machine, but 1.5 s was once not enough on a loaded one
 (fault battery): a second graph would have started. It returns 0.5 s after the first node seen."""
-PORT_CHECK_S = 2.0
-"""How often the launcher looks for a node listening on a removed shared-memory port (reads
-/proc/<pid>/maps of each node: well under a millisecond each)."""
+PORT_CHECK_S = 5.0
+"""How often the launcher looks for a node listening on a removed shared-memory port. It reads
+/proc/<pid>/maps of each node: 2.4 ms per process of about 840 map lines on the 2-core machine
+(measured beside a test run), so about 25 ms per check for the sim graph, 0.5 % of a core."""
 HEARTBEAT_TIMEOUT_S = 1.5
 """Default --heartbeat-timeout: 3 periods of the gate's 2 Hz status, 150 of a driver's 100 Hz."""
 
