@@ -34,7 +34,7 @@ MSG_SOURCES += $(wildcard ros2_ws/src/tf2_msgs/msg/*.msg ros2_ws/src/tf2_msgs/sr
                ros2_ws/src/tf2_msgs/CMakeLists.txt ros2_ws/src/tf2_msgs/package.xml ros2_ws/src/tf2_msgs/pyproject.toml
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test lint test-unit test-integration test-properties test-faults test-py312 bench soak demo-learn clean-venv shm-clean
+.PHONY: help setup run test lint test-unit test-integration test-properties test-faults test-py312 bench soak demo-learn clean-venv shm-clean wheelhouse docker-check
 
 help: ## list the targets
 	@echo "EVA control service"
@@ -51,6 +51,8 @@ help: ## list the targets
 	@echo "  make soak         the sim graph for DURATION s (default 600 here) beside a one-core CPU hog: HOLDs, rejections, rates, CPU, RSS"
 	@echo "  make demo-learn   record expert episodes through the graph, train, deploy: trained vs untrained vs expert success (DEMO_ARGS)"
 	@echo "  make shm-clean    remove Fast DDS shared memory left by killed processes (only while no participant is alive)"
+	@echo "  make wheelhouse   download every wheel the container images install into wheelhouse/ (TORCH=cpu|cuda)"
+	@echo "  make docker-check build the robot and policy-server images with buildah and smoke-test them (root, ~8 min, ~9 GB; not in make test)"
 	@echo "  make clean-venv   delete .venv"
 	@echo "variables: DURATION=<s>  RUN_ARGS='policy:=scripted ...'  PYTEST_ARGS=...  DEMO_ARGS='--demos 0:40 ...'  ROS_DOMAIN_ID=<0-232>"
 
@@ -136,3 +138,10 @@ shm-clean: $(STAMP) ## remove stale Fast DDS shared memory (only while no partic
 
 clean-venv:
 	rm -rf $(VENV)
+
+wheelhouse: $(STAMP) ## the wheels of requirements.lock (+ docker/requirements-robot.txt), once, for offline image builds
+	TORCH=$(or $(TORCH),cpu) PY=$(PY) bash docker/wheelhouse.sh
+
+docker-check: $(STAMP) ## not part of make test: debootstrap base, buildah builds, compose paths, smoke test (docker/README.md)
+	@test -d wheelhouse/common -a -d wheelhouse/torch-cpu || $(MAKE) --no-print-directory wheelhouse TORCH=cpu
+	PY=$(PY) bash docker/check.sh
