@@ -3,7 +3,7 @@ chosen by serial number so left and right can never be swapped by USB enumeratio
 
 pyrealsense2 is imported lazily, only when this backend is chosen, and every way it can be
 missing becomes BackendUnavailable with the fix:
-- the library is not installed (`pip install pyrealsense2`, cp311 x86_64 wheel 2.59.1);
+- the library is not installed (`pip install pyrealsense2`, cp311 x86_64 wheel 2.59.1.11053);
 - it is installed but the system libusb is missing (`ImportError: libusb-1.0.so.0`:
   `apt install libusb-1.0-0`);
 - no device with that serial is connected (lists the serials that are; needs USB 3 and the
@@ -34,7 +34,7 @@ def import_pyrealsense2():
             ) from None
         raise BackendUnavailable(
             f"realsense: pyrealsense2 is not installed ({exc}); install it on the robot PC "
-            "(pip install pyrealsense2==2.59.1, plus libusb-1.0-0 and the librealsense udev rules), "
+            "(pip install pyrealsense2==2.59.1.11053, plus libusb-1.0-0 and the librealsense udev rules), "
             "or use camera_backend:=replay / synthetic"
         ) from None
     return rs
