@@ -54,25 +54,12 @@ def set_dds_warnings() -> None:
 
 
 def writer(topic: str, rate_hz: float) -> None:
-    import rclpy
-    from sensor_msgs.msg import JointState
-
-    rclpy.init()
+    """deaf_reader's writer, with Fast DDS's warnings on (set before rclpy loads the RMW: the
+    library is the same one)."""
     set_dds_warnings()
-    node = rclpy.create_node(f"bench_death_writer_{topic}")
-    pub = node.create_publisher(JointState, f"/bench/{topic}", 10)
-    msg = JointState(name=[f"joint{i}" for i in range(7)], position=[0.0] * 7)
-    period, nxt = 1.0 / rate_hz, time.monotonic()
-    try:
-        while rclpy.ok():
-            pub.publish(msg)
-            nxt += period
-            time.sleep(max(0.0, nxt - time.monotonic()))
-    except KeyboardInterrupt:
-        pass
-    except Exception:  # SIGTERM at the end
-        if rclpy.ok():
-            raise
+    from deaf_reader import writer as plain_writer  # this file's folder is on sys.path
+
+    plain_writer(topic, rate_hz)
 
 
 def reader(out: Path) -> None:
@@ -118,12 +105,11 @@ def recovered_after(path: Path, t_resume: float) -> float | None:
 
 
 def run(profile: Path, domain: int, stalls: list[float], stops: int, tmp: Path) -> dict:
-    env = dict(
-        os.environ,
-        ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
-        ROS_DOMAIN_ID=str(domain),
-        FASTDDS_DEFAULT_PROFILES_FILE=str(profile),
-    )
+    from egomimic_launch.environment import ros_environment
+
+    # Its own domain and profile; discovery on this machine whatever the caller's shell says.
+    env = ros_environment({**os.environ, "ROS_DOMAIN_ID": str(domain), "FASTDDS_DEFAULT_PROFILES_FILE": str(profile)})
+    env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     me = [sys.executable, __file__]
     logs = {name: open(tmp / f"{domain}_{name}.log", "w") for name in ("reader", "cmd", "state")}
     out = tmp / f"{domain}_arrivals.txt"
