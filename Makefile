@@ -34,7 +34,7 @@ MSG_SOURCES += $(wildcard ros2_ws/src/tf2_msgs/msg/*.msg ros2_ws/src/tf2_msgs/sr
                ros2_ws/src/tf2_msgs/CMakeLists.txt ros2_ws/src/tf2_msgs/package.xml ros2_ws/src/tf2_msgs/pyproject.toml
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test lint test-unit test-integration test-properties test-faults test-py312 bench soak demo-learn clean-venv shm-clean wheelhouse docker-check
+.PHONY: help setup run test lint test-unit test-integration test-properties test-faults test-py312 bench soak replay-fixtures demo-learn clean-venv shm-clean wheelhouse docker-check
 
 help: ## list the targets
 	@echo "EVA control service"
@@ -49,6 +49,7 @@ help: ## list the targets
 	@echo "  make test-py312   kinematics (Pinocchio), sim driver and gate unit tests on Python 3.12 without the ARX SDK"
 	@echo "  make bench        benchmarks under bench/ (not part of make test)"
 	@echo "  make soak         the sim graph for DURATION s (default 600 here) beside a one-core CPU hog: HOLDs, rejections, rates, CPU, RSS"
+	@echo "  make replay-fixtures  re-record the replay regression's fixture bags (tests/fixtures/bags) from the sim graph"
 	@echo "  make demo-learn   record expert episodes through the graph, train, deploy: trained vs untrained vs expert success (DEMO_ARGS)"
 	@echo "  make shm-clean    remove Fast DDS shared memory left by killed processes (only while no participant is alive)"
 	@echo "  make wheelhouse   download every wheel the container images install into wheelhouse/ (TORCH=cpu|cuda)"
@@ -126,6 +127,9 @@ bench: $(STAMP) ## benchmarks print ratios and absolute figures and write JSON u
 	$(PY) bench/join_stall.py --domain 89 --joins 15 --load 1
 	$(PY) bench/recorder.py --domain 97 --out out/bench/recorder.json
 	$(PY) bench/observers.py --domain 98 --out out/bench/observers.json
+
+replay-fixtures: $(STAMP) ## re-record the replay regression's fixture bags (tests/fixtures/bags) from the sim graph
+	$(PY) tools/record_replay_fixtures.py --out tests/fixtures/bags
 
 soak: $(STAMP) ## not part of make test: 10 minutes by default
 	$(PY) tools/soak.py --duration $(SOAK_DURATION) --hogs 1 --out out/soak.json

@@ -36,8 +36,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
+from rosbags.interfaces import (
+    ConnectionExtRosbag2,
+    Qos,
+    QosDurability,
+    QosHistory,
+    QosLiveliness,
+    QosReliability,
+    QosTime,
+)
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
+from rosbags.rosbag2.enums import CompressionFormat, CompressionMode
 from rosbags.rosbag2.metadata import parse_qos
 from rosbags.typesys import Stores, get_typestore
 from rosbags.typesys.msg import get_types_from_msg
@@ -472,3 +481,48 @@ def repair(path: Path | str, definitions: InterfaceDefinitions | None = None) ->
         item.rename(path / item.name)
     shutil.rmtree(work)
     return RepairResult(path, sum(counts.values()), counts, kept, stopped_at)
+
+
+def select(
+    source: Path | str, dest: Path | str, topics: Iterable[str], compress: bool = False, since_ns: int = 0
+) -> dict[str, int]:
+    """Copy the messages of `topics` from the bag `source` into a new complete bag `dest` (each
+    topic with its recorded type, definition, hash and QoS; reception stamps kept): a small bag for
+    one purpose, e.g. the replay regression's fixtures. `compress`: rosbag2's file compression
+    (zstd, `<name>.mcap.zstd`; rosbags and `ros2 bag` read it); `since_ns`: only messages received
+    from then on. Returns messages per topic copied."""
+    dest = Path(dest)
+    if dest.exists():
+        raise BagError(f"{dest} exists already; a bag is never overwritten")
+    wanted = set(topics)
+    reader = open_reader(source)
+    try:
+        missing = sorted(wanted - {c.topic for c in reader.connections})
+        if missing:
+            raise BagError(f"{source}: no such topic(s) in the bag: {missing}")
+        conns = [c for c in reader.connections if c.topic in wanted]
+        writer = Writer(dest, version=BAG_VERSION, storage_plugin=StoragePlugin.MCAP)
+        if compress:
+            writer.set_compression(CompressionMode.FILE, CompressionFormat.ZSTD)
+        writer.open()
+        out = {}
+        for c in conns:
+            ext = c.ext
+            if not isinstance(ext, ConnectionExtRosbag2):
+                raise BagError(f"{source}: {c.topic} is not a rosbag2 connection")
+            out[c.id] = writer.add_connection(
+                c.topic,
+                c.msgtype,
+                msgdef=c.msgdef.data,
+                rihs01=c.digest,
+                serialization_format=ext.serialization_format,
+                offered_qos_profiles=ext.offered_qos_profiles,
+            )
+        counts = {c.topic: 0 for c in conns}
+        for conn, stamp_ns, data in reader.messages(connections=conns, start=since_ns or None):
+            writer.write(out[conn.id], stamp_ns, data)
+            counts[conn.topic] += 1
+        writer.close()
+    finally:
+        reader.close()
+    return counts

@@ -9,6 +9,11 @@
   egomimic-bag repair BAG    after a kill -9 or a power loss (no metadata.yaml, an MCAP file
                              without its summary): rewrite every message that reached the disk
                              into a complete bag; the original is kept as <name>.mcap.truncated
+  egomimic-bag regress BAG   the replay regression: the bag's joint states, camera health and
+                             policy actions through the frames conversion and the safety gate, on
+                             the bag's clock; exit 0 when every gate decision and transition is the
+                             recording's (frames and joint targets within tolerance), else 3 and
+                             the differences, first one first (egomimic_launch/replay.py)
 
 A bag is the directory (rosbag2_<UTC start time>, under bag_dir: out/bags by default). On a ROS 2
 install, `ros2 bag info BAG` and `ros2 bag play BAG` read the same bags (rosbag2's MCAP storage
@@ -28,6 +33,7 @@ from egomimic_launch.environment import apply_to_this_process
 
 CLOCK_TOPIC = "/clock"
 EXIT_ERROR = 1
+EXIT_DIFFERS = 3
 
 
 def _parse_remaps(items: list[str]) -> dict[str, str]:
@@ -184,6 +190,28 @@ def main(argv: list[str] | None = None) -> int:
         "complete bag in place; the original file is kept as <name>.mcap.truncated. A complete bag is left alone.",
     )
     p_repair.add_argument("bag", help="the bag directory")
+    p_regress = sub.add_parser(
+        "regress",
+        help="replay a bag through the frames conversion and the safety gate, compare with the recording",
+        description="Feed the bag's joint states, camera health and policy actions through the frames conversion "
+        "and the safety gate on the bag's clock, and compare the gate's decisions and transitions (and the "
+        "converted commands and forwarded joints, within tolerance) with what the recording holds. Exit 0 when "
+        f"identical, {EXIT_DIFFERS} with the differences, {EXIT_ERROR} when the bag cannot be replayed.",
+    )
+    p_regress.add_argument("bag", help="the bag directory")
+    p_regress.add_argument(
+        "--params",
+        metavar="FILE",
+        help="the gate's ROS parameter file during the recording (default: replay.yaml beside the bag's metadata.yaml)",
+    )
+    p_regress.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="change one gate parameter for the replay (repeatable), e.g. max_translation_step_m=0.001",
+    )
+    p_regress.add_argument("--namespace", default="eva", help="the robot namespace of the recording (default eva)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
         if args.command == "info":
@@ -197,6 +225,12 @@ def main(argv: list[str] | None = None) -> int:
             except argparse.ArgumentTypeError as exc:
                 parser.error(str(exc))
             return play(args)
+        if args.command == "regress":
+            from egomimic_launch.replay import iter_overrides, replay
+
+            report = replay(args.bag, args.params, args.namespace, iter_overrides(args.set))
+            print(report.text())
+            return 0 if report.ok else EXIT_DIFFERS
         result = repair(args.bag)
         if result.kept is None:
             print(f"{result.path}: complete, nothing to repair ({result.messages} messages)")

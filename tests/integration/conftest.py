@@ -96,6 +96,7 @@ def ros_node():
     th = threading.Thread(target=ex.spin, daemon=True)
     th.start()
     yield node
+    middleware_warnings("error")  # teardown's routine "type is in use" warnings are not the test's
     ex.shutdown()
     th.join(timeout=2)
     node.destroy_node()

@@ -36,6 +36,29 @@ ones are dropped and counted: the gate judges each command by its stamp, and one
 longer would be stale there anyway."""
 
 
+def command_hw_from_ds(msg: BimanualCommand) -> BimanualCommand:
+    """A policy/action (dataset frame) as a command/proposed (hardware frame): poses converted,
+    stamps, grippers and chunk provenance unchanged. PoseError names a wrong frame_id or a
+    malformed pose. Shared with the replay regression (egomimic_launch.replay)."""
+    out = BimanualCommand()
+    out.header = msg.header
+    out.left_gripper, out.right_gripper = msg.left_gripper, msg.right_gripper
+    out.chunk_id, out.row, out.observation_stamp = msg.chunk_id, msg.row, msg.observation_stamp
+    for arm in ARMS:
+        src: PoseStamped = getattr(msg, arm.value)
+        if src.header.frame_id != arm.dataset_frame:
+            raise PoseError(f"{arm.value} frame_id {src.header.frame_id!r}, expected {arm.dataset_frame!r}")
+        try:
+            pose_hw = pose_hw_from_ds(pose_to_array(src.pose))
+        except PoseError as exc:
+            raise PoseError(f"{arm.value}: {exc}") from exc
+        dst: PoseStamped = getattr(out, arm.value)
+        dst.header.stamp = src.header.stamp
+        dst.header.frame_id = arm.hw_frame
+        array_to_pose(pose_hw, dst.pose)
+    return out
+
+
 class FramesNode(Node):
     def __init__(self):
         super().__init__("frames")
@@ -84,27 +107,11 @@ class FramesNode(Node):
         return cb
 
     def _on_action(self, msg: BimanualCommand) -> None:
-        out = BimanualCommand()
-        out.header = msg.header
-        out.left_gripper, out.right_gripper = msg.left_gripper, msg.right_gripper
-        out.chunk_id, out.row, out.observation_stamp = msg.chunk_id, msg.row, msg.observation_stamp
-        for arm in ARMS:
-            src: PoseStamped = getattr(msg, arm.value)
-            if src.header.frame_id != arm.dataset_frame:
-                self._refuse(
-                    topics.POLICY_ACTION.name(),
-                    f"{arm.value} frame_id {src.header.frame_id!r}, expected {arm.dataset_frame!r}",
-                )
-                return
-            try:
-                pose_hw = pose_hw_from_ds(pose_to_array(src.pose))
-            except PoseError as exc:
-                self._refuse(topics.POLICY_ACTION.name(), f"{arm.value}: {exc}")
-                return
-            dst: PoseStamped = getattr(out, arm.value)
-            dst.header.stamp = src.header.stamp
-            dst.header.frame_id = arm.hw_frame
-            array_to_pose(pose_hw, dst.pose)
+        try:
+            out = command_hw_from_ds(msg)
+        except PoseError as exc:
+            self._refuse(topics.POLICY_ACTION.name(), str(exc))
+            return
         self._pub_cmd.publish(out)
         self.counts[f"{topics.POLICY_ACTION.name()}_converted"] += 1
 

@@ -126,6 +126,51 @@ a gate that exits first takes its ESTOP announcement with it (a fault-battery ru
 launcher's SIGKILL leave the last status received as ARMED). Exit still ends within ~0.9 s."""
 
 
+def measurement_from_joint_state(arm: Arm, raw: bytes) -> ArmMeasurement:
+    """A driver's serialized joint_states sample as the gate's measurement (no FK: computed when a
+    decision needs it, SafetyGate._measured). ValueError names what is wrong with a malformed one.
+    Shared with the replay regression (egomimic_launch.replay), which must read samples as the
+    gate does."""
+    stamp_ns, names, positions = read_joint_state(raw)
+    if names != arm.joint_names or positions.shape != (JOINTS_PER_ARM + 1,) or not np.all(np.isfinite(positions)):
+        raise ValueError(
+            f"malformed {arm.value}/joint_states: names {names}, {positions.shape[0]} non-finite or missing values"
+        )
+    sec, nanosec = divmod(stamp_ns, 1_000_000_000)
+    return ArmMeasurement(
+        joints_rad=positions[:JOINTS_PER_ARM],
+        gripper_norm=float(positions[JOINTS_PER_ARM]),
+        ee_pose_hw=None,
+        stamp_s=sec + nanosec * 1e-9,  # as msg_convert.stamp_to_s
+    )
+
+
+def camera_report(msg: CameraHealth) -> CameraReport:
+    """A camera node's health report, reduced to what the gate judges."""
+    return CameraReport(
+        ok=msg.state == CameraHealth.OK,
+        detail=msg.detail,
+        late=msg.state in (CameraHealth.STALLED, CameraHealth.STARTING),
+        last_frame_stamp_s=stamp_to_s(msg.last_frame_stamp),
+    )
+
+
+def proposal_from_command(msg: BimanualCommand) -> Proposal:
+    """A command/proposed message as the gate's Proposal (hardware frame; the gate checks frame ids)."""
+    return Proposal(
+        stamp_s=stamp_to_s(msg.header.stamp),
+        arms={
+            arm: ArmCommand(
+                frame_id=getattr(msg, arm.value).header.frame_id,
+                pose=pose_to_array(getattr(msg, arm.value).pose),
+                gripper_norm=float(getattr(msg, f"{arm.value}_gripper")),
+            )
+            for arm in ARMS
+        },
+        observation_stamp_s=stamp_to_s(msg.observation_stamp),
+    )
+
+
 class GateNode(Node):
     PARAMETERS = ((GateConfig, "", ()), (GateNodeConfig, "", ()))
     """What --help lists (declared in __init__)."""
@@ -278,7 +323,6 @@ class GateNode(Node):
                     self._guarded(sub.topic_name, lambda: cb(msg, info))  # noqa: B023 - called at once
 
     def _joint_cb(self, arm: Arm):
-        names = arm.joint_names
         source = self._state_sources.get(arm)
 
         def cb(raw: bytes, info):
@@ -286,32 +330,24 @@ class GateNode(Node):
             if verdict is not None and verdict.foreign:  # whatever it sent
                 self.get_logger().error(f"refused: {verdict.why}", throttle_duration_sec=2.0)
                 return self.gate.state_implausible(arm, verdict.why, time.monotonic())
-            try:
-                stamp_ns, msg_names, positions = read_joint_state(raw)
-            except ValueError as exc:
-                self.get_logger().error(f"malformed {arm.value}/joint_states ignored: {exc}", throttle_duration_sec=2.0)
-                return None
-            sec, nanosec = divmod(stamp_ns, 1_000_000_000)
-            stamp_s = sec + nanosec * 1e-9  # as msg_convert.stamp_to_s
             if verdict is not None and not verdict.ok:
                 self.get_logger().error(f"refused: {verdict.why}", throttle_duration_sec=2.0)
+                try:
+                    stamp_ns, _names, positions = read_joint_state(raw)
+                except ValueError:
+                    return None
                 if positions.shape == (JOINTS_PER_ARM + 1,):
-                    return self.gate.unverified_measurement(arm, positions[:JOINTS_PER_ARM], stamp_s, time.monotonic())
+                    sec, nanosec = divmod(stamp_ns, 1_000_000_000)
+                    return self.gate.unverified_measurement(
+                        arm, positions[:JOINTS_PER_ARM], sec + nanosec * 1e-9, time.monotonic()
+                    )
                 return None
-            if msg_names != names or positions.shape != (JOINTS_PER_ARM + 1,) or not np.all(np.isfinite(positions)):
-                self.get_logger().error(f"malformed {arm.value}/joint_states ignored", throttle_duration_sec=2.0)
+            try:
+                measurement = measurement_from_joint_state(arm, raw)
+            except ValueError as exc:
+                self.get_logger().error(f"{exc}: ignored", throttle_duration_sec=2.0)
                 return None
-            joints = positions[:JOINTS_PER_ARM]
-            return self.gate.update_measurement(
-                arm,
-                ArmMeasurement(
-                    joints_rad=joints,
-                    gripper_norm=float(positions[JOINTS_PER_ARM]),
-                    ee_pose_hw=None,  # FK when a decision needs it (SafetyGate._measured), not per 100 Hz sample
-                    stamp_s=stamp_s,
-                ),
-                time.monotonic(),
-            )
+            return self.gate.update_measurement(arm, measurement, time.monotonic())
 
         return cb
 
@@ -328,13 +364,7 @@ class GateNode(Node):
 
     def _health_cb(self, camera: str):
         def cb(msg: CameraHealth, _info):
-            report = CameraReport(
-                ok=msg.state == CameraHealth.OK,
-                detail=msg.detail,
-                late=msg.state in (CameraHealth.STALLED, CameraHealth.STARTING),
-                last_frame_stamp_s=stamp_to_s(msg.last_frame_stamp),
-            )
-            return self.gate.update_camera(camera, report, time.monotonic())
+            return self.gate.update_camera(camera, camera_report(msg), time.monotonic())
 
         return cb
 
@@ -398,19 +428,7 @@ class GateNode(Node):
 
     def _on_proposed(self, msg: BimanualCommand) -> None:
         def decide():
-            proposal = Proposal(
-                stamp_s=stamp_to_s(msg.header.stamp),
-                arms={
-                    arm: ArmCommand(
-                        frame_id=getattr(msg, arm.value).header.frame_id,
-                        pose=pose_to_array(getattr(msg, arm.value).pose),
-                        gripper_norm=float(getattr(msg, f"{arm.value}_gripper")),
-                    )
-                    for arm in ARMS
-                },
-                observation_stamp_s=stamp_to_s(msg.observation_stamp),
-            )
-            decision = self.gate.propose(proposal, self._now_s(), time.monotonic())
+            decision = self.gate.propose(proposal_from_command(msg), self._now_s(), time.monotonic())
             # forwarded: stamped with the tick it is for; a hold target: when it is sent
             self._send(decision.targets, msg.header.stamp if decision.send is Send.FORWARD else None)
 

@@ -1,0 +1,97 @@
+"""The replay regression on the shipped fixture bags (tests/fixtures/bags, recorded from the sim
+graph by `make replay-fixtures`): identical on the code that recorded them, and a changed gate
+limit is caught with a diff that names the first decision that differs. No DDS: the bag's inputs
+go through the gate node's own conversions and SafetyGate in process, on the bag's clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from egomimic_data.bags import BagError, open_reader, select
+from egomimic_launch import bag_cli
+from egomimic_launch.replay import PARAMS_FILE, configs_from_params, gate_params, replay
+from egomimic_nodes import topics
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "bags"
+
+
+def test_the_nominal_run_replays_identically():
+    report = replay(FIXTURES / "nominal")
+    assert report.ok, report.text()
+    states = [t.state for t in report.recorded.transitions]
+    assert states[:3] == ["DISARMED", "ARMING", "ARMED"], states
+    forwarded = [v for v in report.replayed.verdicts if v.forwarded]
+    assert len(forwarded) >= 100, f"only {len(forwarded)} commands forwarded: not a run of the armed graph"
+    assert sum(v.forwarded for v in report.recorded.verdicts) == len(forwarded)
+    assert "identical" in report.text()
+
+
+def test_the_frozen_camera_run_replays_identically_with_its_hold():
+    report = replay(FIXTURES / "frozen_camera")
+    assert report.ok, report.text()
+    path = [(t.state, t.reason) for t in report.replayed.transitions]
+    assert path[2:] == [("ARMED", ""), ("HOLD", "STALE_CAMERA"), ("ESTOP", "ESTOP")], path  # ESTOP: the gate's exit
+    hold = report.replayed.transitions[3]
+    assert "left_wrist" in hold.detail, hold
+    armed = [v for v in report.replayed.verdicts if v.forwarded]
+    assert len(armed) >= 30 and armed[-1].at_s < hold.at_s, "the fault comes after armed motion"
+    after = [v for v in report.replayed.verdicts if v.at_s > hold.at_s]
+    assert after and not any(v.forwarded for v in after), "nothing forwarded once HOLD latched"
+
+
+def test_a_flipped_limit_fails_with_a_diff_naming_the_first_differing_decision():
+    report = replay(FIXTURES / "nominal", overrides={"max_translation_step_m": 0.001})
+    assert not report.ok
+    text = report.text()
+    first = min(report.differences, key=lambda d: d.at_s)
+    lines = text.splitlines()
+    assert lines[1].startswith(f"{len(report.differences)} difference(s); first at {first.at_s:.3f} s")
+    assert lines[2].strip() == first.text, "the first difference comes first"
+    assert "TRANSLATION_JUMP" in first.text and "recorded" in first.text and "replayed" in first.text, text
+
+
+def test_the_cli_exits_0_when_identical_and_3_with_the_diff(capsys):
+    assert bag_cli.main(["regress", str(FIXTURES / "nominal")]) == 0
+    assert "identical" in capsys.readouterr().out
+    assert bag_cli.main(["regress", str(FIXTURES / "nominal"), "--set", "max_translation_step_m=0.001"]) == 3
+    out = capsys.readouterr().out
+    assert "difference(s); first at" in out and "TRANSLATION_JUMP" in out
+
+
+def test_a_bag_without_gate_parameters_or_topics_is_refused(tmp_path, capsys):
+    bare = tmp_path / "bare"
+    select(FIXTURES / "nominal", bare, [topics.SAFETY_STATUS.resolve("eva")])
+    with pytest.raises(BagError, match="no gate parameters"):
+        replay(bare)
+    (bare / PARAMS_FILE).write_text((FIXTURES / "nominal" / PARAMS_FILE).read_text())
+    with pytest.raises(BagError, match="lacks"):
+        replay(bare)
+    assert bag_cli.main(["regress", str(bare)]) == 1
+    assert "lacks" in capsys.readouterr().err
+
+
+def test_select_keeps_types_hashes_and_counts(tmp_path):
+    source = open_reader(FIXTURES / "nominal")
+    original = {c.topic: (c.msgtype, c.digest, c.msgcount) for c in source.connections}
+    source.close()
+    topic = topics.JOINT_STATES.resolve("eva", arm="left")
+    counts = select(FIXTURES / "nominal", tmp_path / "one", [topic])
+    copy = open_reader(tmp_path / "one")
+    assert {c.topic: (c.msgtype, c.digest, c.msgcount) for c in copy.connections} == {topic: original[topic]}
+    copy.close()
+    assert counts == {topic: original[topic][2]}
+    with pytest.raises(BagError, match="exists"):
+        select(FIXTURES / "nominal", tmp_path / "one", [topic])
+
+
+def test_gate_parameters_are_checked_as_the_node_checks_them():
+    params = gate_params(FIXTURES / "nominal" / PARAMS_FILE)
+    config, node = configs_from_params(params)
+    assert config.required_cameras and node.watchdog_rate_hz > 0
+    with pytest.raises(BagError, match="unknown"):
+        configs_from_params({**params, "max_translation_stp_m": 0.1})
+    with pytest.raises(BagError, match="outside"):
+        configs_from_params({**params, "max_translation_step_m": 5.0})
+    assert configs_from_params({**params, "command_timeout_s": 1})[0].command_timeout_s == 1.0
