@@ -51,7 +51,7 @@ help: ## list the targets
 	@echo "  make soak         the sim graph for DURATION s (default 600 here) beside a one-core CPU hog: HOLDs, rejections, rates, CPU, RSS"
 	@echo "  make replay-fixtures  re-record the replay regression's fixture bags (tests/fixtures/bags) from the sim graph"
 	@echo "  make demo-learn   record expert episodes through the graph, train, deploy: trained vs untrained vs expert success (DEMO_ARGS)"
-	@echo "  make shm-clean    remove Fast DDS shared memory left by killed processes (only while no participant is alive)"
+	@echo "  make shm-clean    remove Fast DDS shared memory left by killed processes (groups no live participant locks)"
 	@echo "  make wheelhouse   download every wheel the container images install into wheelhouse/ (TORCH=cpu|cuda)"
 	@echo "  make docker-check build the robot and policy-server images with buildah and smoke-test them (root, ~8 min, ~9 GB; not in make test)"
 	@echo "  make clean-venv   delete .venv"
@@ -137,7 +137,7 @@ soak: $(STAMP) ## not part of make test: 10 minutes by default
 demo-learn: $(STAMP) ## record expert episodes through the graph, train, deploy, compare (not in make test)
 	$(PY) tools/demo_learn.py --out out/demo_learn $(DEMO_ARGS)
 
-shm-clean: $(STAMP) ## remove stale Fast DDS shared memory (only while no participant is alive)
+shm-clean: $(STAMP) ## remove stale Fast DDS shared memory (groups no live participant locks)
 	$(PY) -c "from egomimic_launch.cli import clean_shared_memory; clean_shared_memory()"
 
 clean-venv:

@@ -73,16 +73,19 @@ def _who(pid: int) -> str:
 
 
 def pytest_terminal_summary(terminalreporter):
-    """How the stale shared-memory clean-ups went: a module that started with DDS still in use
-    (a process of an earlier module left running) starts on whatever stale ports are there."""
+    """How the stale shared-memory clean-ups went: which modules started beside live participants
+    (this pytest's own probe node, or a process of an earlier module left running)."""
     if not _SHM_CLEANUPS:
         return
     removed = sum(len(d.removed) for _, d, _ in _SHM_CLEANUPS)
-    busy = [(m, who + d.busy[:2]) for m, d, who in _SHM_CLEANUPS if d.users or d.busy or d.unreadable]
+    beside = [(m, who) for m, d, who in _SHM_CLEANUPS if d.busy]
+    unreadable = [m for m, d, _ in _SHM_CLEANUPS if d.unreadable]
     line = f"Fast DDS shared memory: {len(_SHM_CLEANUPS)} module start(s), {removed} stale file(s) removed"
-    if busy:
-        shown = "; ".join(f"{m} ({', '.join(who) or '/proc/locks unreadable'})" for m, who in busy[:5])
-        line += f", {len(busy)} skipped because DDS was in use: {shown}"
+    if beside:
+        shown = "; ".join(f"{m} ({', '.join(who)})" for m, who in beside[:5])
+        line += f", {len(beside)} started beside live participants (their files kept): {shown}"
+    if unreadable:
+        line += f", {len(unreadable)} skipped (/proc/locks unreadable)"
     terminalreporter.write_line(line)
 
 

@@ -13,8 +13,9 @@ Each bag starts 1 s before the gate's first status (the bag node starts first; b
 holds only the other nodes starting).
 Beside each bag: replay.yaml, the gate's parameters in that run (the deployment file and the
 launcher's generated file, merged as the node read them). Each new fixture is replayed at once
-and kept only if the replay reproduces it (a live decision that depended on timing the bag does
-not hold, a deferral under load, would make it a poor fixture: record again).
+and kept only if the replay reproduces it: a live decision that depended on timing the bag does
+not hold (the gate and the bag received two messages in different orders, at the fault instant
+or in a deferral under load) would make a poor fixture, so it records again (ATTEMPTS).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ SIM_YAML = REPO / "ros2_ws/src/egomimic_bringup/config/eva_sim.yaml"
 NS = "eva"
 ARMED_TIMEOUT_S = 90.0
 FAULT_AFTER_ARMED_S = 2.0
+ATTEMPTS = 3
+"""Recordings tried per fixture until its replay reproduces it (module docstring)."""
 LEAD_S = 1.0
 """Kept before the gate's first status (the bag starts first: the rest is the other nodes starting)."""
 FIXTURES = {
@@ -124,10 +127,16 @@ def gate_parameters(run_dir: Path) -> dict:
     return merged
 
 
+class NotReproduced(RuntimeError):
+    """The replay of a new recording differs from it (a live decision that depended on timing the
+    bag does not hold: the gate and the bag received two messages in different orders)."""
+
+
 def record(name: str, armed_s: float, fault: str | None, out: Path, work: Path) -> Path:
     from egomimic_data.bags import select
     from egomimic_launch.replay import PARAMS_FILE, _Topics, configs_from_params, replay
 
+    work.mkdir(parents=True, exist_ok=True)
     run_dir, bag_dir = work / f"{name}_run", work / f"{name}_bags"
     cmd = [
         *LAUNCH,
@@ -177,7 +186,7 @@ def record(name: str, armed_s: float, fault: str | None, out: Path, work: Path) 
     report = replay(staged)
     print(report.text(), flush=True)
     if not report.ok:
-        raise SystemExit(f"[fixtures] {name}: the replay does not reproduce this recording; record it again")
+        raise NotReproduced(name)
     if dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(staged, dest)
@@ -201,7 +210,16 @@ def main(argv: list[str] | None = None) -> int:
         for name, spec in FIXTURES.items():
             if args.only and name != args.only:
                 continue
-            record(name, spec["armed_s"], spec["fault"], args.out, Path(tmp))
+            for attempt in range(1, ATTEMPTS + 1):
+                try:
+                    record(name, spec["armed_s"], spec["fault"], args.out, Path(tmp) / f"try{attempt}")
+                    break
+                except NotReproduced:
+                    print(
+                        f"[fixtures] {name}: attempt {attempt} of {ATTEMPTS} not reproduced by its replay", flush=True
+                    )
+            else:
+                return 1
     return 0
 
 

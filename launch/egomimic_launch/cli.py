@@ -232,23 +232,20 @@ class Launcher:
 
 
 def clean_shared_memory() -> str:
-    """Remove the Fast DDS shared-memory files of killed processes, when no participant is alive
-    (egomimic_launch.shm: a stale port reused by a new participant delivered with ~333 ms
-    pauses; removing files while a participant starts orphans its port). Returns what it did,
-    in one line, for the run's summary."""
-    from egomimic_launch.shm import PREFIXES, SHM_DIR, remove_stale
+    """Remove the Fast DDS shared-memory files that no live participant owns (egomimic_launch.shm:
+    a stale port reused by a new participant delivered with ~333 ms pauses, or was reset as a
+    zombie while the graph started). Returns what it did, in one line, for the run's summary."""
+    from egomimic_launch.shm import remove_stale
 
     done = remove_stale()
-    if done.removed:
-        note = f"removed {len(done.removed)} stale Fast DDS file(s)"
-    elif done.users or done.busy or done.unreadable:
-        left = sum(1 for p in SHM_DIR.iterdir() if p.name.startswith(PREFIXES)) if SHM_DIR.is_dir() else 0
-        who = f"pids {', '.join(map(str, done.users))}" if done.users else f"held locks {', '.join(done.busy[:3])}"
-        note = (
-            f"kept {left} Fast DDS file(s): participants alive ({'unreadable /proc/locks' if done.unreadable else who})"
-        )
+    if done.unreadable:
+        note = "kept every Fast DDS file: /proc/locks is unreadable"
     else:
-        note = "no stale Fast DDS files"
+        parts = [f"removed {len(done.removed)} stale Fast DDS file(s)" if done.removed else "no stale Fast DDS files"]
+        if done.busy:
+            who = f" (pids {', '.join(map(str, done.users))})" if done.users else ""
+            parts.append(f"kept {len(done.busy)} group(s) of live participants{who}")
+        note = "; ".join(parts)
     safe_print(f"[launch] shared memory: {note}")
     for pid, names in done.orphaned.items():
         safe_print(
@@ -339,7 +336,7 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
     from egomimic_launch.summary import RunMonitor
     from egomimic_nodes import topics
 
-    shm_note = clean_shared_memory()  # ports of processes killed earlier, while no participant is alive
+    shm_note = clean_shared_memory()  # ports of processes killed earlier (groups no live participant locks)
     client = LauncherClient(enclave=graph.launcher_enclave)
     others = client.graph_nodes_running(graph, DISCOVERY_WAIT_S)
     if others:

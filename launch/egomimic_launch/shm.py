@@ -1,4 +1,4 @@
-"""Fast DDS shared-memory files left by killed processes, removed while no process uses DDS.
+"""Fast DDS shared-memory files left by killed processes, removed before a graph starts.
 
 Why: Fast DDS keeps each participant's listening port in /dev/shm (`fastdds_port<N>`, named by
 domain and participant index, so the next graph on that domain opens the same names) and reuses
@@ -8,30 +8,37 @@ ring buffer is never empty, and a push into a non-empty buffer wakes nobody, so 
 sees pushes only at its periodic wake-up, every healthy_check_timeout_ms / 3 = 333 ms. With 140
 stale port files in /dev/shm, a process joining the running sim graph paused the gate's inputs
 347-384 ms and latched HOLD in 4 of 6 runs; with them removed, 59-77 ms and no HOLD in 3 runs
-(bench/join_stall.py, one CPU hog).
+(bench/join_stall.py, one CPU hog). A reused port can also be judged a zombie and reset by its
+new owner while the graph starts ("Port N Zombie. Reset the port"): the writers that opened the
+old file reach nobody (a driver that received no command for a whole test, 2026-12-05).
 
-Why only when nothing uses DDS: a file is judged by name, then removed by name, and a
-participant that starts in between opens the old file (a reused port keeps its old mtime) and
-maps it. Removed under it, its port is orphaned: the writers that open that port later create a
-new file, and that participant never hears them (an earlier version removed "unmapped" files
-while graphs were starting; the driver that received no command in a whole run, seen then, was
-seen again without it: its cause is still open). `fastdds shm clean` has the same race (it tests a lock file, then
-deletes). So nothing is removed while a live participant exists: a process that holds a lock
-(flock, /proc/locks) on a file of /dev/shm's filesystem; Fast DDS locks each participant's data
-segment and listening ports (`_el`, `_sl`) for their whole life, and a process whose
-participants are gone holds none, even while it still maps other processes' files (pytest was
-seen mapping ports between test modules). The launcher cleans before it starts its own
-participants, and the tests between modules. A removal that still raced (a participant started
-by someone else in that instant) is reported by `orphaned`.
+What is stale is judged per file group (a port: `fastdds_portN`, its lock files `_el`/`_sl` and
+`sem.fastdds_portN_mutex`; a data segment: `fastdds_<id>` and its `_el`): Fast DDS holds a lock
+(flock) on the lock files of each of a participant's segments and listening ports for the
+participant's whole life, so a group none of whose lock files is locked has no live owner. It is
+probed by trying that lock (a lock conflict is kernel-wide: this also sees participants in another
+PID namespace, a container sharing /dev/shm). A port group with no lock file at all is stale only
+when no live participant maps it. Live participants elsewhere (rviz, a test's probe node, a
+console) no longer stop the clean-up: the first version removed nothing while any participant was
+alive, and graphs that started beside one (a test process's probe node between test modules, a
+tool's node) reused the last graph's ports and saw them reset as zombies.
+
+No participant can open a port's old files while they are judged and removed: Fast DDS opens or
+creates a port only while holding that port's named mutex (`sem.fastdds_portN_mutex`), and the
+clean-up holds the same mutex for each port group it judges (so a port's young files, which the
+first versions kept for a while, go too). A port whose mutex stays locked for MUTEX_WAIT_S was
+left so by a process killed while it opened it; it is removed with its mutex, as Fast DDS does.
+A participant that still maps a removed port while it holds a lock is reported (`orphaned`);
+`fastdds shm clean` tests a lock file, then deletes, with no such guard.
 
 Conservative on purpose: only files of this user, older than MIN_AGE_S (a process may be
-creating one right now); any lock on that filesystem counts, a Fast DDS lock file that a probe
-cannot lock counts too (a participant in another PID namespace, which /proc/locks hides), and
-nothing is removed when /proc/locks cannot be read.
+creating one right now), and nothing at all when /proc/locks cannot be read.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import fcntl
 import os
 import time
@@ -52,16 +59,18 @@ class Cleanup:
 
     removed: list[str] = field(default_factory=list)
     users: list[int] = field(default_factory=list)
-    """PIDs that hold a lock on the shared-memory filesystem (live participants): while there is
-    one, nothing is removed."""
+    """PIDs that hold a lock on the shared-memory filesystem (live participants, here and
+    elsewhere), for the report."""
     orphaned: dict[int, list[str]] = field(default_factory=dict)
     """PID -> files it maps that this clean-up removed (it started in that instant): its
     shared-memory port is cut off from new writers, and the process must be restarted."""
     busy: list[str] = field(default_factory=list)
-    """Lock files a process holds that /proc/locks did not show (another PID namespace): while
-    there is one, nothing is removed."""
+    """Lock files some process holds: their groups belong to live participants and are kept."""
     unreadable: bool = False
     """/proc/locks could not be read: nothing was removed."""
+    stuck: list[str] = field(default_factory=list)
+    """Ports whose mutex was left locked (a process killed while it opened the port): removed
+    with their mutex, as Fast DDS does when it finds one."""
 
 
 def _maps(proc: Path, shm_dir: Path) -> dict[int, set[str]]:
@@ -104,59 +113,154 @@ def _lock_holders(proc: Path, shm_dir: Path) -> set[int] | None:
     return holders
 
 
-def _busy_lock_files(shm_dir: Path) -> list[str]:
-    """Fast DDS lock files (`_el`, `_sl`) some process holds a lock on, by trying one: a lock
-    conflict is kernel-wide, so this sees participants /proc/locks hides (another PID namespace:
-    a container sharing /dev/shm)."""
-    busy = []
-    for path in sorted(shm_dir.iterdir()):
-        if not path.name.startswith(PREFIXES) or not path.name.endswith(("_el", "_sl")):
-            continue
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
-            continue  # gone meanwhile, or not ours
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            busy.append(path.name)
-        except OSError:
-            continue
-        finally:
-            os.close(fd)  # releases the probe's lock
-    return busy
+def _locked(path: Path) -> bool:
+    """Whether some process holds a flock on `path` (tried, not read from /proc/locks)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False  # gone meanwhile, or not ours
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # releases the probe's lock
+    return False
 
 
-def remove_stale(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc"), min_age_s: float = MIN_AGE_S) -> Cleanup:
-    """Remove this user's Fast DDS files in `shm_dir` when no live participant exists."""
+MUTEX_WAIT_S = 0.2
+"""How long the clean-up waits for a port's mutex: Fast DDS holds it only while it opens or
+creates that port (milliseconds); one held longer was left locked by a process killed inside
+that step, and Fast DDS itself then removes and recreates it."""
+
+
+class _PortMutex:
+    """Fast DDS's own mutex of one port (`sem.fastdds_portN_mutex`, a POSIX named semaphore):
+    every process opens or creates the port's files while holding it. The clean-up holds it while
+    it judges and removes the port's files, so no participant can open the old files in between
+    (the race the first versions had). It never removes the mutex itself while it works: a
+    process waiting on it must find the same one afterwards."""
+
+    def __init__(self, base: str):
+        self._libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        self._libc.sem_open.restype = ctypes.c_void_p
+        self._libc.sem_open.argtypes = [ctypes.c_char_p, ctypes.c_int]
+        for fn in ("sem_timedwait", "sem_post", "sem_close"):
+            getattr(self._libc, fn).restype = ctypes.c_int
+        self._libc.sem_timedwait.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        self._libc.sem_post.argtypes = [ctypes.c_void_p]
+        self._libc.sem_close.argtypes = [ctypes.c_void_p]
+        self._sem = self._libc.sem_open(f"/{base}_mutex".encode(), 0)  # never created here
+        self.held = False
+
+    @property
+    def exists(self) -> bool:
+        return bool(self._sem)
+
+    def acquire(self, timeout_s: float) -> bool:
+        class Timespec(ctypes.Structure):
+            _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+        if not self._sem:
+            return False
+        deadline = time.time() + timeout_s
+        when = Timespec(int(deadline), int((deadline % 1) * 1e9))
+        while True:
+            if self._libc.sem_timedwait(self._sem, ctypes.byref(when)) == 0:
+                self.held = True
+                return True
+            if ctypes.get_errno() != errno.EINTR:
+                return False
+
+    def release(self) -> None:
+        if self._sem:
+            if self.held:
+                self._libc.sem_post(self._sem)
+                self.held = False
+            self._libc.sem_close(self._sem)
+            self._sem = None
+
+
+def _group(name: str) -> str:
+    """The file group a Fast DDS file belongs to: its segment or port name."""
+    base = name.removeprefix("sem.")
+    for suffix in ("_mutex", "_el", "_sl"):
+        base = base.removesuffix(suffix)
+    return base
+
+
+def remove_stale(
+    shm_dir: Path = SHM_DIR, proc: Path = Path("/proc"), min_age_s: float = MIN_AGE_S, port_mutexes: bool | None = None
+) -> Cleanup:
+    """Remove this user's Fast DDS file groups in `shm_dir` that no live participant owns.
+    `port_mutexes`: hold each port's Fast DDS mutex meanwhile (default: when `shm_dir` is
+    /dev/shm, where the semaphores are)."""
     result = Cleanup()
     if not shm_dir.is_dir():
         return result
     holders = _lock_holders(proc, shm_dir)
     result.unreadable = holders is None
     result.users = sorted(holders or ())
-    if result.unreadable or result.users:
+    if result.unreadable:
         return result
-    result.busy = _busy_lock_files(shm_dir)
-    if result.busy:
-        return result
-    uid, now = os.getuid(), time.time()
+    groups: dict[str, list[Path]] = {}
     for path in sorted(shm_dir.iterdir()):
-        if not path.name.startswith(PREFIXES):
-            continue
+        if path.name.startswith(PREFIXES):
+            groups.setdefault(_group(path.name), []).append(path)
+    mapped: set[str] | None = None  # names live participants map, read once if needed
+    uid, now = os.getuid(), time.time()
+    real = shm_dir.resolve() == SHM_DIR.resolve() if port_mutexes is None else port_mutexes
+    for base, paths in groups.items():
+        mutex = _PortMutex(base) if real and base.startswith(PORTS) else None
         try:
-            st = path.lstat()
-            if st.st_uid != uid or now - st.st_mtime < min_age_s:
+            if mutex is not None and mutex.exists and not mutex.acquire(MUTEX_WAIT_S):
+                stuck = True  # left locked by a process killed while it opened this port
+            else:
+                stuck = False
+            held = mutex is not None and mutex.held
+            locks = [p for p in paths if p.name.endswith(("_el", "_sl"))]
+            busy = [p.name for p in locks if _locked(p)]
+            if busy:
+                result.busy.extend(busy)
                 continue
-            path.unlink()
-        except OSError:  # gone meanwhile, or not ours to remove
-            continue
-        result.removed.append(path.name)
+            if not locks and base.startswith(PORTS):
+                if mapped is None:
+                    mapped = {
+                        n.removesuffix(_DELETED)
+                        for pid, names in _maps(proc, shm_dir).items()
+                        if pid in (holders or ())
+                        for n in names
+                    }
+                if base in mapped:
+                    continue
+            try:
+                if any(p.lstat().st_uid != uid for p in paths):
+                    continue
+                # Young files may be being made right now, unless the port's mutex is ours.
+                if not held and any(now - p.lstat().st_mtime < min_age_s for p in paths):
+                    continue
+            except OSError:
+                continue
+            for path in paths:
+                if held and path.name.startswith("sem."):
+                    continue  # the mutex stays (class docstring)
+                try:
+                    path.unlink()
+                except OSError:  # gone meanwhile, or not ours to remove
+                    continue
+                result.removed.append(path.name)
+            if stuck:
+                result.stuck.append(base)
+        finally:
+            if mutex is not None:
+                mutex.release()
     if result.removed:
         # A live participant (it holds a lock now) that maps a removed port: it started in that
         # instant. Only ports: a data segment's name is never reused, a file of that name made
-        # since the removal (not "deleted") is a fresh port, and a process with no participant
-        # left may map removed files harmlessly.
+        # since the removal (not "deleted") is a fresh port, and a process whose participants
+        # are gone may map removed files harmlessly.
         live = _lock_holders(proc, shm_dir) or set()
         gone = {name + _DELETED for name in result.removed if name.startswith(PORTS)}
         result.orphaned = {
