@@ -74,6 +74,7 @@ from zarr.core.sync import sync as zarr_sync
 from zarr.dtype import VariableLengthBytes
 
 from egomimic_data import calibration as calib
+from egomimic_data.file_locks import held_by_another
 from egomimic_hw.description import ARMS, CAMERAS
 
 NUMERIC_FIELDS: dict[str, int] = {
@@ -154,19 +155,7 @@ def _lock(path: Path) -> int | None:
 def recording_in_progress(path: str | Path) -> bool:
     """True while a live EpisodeWriter (any process) holds the store open. A writer killed with
     SIGKILL holds nothing: its episode reads data_status "recording" but is not in progress."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # closing drops the shared lock taken above, if any
-    return False
+    return held_by_another(path, exclusive_only=True)
 
 
 @dataclass(frozen=True)

@@ -39,11 +39,12 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import fcntl
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from egomimic_data.file_locks import held_by_another
 
 SHM_DIR = Path("/dev/shm")
 PREFIXES = ("fastdds_", "fastrtps_", "sem.fastdds_", "sem.fastrtps_")
@@ -115,19 +116,7 @@ def _lock_holders(proc: Path, shm_dir: Path) -> set[int] | None:
 
 def _locked(path: Path) -> bool:
     """Whether some process holds a flock on `path` (tried, not read from /proc/locks)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return False  # gone meanwhile, or not ours
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # releases the probe's lock
-    return False
+    return held_by_another(path, follow_symlinks=False)
 
 
 MUTEX_WAIT_S = 0.2
