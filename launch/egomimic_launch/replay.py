@@ -11,6 +11,8 @@ the gate's ROS clock and its monotonic clock):
   <arm>/joint_states       -> the gate's measurement (the gate node's own reader,
                               gate_node.measurement_from_joint_state)
   cameras/<cam>/health     -> the gate's camera reports (gate_node.camera_report)
+  <arm>/ee_pose            -> the frames conversion (frames_node.pose_ds_from_hw_msg), compared
+                              with the recording's <arm>/ee_pose_dataset of the same stamp
   policy/action            -> the frames conversion (frames_node.command_hw_from_ds), and what it
                               makes is proposed to the gate when the recording's command/proposed
                               of that stamp arrived (when the live gate received it)
@@ -46,7 +48,7 @@ from egomimic_hw.errors import PoseError
 from egomimic_hw.kinematics import ArmKinematics
 from egomimic_msgs.msg import GateStatus
 from egomimic_nodes import topics
-from egomimic_nodes.frames_node import command_hw_from_ds
+from egomimic_nodes.frames_node import command_hw_from_ds, pose_ds_from_hw_msg
 from egomimic_nodes.gate_node import camera_report, measurement_from_joint_state, proposal_from_command
 from egomimic_nodes.msg_convert import pose_to_array, stamp_to_ns
 from egomimic_safety.config import GateConfig, GateNodeConfig
@@ -104,8 +106,8 @@ class Outcome:
 
     verdicts: list[Verdict] = field(default_factory=list)
     transitions: list[Transition] = field(default_factory=list)
-    frames_errors: list[str] = field(default_factory=list)
-    """Replay only: frames outputs that differ from the recording, or conversions that differ."""
+    poses_compared: int = 0
+    """Replay only: ee_pose -> ee_pose_dataset conversions compared with the recording."""
 
 
 @dataclass
@@ -134,7 +136,10 @@ class Report:
             f"{len(rec.transitions)} gate transitions ({path})"
         )
         if self.ok:
-            return f"{head}\nidentical: every gate decision and transition, frames and joint targets within tolerance"
+            return (
+                f"{head}\nidentical: every gate decision and transition; frames (every command, "
+                f"{self.replayed.poses_compared} poses) and joint targets within tolerance"
+            )
         diffs = sorted(self.differences, key=lambda d: d.at_s)
         lines = [head, f"{len(diffs)} difference(s); first at {diffs[0].at_s:.3f} s into the bag:"]
         lines += [f"  {d.text}" for d in diffs[:limit]]
@@ -160,13 +165,24 @@ class _Topics:
         ns = namespace
         self.joint_states = {topics.JOINT_STATES.resolve(ns, arm=a): a for a in ARMS}
         self.joint_command = {topics.JOINT_COMMAND.resolve(ns, arm=a): a for a in ARMS}
+        self.ee_pose = {topics.EE_POSE.resolve(ns, arm=a): a for a in ARMS}
+        self.ee_pose_dataset = {topics.EE_POSE_DATASET.resolve(ns, arm=a): a for a in ARMS}
         self.health = {topics.CAMERA_HEALTH.resolve(ns, cam=c): c for c in cameras}
         self.action = topics.POLICY_ACTION.resolve(ns)
         self.proposed = topics.COMMAND_PROPOSED.resolve(ns)
         self.status = topics.SAFETY_STATUS.resolve(ns)
 
     def needed(self) -> set[str]:
-        return {*self.joint_states, *self.joint_command, *self.health, self.action, self.proposed, self.status}
+        return {
+            *self.joint_states,
+            *self.joint_command,
+            *self.ee_pose,
+            *self.ee_pose_dataset,
+            *self.health,
+            self.action,
+            self.proposed,
+            self.status,
+        }
 
 
 def _messages(bag: Path, wanted: set[str]) -> tuple[list[_Message], set[str]]:
@@ -372,6 +388,8 @@ def _replay(messages, names: _Topics, config, node_config, start_ns) -> tuple[Ou
     gate = _GateReplay(config, node_config, start_ns)
     actions: dict[int, tuple[int, object]] = {}  # stamp -> (at_ns, policy/action)
     proposed_stamps: set[int] = set()
+    poses_ds: dict[tuple[Arm, int], object] = {}  # (arm, stamp) -> the recording's ee_pose_dataset
+    poses_hw: list[tuple[int, Arm, object]] = []
     diffs: list[Difference] = []
     previous_state: str | None = None
     index = 0
@@ -414,11 +432,18 @@ def _replay(messages, names: _Topics, config, node_config, start_ns) -> tuple[Ou
                 )
             gate.propose(index, command, m.at_ns)
             index += 1
+        elif m.topic in names.ee_pose:
+            poses_hw.append((m.at_ns, names.ee_pose[m.topic], deserialize_message(m.raw, topics.EE_POSE.type)))
+        elif m.topic in names.ee_pose_dataset:
+            msg = deserialize_message(m.raw, topics.EE_POSE_DATASET.type)
+            poses_ds[(names.ee_pose_dataset[m.topic], stamp_to_ns(msg.header.stamp))] = msg
         elif m.topic == names.status:
             status = deserialize_message(m.raw, GateStatus)
             gate.operator(previous_state, status, m.at_ns)
             previous_state = _state_name(status.state)
     gate.until(messages[-1].at_ns + 1)
+    pose_diffs, gate.outcome.poses_compared = _compare_poses(poses_hw, poses_ds, start_ns)
+    diffs += pose_diffs
     for stamp, (at_ns, msg) in sorted(actions.items()):
         if stamp in proposed_stamps:
             continue
@@ -431,6 +456,37 @@ def _replay(messages, names: _Topics, config, node_config, start_ns) -> tuple[Ou
         if at_ns < messages[-1].at_ns - 200_000_000:
             diffs.append(Difference(at_s, "frames: a policy/action that was refused live is converted by the replay"))
     return gate.outcome, diffs
+
+
+def _compare_poses(poses_hw, poses_ds, start_ns: int) -> tuple[list[Difference], int]:
+    """The frames conversion of each recorded ee_pose against the recording's ee_pose_dataset of
+    the same arm and stamp (one the bag's best-effort reader missed is not compared). Returns the
+    differences and how many poses were compared."""
+    diffs, compared = [], 0
+    for at_ns, arm, msg in poses_hw:
+        at_s = (at_ns - start_ns) * 1e-9
+        live = poses_ds.get((arm, stamp_to_ns(msg.header.stamp)))
+        try:
+            out = pose_ds_from_hw_msg(arm, msg)
+        except PoseError as exc:
+            if live is not None:
+                diffs.append(
+                    Difference(at_s, f"frames: {arm.value} ee_pose converted live, refused by the replay: {exc}")
+                )
+            continue
+        if live is None:
+            continue
+        compared += 1
+        worst = _pose_difference(out.pose, live.pose)
+        if worst > POSE_TOLERANCE or out.header.frame_id != live.header.frame_id:
+            diffs.append(
+                Difference(
+                    at_s,
+                    f"frames: {arm.value} ee_pose_dataset differs from the recording by {worst:.3g} "
+                    f"(tolerance {POSE_TOLERANCE:g}; frame {out.header.frame_id} vs {live.header.frame_id})",
+                )
+            )
+    return diffs, compared
 
 
 def compare(recorded: Outcome, replayed: Outcome, joint_tolerance: float = JOINT_TOLERANCE_RAD) -> list[Difference]:

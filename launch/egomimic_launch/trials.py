@@ -45,6 +45,9 @@ SERVICE_TIMEOUT_S = 5.0
 calls wait this long (the launcher's own calls keep their shorter timeouts)."""
 RECORD_START_TIMEOUT_S = 2.0
 """recorder/start is retried this long after arming, until the commanded joints are live."""
+RECORDER_READY_TIMEOUT_S = 15.0
+"""Before arming, how long the recorder may take to hear every other stream (discovery on a busy
+machine; egomimic_nodes.graph_settle waits as long for the launcher's own view)."""
 SUCCESS_MARGIN_S = 0.2
 """Keep running this long after success (the recorded episode shows the grasp held)."""
 
@@ -181,6 +184,8 @@ class TrialRunner:
             )
         task = TaskSuccess(place_target(seed))
         recording = [False]
+        if self.record and not self._recorder_ready(seed, recording):
+            self.log(f"[trials] seed {seed}: the recorder does not hear every stream yet; the trial runs unrecorded")
         try:
             return self._run_armed(seed, task, recording)
         finally:
@@ -199,7 +204,7 @@ class TrialRunner:
             self.obs.task = task  # fed from here on, per policy action
             self.obs.task_first_action_s = self.obs.task_success_s = None
         t_armed = time.monotonic()
-        if self.record:
+        if self.record and not recording[0]:
             # The recorder opens an episode only once every stream is live, the commanded joints
             # included, which flow only while the gate is armed: the episode starts here.
             recording[0] = self._start_recording(seed)
@@ -240,6 +245,30 @@ class TrialRunner:
         )
 
     # -- helpers -----------------------------------------------------------------------------------
+    def _recorder_ready(self, seed: int, recording: list[bool]) -> bool:
+        """Before arming: until the recorder hears every stream but the commanded joints (which
+        flow only while the gate is armed), asking recorder/start, whose refusal names the first
+        stream missing in a fixed order, the commanded joints last (step_assembly.waiting_for).
+        Why: the recorder starts last, and a first trial armed while its readers were still
+        matching the policy's writer (a loaded machine: more than 2 s) ran unrecorded. An
+        episode that starts here (fresh commanded joints of a trial just ended) is kept."""
+        from egomimic_data.step_assembly import cmd_joints_stream
+        from egomimic_hw.description import ARMS
+
+        armed_only = [cmd_joints_stream(arm) for arm in ARMS]
+        deadline = time.monotonic() + RECORDER_READY_TIMEOUT_S
+        msg = ""
+        while time.monotonic() < deadline and not self.stopped():
+            ok, msg = self.client.trigger(self.topics.RECORDER_START.resolve(self.ns))
+            if ok:
+                recording[0] = True
+                return True
+            if any(f"{name}:" in msg for name in armed_only):
+                return True
+            time.sleep(0.1)
+        self.log(f"[trials] seed {seed}: recorder/start before arming: {msg}")
+        return False
+
     def _start_recording(self, seed: int) -> bool:
         deadline = time.monotonic() + RECORD_START_TIMEOUT_S
         ok, msg = False, ""

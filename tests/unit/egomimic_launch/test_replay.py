@@ -25,6 +25,7 @@ def test_the_nominal_run_replays_identically():
     forwarded = [v for v in report.replayed.verdicts if v.forwarded]
     assert len(forwarded) >= 100, f"only {len(forwarded)} commands forwarded: not a run of the armed graph"
     assert sum(v.forwarded for v in report.recorded.verdicts) == len(forwarded)
+    assert report.replayed.poses_compared >= 200, "ee_pose -> ee_pose_dataset compared over the run"
     assert "identical" in report.text()
 
 
@@ -50,6 +51,21 @@ def test_a_flipped_limit_fails_with_a_diff_naming_the_first_differing_decision()
     assert lines[1].startswith(f"{len(report.differences)} difference(s); first at {first.at_s:.3f} s")
     assert lines[2].strip() == first.text, "the first difference comes first"
     assert "TRANSLATION_JUMP" in first.text and "recorded" in first.text and "replayed" in first.text, text
+
+
+def test_a_changed_frame_conversion_is_caught(monkeypatch):
+    """The dataset -> hardware rotation transposed the wrong way (the bug that stopped the first
+    rollout): every converted command and observed pose differs from the recording."""
+    from egomimic_hw import frames
+    from egomimic_nodes import frames_node
+
+    monkeypatch.setattr(frames_node, "pose_hw_from_ds", frames.pose_ds_from_hw)
+    monkeypatch.setattr(frames_node, "pose_ds_from_hw", frames.pose_hw_from_ds)
+    report = replay(FIXTURES / "nominal")
+    assert not report.ok
+    texts = [d.text for d in report.differences]
+    assert any(t.startswith("frames: command/proposed #0 differs") for t in texts), texts[:3]
+    assert any("ee_pose_dataset differs" in t for t in texts), texts[:3]
 
 
 def test_the_cli_exits_0_when_identical_and_3_with_the_diff(capsys):

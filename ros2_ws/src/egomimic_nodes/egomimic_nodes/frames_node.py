@@ -36,6 +36,19 @@ ones are dropped and counted: the gate judges each command by its stamp, and one
 longer would be stale there anyway."""
 
 
+def pose_ds_from_hw_msg(arm: Arm, msg: PoseStamped) -> PoseStamped:
+    """An arm's ee_pose (hardware frame) as its ee_pose_dataset: the pose converted, the stamp
+    unchanged. PoseError names a wrong frame_id or a malformed pose. Shared with the replay
+    regression (egomimic_launch.replay)."""
+    if msg.header.frame_id != arm.hw_frame:
+        raise PoseError(f"frame_id {msg.header.frame_id!r}, expected {arm.hw_frame!r}")
+    out = PoseStamped()
+    out.header.stamp = msg.header.stamp
+    out.header.frame_id = arm.dataset_frame
+    array_to_pose(pose_ds_from_hw(pose_to_array(msg.pose)), out.pose)
+    return out
+
+
 def command_hw_from_ds(msg: BimanualCommand) -> BimanualCommand:
     """A policy/action (dataset frame) as a command/proposed (hardware frame): poses converted,
     stamps, grippers and chunk provenance unchanged. PoseError names a wrong frame_id or a
@@ -89,18 +102,11 @@ class FramesNode(Node):
 
     def _pose_cb(self, arm: Arm):
         def cb(msg: PoseStamped) -> None:
-            if msg.header.frame_id != arm.hw_frame:
-                self._refuse(topics.EE_POSE.name(arm), f"frame_id {msg.header.frame_id!r}, expected {arm.hw_frame!r}")
-                return
             try:
-                pose_ds = pose_ds_from_hw(pose_to_array(msg.pose))
+                out = pose_ds_from_hw_msg(arm, msg)
             except PoseError as exc:
                 self._refuse(topics.EE_POSE.name(arm), str(exc))
                 return
-            out = PoseStamped()
-            out.header.stamp = msg.header.stamp
-            out.header.frame_id = arm.dataset_frame
-            array_to_pose(pose_ds, out.pose)
             self._pub_pose_ds[arm].publish(out)
             self.counts[f"{topics.EE_POSE.name(arm)}_converted"] += 1
 
