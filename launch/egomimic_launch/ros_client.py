@@ -16,6 +16,10 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from std_srvs.srv import Trigger
 
+FIRST_ANSWER_S = 3.0
+"""How long a lifecycle transition's reply is awaited before the node's state is asked instead
+(a driver configures in tens of milliseconds; a node still mid-transition is then polled)."""
+
 
 class LauncherClient:
     def __init__(self, name: str = "egomimic_launcher", enclave: str = ""):
@@ -24,6 +28,8 @@ class LauncherClient:
         ros_args = ["--ros-args", "--disable-external-lib-logs", *(["--enclave", enclave] if enclave else [])]
         rclpy.init(context=self.context, args=ros_args)
         self.node = Node(name, context=self.context)
+        self._clients: dict[tuple[type, str], object] = {}
+        self._clients_lock = threading.Lock()
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self._thread = threading.Thread(target=self._spin, name="launcher-spin", daemon=True)
@@ -70,20 +76,31 @@ class LauncherClient:
             time.sleep(0.05)
         return False
 
+    def _client(self, srv_type, service: str):
+        """One client per service for the launcher's life. Why not one per call: a service
+        answers through a writer that must first match the caller's response reader, and rmw
+        drops the reply when it has not within its wait ("failed to send response (timeout)" in
+        the node's log). A new client per call was a new reader each time, so every call on a
+        busy machine could lose its reply (a driver's configure in a fresh-clone run: the whole
+        fault battery failed to start); a kept client is matched once."""
+        key = (srv_type, service)
+        with self._clients_lock:
+            client = self._clients.get(key)
+            if client is None:
+                client = self._clients[key] = self.node.create_client(srv_type, service)
+            return client
+
     def _call(self, srv_type, service: str, request, timeout_s: float):
-        client = self.node.create_client(srv_type, service)
-        try:
-            if not client.wait_for_service(timeout_sec=timeout_s):
-                return None
-            future = client.call_async(request)
-            done = threading.Event()
-            future.add_done_callback(lambda _f: done.set())
-            if not done.wait(timeout_s):
-                future.cancel()
-                return None
-            return future.result()
-        finally:
-            self.node.destroy_client(client)
+        client = self._client(srv_type, service)
+        if not client.wait_for_service(timeout_sec=timeout_s):
+            return None
+        future = client.call_async(request)
+        done = threading.Event()
+        future.add_done_callback(lambda _f: done.set())
+        if not done.wait(timeout_s):
+            client.remove_pending_request(future)
+            return None
+        return future.result()
 
     def trigger(self, service: str, timeout_s: float = 2.0) -> tuple[bool, str]:
         result = self._call(Trigger, service, Trigger.Request(), timeout_s)
@@ -126,7 +143,9 @@ class LauncherClient:
         deadline = time.monotonic() + timeout_s
         req = ChangeState.Request()
         req.transition.id = transition_id
-        result = self._call(ChangeState, f"{fqn}/change_state", req, timeout_s)
+        # Not the whole budget: a lost reply must leave time to ask the node's state (a first
+        # call that waited all of it left none, and a configured driver failed the start).
+        result = self._call(ChangeState, f"{fqn}/change_state", req, min(FIRST_ANSWER_S, timeout_s / 2))
         if result is not None:
             return "" if result.success else "refused (see its log)"
         asked_again = False

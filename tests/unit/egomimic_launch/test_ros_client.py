@@ -1,5 +1,6 @@
-"""What the launcher does when a lifecycle transition gets no answer (ros_client.after_no_answer):
-it trusts the node's state, not the lost reply, and asks again at most once."""
+"""What the launcher does when a lifecycle transition gets no answer (ros_client.reach,
+after_no_answer): it trusts the node's state, not the lost reply, and asks again at most once;
+the first call leaves time to ask."""
 
 from lifecycle_msgs.msg import State, Transition
 
@@ -32,3 +33,28 @@ def test_any_other_state_is_a_failure():
     assert after_no_answer(State.PRIMARY_STATE_FINALIZED, start, goal, False) == "failed"
     assert after_no_answer(ACTIVE, *TRANSITIONS[Transition.TRANSITION_CONFIGURE], False) == "failed"
     assert after_no_answer(State.TRANSITION_STATE_ERRORPROCESSING, start, goal, False) == "wait"
+
+
+def test_a_lost_configure_reply_leaves_time_to_ask_the_node_state():
+    """The first ChangeState call may not wait the whole budget: a fresh-clone run lost a driver's
+    configure reply (rmw "failed to send response (timeout)"), the call waited all 10 s, no state
+    was asked, and a configured driver failed the start. No rclpy here: the two calls are faked."""
+    import time
+
+    from egomimic_launch import ros_client
+
+    client = object.__new__(ros_client.LauncherClient)
+    calls = []
+
+    def lost_reply(srv_type, service, request, timeout_s):
+        calls.append((service, timeout_s))
+        time.sleep(timeout_s)  # the reply never comes
+        return None
+
+    client._call = lost_reply
+    client.lifecycle_state = lambda fqn, timeout_s=2.0: INACTIVE  # it did configure
+    t0 = time.monotonic()
+    assert client.reach("/eva/driver_right", Transition.TRANSITION_CONFIGURE, timeout_s=1.0) == ""
+    assert time.monotonic() - t0 < 1.0
+    assert calls == [("/eva/driver_right/change_state", 0.5)], calls
+    assert ros_client.FIRST_ANSWER_S < 10.0 / 2 + 1e-9, "the launcher's 10 s budget keeps time for the state"
