@@ -126,7 +126,7 @@ bench: $(STAMP) ## benchmarks print ratios and absolute figures and write JSON u
 	$(PY) bench/port_death.py --domain 85 --stops 4
 	$(PY) bench/join_stall.py --domain 89 --joins 15 --load 1
 	$(PY) bench/recorder.py --domain 97 --out out/bench/recorder.json
-	$(PY) bench/observers.py --domain 98 --out out/bench/observers.json
+	$(PY) bench/observers.py --domain 98 --pairs 3 --out out/bench/observers.json
 
 replay-fixtures: $(STAMP) ## re-record the replay regression's fixture bags (tests/fixtures/bags) from the sim graph
 	$(PY) tools/record_replay_fixtures.py --out tests/fixtures/bags

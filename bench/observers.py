@@ -1,6 +1,6 @@
 """Recording and monitoring on, against off: does watching the robot slow it?
 
-    .venv/bin/python bench/observers.py [--seconds 40] [--out out/bench/observers.json]
+    .venv/bin/python bench/observers.py [--seconds 40] [--pairs 3] [--out out/bench/observers.json]
 
 Runs the simulated graph twice in one go, as `make run` does (synthetic cameras, simulated arms,
 the default policy, auto_arm):
@@ -23,6 +23,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -124,49 +125,83 @@ def run(observers: bool, seconds: float, settle_s: float, domain: int) -> dict:
     return {"cpu_pct": cpu, "streams": streams, "viewer_messages": viewer.messages if viewer else 0}
 
 
+def _stream_line(topic: str, label: str, r: dict) -> str:
+    s = r["streams"].get(topic)
+    if s is None:
+        return f"{topic:<28}{label:>8}   (not in the summary)"
+    return f"{topic:<28}{label:>8}{s['rate_hz']:>9.2f}{s['max_gap_s'] * 1e3:>8.1f}{s['max_source_gap_s'] * 1e3:>11.1f}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=40.0, help="measurement window per run (default 40)")
     ap.add_argument("--settle", type=float, default=8.0, help="seconds after all nodes are up before measuring")
     ap.add_argument("--domain", type=int, default=98, help="ROS_DOMAIN_ID of the runs (default 98)")
+    ap.add_argument(
+        "--pairs",
+        type=int,
+        default=1,
+        help="off/on pairs, alternating (default 1): a worst gap is one run's maximum, so one pair cannot tell "
+        "a change from noise; the medians over the pairs are printed too",
+    )
     ap.add_argument("--out", type=Path, help="also write the figures as JSON here")
     a = ap.parse_args()
     load = os.getloadavg()[0]
-    print(f"observers on vs off, {a.seconds:.0f} s window each, {psutil.cpu_count()} cores, load average {load:.2f}")
-    off = run(False, a.seconds, a.settle, a.domain)
-    on = run(True, a.seconds, a.settle, a.domain)
-    print(f"{'stream':<28}{'':>6}{'rate Hz':>9}{'gap ms':>8}{'src gap ms':>11}")
+    print(
+        f"observers on vs off, {a.seconds:.0f} s window each, {a.pairs} pair(s), {psutil.cpu_count()} cores, "
+        f"load average {load:.2f}"
+    )
+    pairs = [
+        (run(False, a.seconds, a.settle, a.domain), run(True, a.seconds, a.settle, a.domain)) for _ in range(a.pairs)
+    ]
+    print(f"{'stream':<28}{'':>8}{'rate Hz':>9}{'gap ms':>8}{'src gap ms':>11}")
     for topic in STREAMS:
-        for label, r in (("off", off), ("on", on)):
-            s = r["streams"].get(topic)
-            if s is None:
-                print(f"{topic:<28}{label:>6}   (not in the summary)")
-                continue
+        for i, (off, on) in enumerate(pairs, start=1):
+            tag = f" {i}" if len(pairs) > 1 else ""
+            print(_stream_line(topic, f"off{tag}", off))
+            print(_stream_line(topic, f"on{tag}", on))
+        both = [(off["streams"].get(topic), on["streams"].get(topic)) for off, on in pairs]
+        both = [(so, sn) for so, sn in both if so and sn]
+        if both:
+            med = {
+                side: {k: statistics.median(s[k] for s in sides) for k in ("rate_hz", "max_gap_s", "max_source_gap_s")}
+                for side, sides in (("off", [so for so, _ in both]), ("on", [sn for _, sn in both]))
+            }
+            if len(both) > 1:
+                for side in ("off", "on"):
+                    m = med[side]
+                    print(
+                        f"{'':<28}{'med ' + side:>8}{m['rate_hz']:>9.2f}{m['max_gap_s'] * 1e3:>8.1f}"
+                        f"{m['max_source_gap_s'] * 1e3:>11.1f}"
+                    )
+            mo, mn = med["off"], med["on"]
             print(
-                f"{topic:<28}{label:>6}{s['rate_hz']:>9.2f}{s['max_gap_s'] * 1e3:>8.1f}{s['max_source_gap_s'] * 1e3:>11.1f}"
+                f"{'':<28}{'on/off':>8}{mn['rate_hz'] / mo['rate_hz']:>9.3f}{mn['max_gap_s'] / mo['max_gap_s']:>8.2f}"
+                f"{mn['max_source_gap_s'] / mo['max_source_gap_s']:>11.2f}"
             )
-        so, sn = off["streams"].get(topic), on["streams"].get(topic)
-        if so and sn:
-            print(
-                f"{'':<28}{'on/off':>6}{sn['rate_hz'] / so['rate_hz']:>9.3f}{sn['max_gap_s'] / so['max_gap_s']:>8.2f}"
-                f"{sn['max_source_gap_s'] / so['max_source_gap_s']:>11.2f}"
-            )
+    off, on = pairs[-1]
     names = sorted(set(off["cpu_pct"]) | set(on["cpu_pct"]), key=lambda n: -on["cpu_pct"].get(n, 0.0))
-    print(f"{'process':<16}{'off %':>8}{'on %':>8}")
+    print(f"{'process':<16}{'off %':>8}{'on %':>8}" + ("   (the last pair)" if len(pairs) > 1 else ""))
     for n in names:
         print(f"{n:<16}{off['cpu_pct'].get(n, 0.0):>8.1f}{on['cpu_pct'].get(n, 0.0):>8.1f}")
     t_off, t_on = sum(off["cpu_pct"].values()), sum(on["cpu_pct"].values())
-    c_off = sum(off["cpu_pct"].values())
     c_on = sum(on["cpu_pct"].get(n, 0.0) for n in off["cpu_pct"])
     print(f"{'total':<16}{t_off:>8.1f}{t_on:>8.1f}   on/off {t_on / t_off:.2f}")
+    added = [sum(n["cpu_pct"].values()) - sum(f["cpu_pct"].values()) for f, n in pairs]
     print(
-        f"the observers add {t_on - t_off:.1f} % of one core ({t_on - t_off - (c_on - c_off):.1f} in their own "
-        f"processes, {c_on - c_off:+.1f} in the control graph's); the web client received {on['viewer_messages']} "
-        "messages"
+        f"the observers add {t_on - t_off:.1f} % of one core ({t_on - t_off - (c_on - t_off):.1f} in their own "
+        f"processes, {c_on - t_off:+.1f} in the control graph's)"
+        + (f"; over the pairs {', '.join(f'{x:.1f}' for x in added)}" if len(pairs) > 1 else "")
+        + f"; the web client received {on['viewer_messages']} messages"
     )
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps({"window_s": a.seconds, "load_at_start": load, "off": off, "on": on}, indent=2))
+        a.out.write_text(
+            json.dumps(
+                {"window_s": a.seconds, "load_at_start": load, "pairs": [{"off": f, "on": n} for f, n in pairs]},
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":
