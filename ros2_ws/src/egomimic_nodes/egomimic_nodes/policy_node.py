@@ -54,6 +54,7 @@ from egomimic_nodes.msg_convert import array_to_pose, image_to_array, ns_to_stam
 from egomimic_nodes.outbox import Outbox
 from egomimic_nodes.params import declare_config
 from egomimic_nodes.spin import lower_this_thread, run_node
+from egomimic_nodes.stall_dump import StallDump
 from egomimic_nodes.taken import TakenSubscriptions
 from egomimic_policy.expert import ExpertChunkPolicy, ExpertConfig
 from egomimic_policy.interface import Observation
@@ -80,6 +81,10 @@ SYNC_HISTORY = 8
 """Messages kept per input, so 100 Hz arm state can be matched to a 30 Hz frame's capture time."""
 LATE_TICK_PERIODS = 3
 """A control tick this many periods after the previous one is logged (with this thread's CPU meanwhile)."""
+STALL_DUMP_S = 0.5
+"""A control tick this late prints every thread's stack into the log while it is still late
+(stall_dump.py): the gate latches HOLD after 0.3 s without a command, so such a stall is a HOLD
+whose cause the stacks name."""
 ARM_STATE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=SYNC_HISTORY, reliability=ReliabilityPolicy.RELIABLE)
 """The taken arm-state readers keep what the synchronizer keeps, so a late drain loses nothing it
 would have used."""
@@ -179,6 +184,7 @@ class PolicyNode(Node):
             self.policy, self.executor_config, self._observe, self._now_ns, on_worker_start=self._lower_worker
         )
         self._status = TickStatus.WAITING
+        self._stall_dump = StallDump(STALL_DUMP_S)
         self._last_tick: tuple[float, float] | None = None  # (monotonic, this thread's CPU time)
         self.late_ticks = 0
         self.create_timer(1.0 / rate_hz, self._on_tick)
@@ -284,6 +290,7 @@ class PolicyNode(Node):
             self.get_logger().info(f"scheduling: {done}")
 
     def _on_tick(self) -> None:
+        self._stall_dump.arm()
         self._note_lateness()
         self._take_arm_state()
         now = self.get_clock().now()
@@ -308,7 +315,12 @@ class PolicyNode(Node):
             self.late_ticks += 1
             self.get_logger().warning(
                 f"control tick ran {(now - last[0]) * 1e3:.0f} ms after the previous one (period "
-                f"{self._period_ns * 1e-6:.0f} ms; this thread used {(cpu - last[1]) * 1e3:.0f} ms of CPU meanwhile)",
+                f"{self._period_ns * 1e-6:.0f} ms; this thread used {(cpu - last[1]) * 1e3:.0f} ms of CPU meanwhile"
+                + (
+                    f"; every thread's stack was printed above when it was {STALL_DUMP_S:.1f} s late)"
+                    if now - last[0] >= STALL_DUMP_S
+                    else ")"
+                ),
                 throttle_duration_sec=1.0,
             )
 
@@ -415,6 +427,7 @@ class PolicyNode(Node):
         )
 
     def on_exit(self) -> None:
+        self._stall_dump.close()  # teardown is not a stalled tick
         self.rollout.stop(timeout_s=1.0)
         close = getattr(self.policy, "close", None)
         if close is not None:
