@@ -329,7 +329,11 @@ def run_node(factory, args=None) -> int:
     exception in an executor callback."""
     argv = list(args if args is not None else sys.argv)
     if wants_help(argv):
-        print_help(factory)
+        try:
+            print_help(factory)
+            sys.stdout.flush()
+        except BrokenPipeError:  # `--help | head`: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     stop = StopRequest()
     signal.signal(signal.SIGINT, stop)
