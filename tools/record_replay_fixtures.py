@@ -11,8 +11,8 @@ policy, auto arm) with bag:=true, cut down to the topics the replay reads
                  4 s after ARMED (the gate, in HOLD, latches ESTOP on its way out)
 Each bag starts 1 s before the gate's first status (the bag node starts first; before that it
 holds only the other nodes starting).
-Beside each bag: replay.yaml, the gate's parameters in that run (the deployment file and the
-launcher's generated file, merged as the node read them). Each new fixture is replayed at once
+Beside each bag: replay.yaml, the gate's and the policy's parameters in that run (the deployment
+file and the launcher's generated file, merged as each node read them). Each new fixture is replayed at once
 and kept only if the replay reproduces it: a live decision that depended on timing the bag does
 not hold (the gate and the bag received two messages in different orders, at the fault instant
 or in a deferral under load) would make a poor fixture, so it records again (ATTEMPTS).
@@ -117,13 +117,13 @@ def _first_status_ns(bag: Path, topic: str) -> int:
         reader.close()
 
 
-def gate_parameters(run_dir: Path) -> dict:
-    """The gate's parameters as the node read them: the deployment file, then the generated one."""
-    from egomimic_launch.replay import gate_params
+def node_parameters(run_dir: Path, node: str) -> dict:
+    """A node's parameters as it read them: the deployment file, then the launcher's generated one."""
+    from egomimic_launch.replay import node_params
 
     merged: dict = {}
-    for path in (SIM_YAML, *sorted((run_dir / "params").glob("safety_gate*.yaml"))):
-        merged.update(gate_params(path))
+    for path in (SIM_YAML, *sorted((run_dir / "params").glob(f"{node}*.yaml"))):
+        merged.update(node_params(path, node))
     return merged
 
 
@@ -167,21 +167,28 @@ def record(name: str, armed_s: float, fault: str | None, out: Path, work: Path) 
     bags = sorted(bag_dir.glob("rosbag2_*"))
     if len(bags) != 1:
         raise SystemExit(f"[fixtures] {name}: expected one bag under {bag_dir}, found {len(bags)} (launcher exit {rc})")
-    params = gate_parameters(run_dir)
+    params = node_parameters(run_dir, "safety_gate")
     config, _ = configs_from_params(params)
     dest = out / name
     staged = work / name
     names = _Topics(NS, config.required_cameras)
+    topics_kept = names.needed() | names.optional()
     counts = select(
         bags[0],
         staged,
-        names.needed(),
+        topics_kept,
         compress=True,
         since_ns=_first_status_ns(bags[0], names.status) - int(LEAD_S * 1e9),
     )
     (staged / PARAMS_FILE).write_text(
-        "# The safety gate's parameters while this fixture was recorded (tools/record_replay_fixtures.py)\n"
-        + yaml.safe_dump({"/**/safety_gate": {"ros__parameters": params}}, sort_keys=True)
+        "# The safety gate's and the policy's parameters while this fixture was recorded (tools/record_replay_fixtures.py)\n"
+        + yaml.safe_dump(
+            {
+                "/**/safety_gate": {"ros__parameters": params},
+                "/**/policy": {"ros__parameters": node_parameters(run_dir, "policy")},
+            },
+            sort_keys=True,
+        )
     )
     report = replay(staged)
     print(report.text(), flush=True)
@@ -206,20 +213,24 @@ def main(argv: list[str] | None = None) -> int:
 
     apply_to_this_process()
     args.out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="egomimic-fixtures-") as tmp:
-        for name, spec in FIXTURES.items():
-            if args.only and name != args.only:
-                continue
-            for attempt in range(1, ATTEMPTS + 1):
-                try:
-                    record(name, spec["armed_s"], spec["fault"], args.out, Path(tmp) / f"try{attempt}")
-                    break
-                except NotReproduced:
-                    print(
-                        f"[fixtures] {name}: attempt {attempt} of {ATTEMPTS} not reproduced by its replay", flush=True
-                    )
-            else:
-                return 1
+    tmp = Path(tempfile.mkdtemp(prefix="egomimic-fixtures-"))
+    for name, spec in FIXTURES.items():
+        if args.only and name != args.only:
+            continue
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                record(name, spec["armed_s"], spec["fault"], args.out, tmp / f"{name}_try{attempt}")
+                break
+            except NotReproduced:
+                print(
+                    f"[fixtures] {name}: attempt {attempt} of {ATTEMPTS} not reproduced by its replay "
+                    f"(kept: {tmp / f'{name}_try{attempt}' / name})",
+                    flush=True,
+                )
+        else:
+            print(f"[fixtures] {name}: no recording reproduced; the attempts are kept under {tmp}", flush=True)
+            return 1
+    shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

@@ -27,9 +27,11 @@ and the watchdog ticks at the gate's rate between messages. What is compared:
   - the joints each forwarded command carried (JOINT_TOLERANCE_RAD: IK is seeded with the newest
     measured joints, and which sample was newest can differ by one between the live gate and the
     bag's reader).
-What is not replayed: the policy (its chunks arrive when the model finishes, wall-clock time; the
-recorded policy/action is the input), the drivers, and the gate's publisher checks (the bag has
-no publisher ids).
+The policy stage (replay_policy.py) recomputes each recorded chunk from its observation and
+each recorded action with the node's chunk executor, where the policy's inputs are in the bag
+(the scripted policy: arm state only); the gate is fed the recorded actions either way, so a
+policy difference and a gate difference are told apart. Not replayed: the drivers, and the
+gate's publisher checks (the bag has no publisher ids).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from egomimic_data.bags import BagError, open_reader
 from egomimic_hw.description import ARMS, Arm
 from egomimic_hw.errors import PoseError
 from egomimic_hw.kinematics import ArmKinematics
+from egomimic_launch.replay_policy import PolicyOutcome, replay_policy
 from egomimic_msgs.msg import GateStatus
 from egomimic_nodes import topics
 from egomimic_nodes.frames_node import command_hw_from_ds, pose_ds_from_hw_msg
@@ -122,6 +125,7 @@ class Report:
     recorded: Outcome
     replayed: Outcome
     differences: list[Difference]
+    policy: PolicyOutcome = field(default_factory=PolicyOutcome)
 
     @property
     def ok(self) -> bool:
@@ -135,16 +139,25 @@ class Report:
             f"replay of {self.bag.name}: {len(rec.verdicts)} proposals ({forwarded} forwarded), "
             f"{len(rec.transitions)} gate transitions ({path})"
         )
+        p = self.policy
+        policy = (
+            f"policy: not replayed: {p.skipped}"
+            if p.skipped
+            else f"policy: {p.chunks} chunks recomputed, {p.actions} actions re-executed"
+        )
         if self.ok:
             return (
-                f"{head}\nidentical: every gate decision and transition; frames (every command, "
-                f"{self.replayed.poses_compared} poses) and joint targets within tolerance"
+                f"{head}\n{policy}\nidentical: every gate decision and transition; frames (every command, "
+                f"{self.replayed.poses_compared} poses), joint targets"
+                + ("" if p.skipped else ", chunks and actions")
+                + " within tolerance"
             )
         diffs = sorted(self.differences, key=lambda d: d.at_s)
         lines = [head, f"{len(diffs)} difference(s); first at {diffs[0].at_s:.3f} s into the bag:"]
         lines += [f"  {d.text}" for d in diffs[:limit]]
         if len(diffs) > limit:
             lines.append(f"  ... and {len(diffs) - limit} more")
+        lines.append(policy)
         return "\n".join(lines)
 
 
@@ -171,6 +184,11 @@ class _Topics:
         self.action = topics.POLICY_ACTION.resolve(ns)
         self.proposed = topics.COMMAND_PROPOSED.resolve(ns)
         self.status = topics.SAFETY_STATUS.resolve(ns)
+        self.chunk = topics.POLICY_CHUNK.resolve(ns)
+
+    def optional(self) -> set[str]:
+        """Read when the bag has them: the policy stage (replay_policy.py)."""
+        return {self.chunk}
 
     def needed(self) -> set[str]:
         return {
@@ -197,15 +215,20 @@ def _messages(bag: Path, wanted: set[str]) -> tuple[list[_Message], set[str]]:
     return out, present
 
 
-def gate_params(path: Path) -> dict:
-    """The safety gate's parameters in a ROS parameter file: every section whose node name ends
-    in `safety_gate` (`/**/safety_gate`, `/eva/safety_gate`, ...), merged in file order."""
+def node_params(path: Path, node: str) -> dict:
+    """A node's parameters in a ROS parameter file: every section whose node name is `node`
+    (`/**/safety_gate`, `/eva/safety_gate`, ...), merged in file order."""
     data = yaml.safe_load(path.read_text()) or {}
     params: dict = {}
     for key, section in data.items():
-        if str(key).rstrip("/").endswith("safety_gate") and isinstance(section, dict):
+        if str(key).rstrip("/").split("/")[-1] == node and isinstance(section, dict):
             params.update(section.get("ros__parameters", {}) or {})
     return params
+
+
+def gate_params(path: Path) -> dict:
+    """The safety gate's parameters in a ROS parameter file (node_params)."""
+    return node_params(path, "safety_gate")
 
 
 def configs_from_params(params: dict) -> tuple[GateConfig, GateNodeConfig]:
@@ -372,7 +395,7 @@ def replay(
     merged = {**gate_params(params), **(overrides or {})}
     config, node_config = configs_from_params(merged)
     names = _Topics(namespace, config.required_cameras)
-    messages, present = _messages(bag, names.needed())
+    messages, present = _messages(bag, names.needed() | names.optional())
     missing = sorted(t for t in names.needed() if t not in present)
     if missing:
         raise BagError(f"{bag}: the replay needs these topics, which the bag lacks: {missing}")
@@ -381,7 +404,11 @@ def replay(
     start_ns = messages[0].at_ns
     recorded = recorded_outcome(messages, names, start_ns)
     replayed, frames_diffs = _replay(messages, names, config, node_config, start_ns)
-    return Report(bag, recorded, replayed, frames_diffs + compare(recorded, replayed))
+    policy = replay_policy(
+        [(m.at_ns, m.topic, m.raw) for m in messages], namespace, node_params(params, "policy"), start_ns
+    )
+    policy_diffs = [Difference(at_s, text) for at_s, text in policy.differences or ()]
+    return Report(bag, recorded, replayed, frames_diffs + compare(recorded, replayed) + policy_diffs, policy)
 
 
 def _replay(messages, names: _Topics, config, node_config, start_ns) -> tuple[Outcome, list[Difference]]:

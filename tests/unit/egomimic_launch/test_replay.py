@@ -68,6 +68,39 @@ def test_a_changed_frame_conversion_is_caught(monkeypatch):
     assert any("ee_pose_dataset differs" in t for t in texts), texts[:3]
 
 
+def _with_policy_params(tmp_path, **changes) -> Path:
+    """A copy of the nominal fixture whose replay.yaml gives the policy node other parameters."""
+    import shutil
+
+    import yaml
+
+    bag = tmp_path / "nominal"
+    shutil.copytree(FIXTURES / "nominal", bag)
+    data = yaml.safe_load((bag / PARAMS_FILE).read_text())
+    data["/**/policy"]["ros__parameters"].update(changes)
+    (bag / PARAMS_FILE).write_text(yaml.safe_dump(data))
+    return bag
+
+
+def test_the_policy_stage_recomputes_every_chunk_and_action():
+    report = replay(FIXTURES / "nominal")
+    assert report.ok, report.text()
+    assert not report.policy.skipped, report.policy.skipped
+    assert report.policy.chunks >= 3 and report.policy.actions >= 100, report.policy
+    assert report.policy.actions == len(report.recorded.verdicts), "every recorded action re-executed"
+
+
+def test_a_changed_policy_or_executor_parameter_is_caught(tmp_path):
+    report = replay(_with_policy_params(tmp_path / "a", **{"scripted.radius_m": 0.05}))
+    assert not report.ok
+    first = min(report.differences, key=lambda d: d.at_s)
+    assert first.text.startswith("policy: chunk 1 differs"), report.text()
+    report = replay(_with_policy_params(tmp_path / "b", **{"executor.commit_rows": 3}))  # the same chunks, cut short
+    assert not report.ok
+    assert any(d.text.startswith("policy: action at") for d in report.differences), report.text()
+    assert not any(d.text.startswith("policy: chunk") for d in report.differences), "the chunks are the same"
+
+
 def test_the_cli_exits_0_when_identical_and_3_with_the_diff(capsys):
     assert bag_cli.main(["regress", str(FIXTURES / "nominal")]) == 0
     assert "identical" in capsys.readouterr().out
