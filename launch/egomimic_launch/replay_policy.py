@@ -43,6 +43,8 @@ TOLERANCE = 1e-9
 GRIPPER_TOLERANCE = 1e-7
 """Grippers travel as float32 (BimanualCommand): half a float32 step at 1.0 is 6e-8."""
 REPLAYED_POLICIES = ("scripted",)
+POSE_KEYS = frozenset(arm.value for arm in ARMS)
+"""Keys of the compared rows that hold poses (the others hold grippers)."""
 
 
 @dataclass
@@ -95,7 +97,7 @@ def _worst(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> tuple[float, f
         if x.shape != y.shape:
             return float("inf"), float("inf")
         d = np.abs(x - y)
-        if key in ("left", "right"):
+        if key in POSE_KEYS:
             d[..., 3:] = np.minimum(d[..., 3:], np.abs(x[..., 3:] + y[..., 3:]))
             pose = max(pose, float(np.max(d)) if d.size else 0.0)
         else:
