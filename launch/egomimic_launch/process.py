@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from egomimic_bringup.graph import NodeSpec
+from egomimic_launch import dds_log
 
 
 def stop_process_group(proc: subprocess.Popen, timeout_s: float = 5.0) -> int:
@@ -54,6 +55,16 @@ def nonblocking_pipe() -> tuple[int, int]:
         pass  # /proc/sys/fs/pipe-max-size is lower: the default 64 KiB still works
     fcntl.fcntl(w, fcntl.F_SETFL, fcntl.fcntl(w, fcntl.F_GETFL) | os.O_NONBLOCK)
     return r, w
+
+
+def _routine_middleware_line(line: str) -> bool:
+    """A Fast DDS warning every orderly run prints (dds_log.ROUTINE: rcl's /rosout history, the
+    type and writer bookkeeping at exit): kept in the node's log, not shown on the console, where
+    a `make run` showed dozens per node and hid the lines that matter."""
+    if "Warning]" not in line:  # the cheap test first: most lines are the nodes' own
+        return False
+    parsed = dds_log.parse(line)
+    return parsed is not None and dds_log.routine(*parsed)
 
 
 def safe_print(line: str, err: bool = False) -> bool:
@@ -185,7 +196,7 @@ class NodeProcess:
         self.lines += 1
         if not self._store(line):
             self.dropped_lines += 1
-        if self._echo:
+        if self._echo and not _routine_middleware_line(line):
             safe_print(prefix + line)
 
     def _store(self, line: str) -> bool:

@@ -47,3 +47,18 @@ def test_routine_lines_are_left_out_and_ports_are_alarms(tmp_path):
 
 def test_no_logs_no_warnings(tmp_path):
     assert middleware_warnings(tmp_path / "absent") == {}
+
+
+def test_the_console_leaves_out_the_routine_warnings_and_keeps_the_alarms():
+    """`make run` echoed dozens of rcl's /rosout history warnings per node; they stay in the
+    node's log (the launcher's counts read it), the console shows the rest."""
+    from egomimic_launch.process import _routine_middleware_line
+
+    esc = "\x1b[37;1m2026-12-05 09:58:59.443 \x1b[33;1m[\x1b[37;1m"
+    routine = (
+        esc + "RTPS_QOS_CHECK\x1b[33;1m Warning] \x1b[37mHISTORY DEPTH '1000' is inconsistent with x -> Function y"
+    )
+    alarm = esc + "RTPS_TRANSPORT_SHM\x1b[33;1m Warning] \x1b[37mPort 27167 Zombie. Reset the port -> Function z"
+    assert _routine_middleware_line(routine)
+    assert not _routine_middleware_line(alarm)
+    assert not _routine_middleware_line("[INFO] [1796464739.45] [eva.driver_left]: active: publishing state")
