@@ -32,7 +32,7 @@ from egomimic_hw.sync import ObservationSynchronizer
 from egomimic_msgs.msg import ActionChunk, BimanualCommand
 from egomimic_nodes import topics
 from egomimic_nodes.msg_convert import pose_to_array, stamp_to_ns
-from egomimic_nodes.policy_node import SYNC_HISTORY
+from egomimic_nodes.policy_node import SYNC_HISTORY, joint_stream, pose_stream
 from egomimic_policy.interface import Chunk, Observation
 from egomimic_policy.rollout import ExecutorConfig, RolloutConfig
 from egomimic_policy.rollout.scheduler import ChunkScheduler
@@ -205,15 +205,6 @@ def _observation(samples, stamps: np.ndarray, stamp_ns: int, rollout: RolloutCon
                 right_joints=v[joint_stream(Arm.RIGHT)][:JOINTS_PER_ARM],
             )
     return None
-
-
-def pose_stream(arm: Arm) -> str:
-    """The policy node's synchronizer stream names (its topic names)."""
-    return topics.EE_POSE_DATASET.name(arm)
-
-
-def joint_stream(arm: Arm) -> str:
-    return topics.JOINT_STATES.name(arm)
 
 
 def _replay_executor(config: ExecutorConfig, chunks: list[tuple[int, Chunk]], actions, start_ns: int):

@@ -132,15 +132,25 @@ class _PortMutex:
     (the race the first versions had). It never removes the mutex itself while it works: a
     process waiting on it must find the same one afterwards."""
 
+    _shared_libc = None
+
+    @classmethod
+    def _load_libc(cls):
+        """libc with the semaphore calls typed, once per process (every port group uses it)."""
+        if cls._shared_libc is None:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.sem_open.restype = ctypes.c_void_p
+            libc.sem_open.argtypes = [ctypes.c_char_p, ctypes.c_int]
+            for fn in ("sem_timedwait", "sem_post", "sem_close"):
+                getattr(libc, fn).restype = ctypes.c_int
+            libc.sem_timedwait.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+            libc.sem_post.argtypes = [ctypes.c_void_p]
+            libc.sem_close.argtypes = [ctypes.c_void_p]
+            cls._shared_libc = libc
+        return cls._shared_libc
+
     def __init__(self, base: str):
-        self._libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        self._libc.sem_open.restype = ctypes.c_void_p
-        self._libc.sem_open.argtypes = [ctypes.c_char_p, ctypes.c_int]
-        for fn in ("sem_timedwait", "sem_post", "sem_close"):
-            getattr(self._libc, fn).restype = ctypes.c_int
-        self._libc.sem_timedwait.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        self._libc.sem_post.argtypes = [ctypes.c_void_p]
-        self._libc.sem_close.argtypes = [ctypes.c_void_p]
+        self._libc = self._load_libc()
         self._sem = self._libc.sem_open(f"/{base}_mutex".encode(), 0)  # never created here
         self.held = False
 

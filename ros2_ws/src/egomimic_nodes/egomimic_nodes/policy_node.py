@@ -90,11 +90,11 @@ ARM_STATE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=SYNC_HISTORY, 
 would have used."""
 
 
-def _pose_stream(arm: Arm) -> str:
+def pose_stream(arm: Arm) -> str:
     return topics.EE_POSE_DATASET.name(arm)
 
 
-def _joint_stream(arm: Arm) -> str:
+def joint_stream(arm: Arm) -> str:
     return topics.JOINT_STATES.name(arm)
 
 
@@ -145,7 +145,7 @@ class PolicyNode(Node):
             )
         self.cameras = tuple(spec.cameras)
         self._image_hw = tuple(spec.image_size)
-        ages = {s: config.max_input_age_s for arm in ARMS for s in (_pose_stream(arm), _joint_stream(arm))}
+        ages = {s: config.max_input_age_s for arm in ARMS for s in (pose_stream(arm), joint_stream(arm))}
         ages.update({_image_stream(cam): config.max_image_age_s for cam in self.cameras})
         self.sync = ObservationSynchronizer(ages, config.sync_tolerance_s, history_depth=SYNC_HISTORY)
         self._bad_images = 0
@@ -154,8 +154,8 @@ class PolicyNode(Node):
         self._arm_state = []
         for arm in ARMS:
             for msg_type, stream, cb in (
-                (PoseStamped, _pose_stream(arm), self._pose_cb(arm)),
-                (JointState, _joint_stream(arm), self._joint_cb(arm)),
+                (PoseStamped, pose_stream(arm), self._pose_cb(arm)),
+                (JointState, joint_stream(arm), self._joint_cb(arm)),
             ):
                 self._arm_state.append(
                     (self._taken.subscribe(msg_type, self.resolve_topic_name(stream), ARM_STATE_QOS), cb)
@@ -203,7 +203,7 @@ class PolicyNode(Node):
 
     # --------------------------------------------------------------- inputs
     def _pose_cb(self, arm: Arm):
-        stream = _pose_stream(arm)
+        stream = pose_stream(arm)
 
         def cb(msg: PoseStamped) -> None:
             if msg.header.frame_id != arm.dataset_frame:
@@ -217,7 +217,7 @@ class PolicyNode(Node):
         return cb
 
     def _joint_cb(self, arm: Arm):
-        stream = _joint_stream(arm)
+        stream = joint_stream(arm)
 
         def cb(msg: JointState) -> None:
             if len(msg.position) <= JOINTS_PER_ARM:
@@ -269,12 +269,12 @@ class PolicyNode(Node):
 
     def _observation(self, result) -> Observation:
         v = result.values
-        state = {arm: v[_joint_stream(arm)] for arm in ARMS}
+        state = {arm: v[joint_stream(arm)] for arm in ARMS}
         return Observation(
             stamp_ns=result.stamp_ns,
             images={cam: v[_image_stream(cam)] for cam in self.cameras},
-            left_pose=v[_pose_stream(Arm.LEFT)],
-            right_pose=v[_pose_stream(Arm.RIGHT)],
+            left_pose=v[pose_stream(Arm.LEFT)],
+            right_pose=v[pose_stream(Arm.RIGHT)],
             left_gripper=float(state[Arm.LEFT][JOINTS_PER_ARM]),
             right_gripper=float(state[Arm.RIGHT][JOINTS_PER_ARM]),
             left_joints=state[Arm.LEFT][:JOINTS_PER_ARM],
