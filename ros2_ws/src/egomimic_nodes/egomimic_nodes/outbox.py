@@ -52,7 +52,7 @@ class _SerializedMessage(ctypes.Structure):
     ]
 
 
-def _loaded_library(stem: str) -> str | None:
+def loaded_library(stem: str) -> str | None:
     """The path of lib<stem>.so as this process already mapped it (rclpy loaded it), so a ROS
     install under /opt/ros and this venv resolve alike."""
     try:
@@ -74,11 +74,11 @@ def _rcl():
     if _RCL is None:
         import rclpy.impl.implementation_singleton  # noqa: F401 - loads librcl into this process
 
-        lib = ctypes.CDLL(_loaded_library("rcl"))  # CDLL (not PyDLL): the GIL is released per call
+        lib = ctypes.CDLL(loaded_library("rcl"))  # CDLL (not PyDLL): the GIL is released per call
         fn = lib.rcl_publish_serialized_message
         fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(_SerializedMessage), ctypes.c_void_p]
         fn.restype = ctypes.c_int32
-        rcutils = ctypes.CDLL(_loaded_library("rcutils"))
+        rcutils = ctypes.CDLL(loaded_library("rcutils"))
         rcutils.rcutils_reset_error.argtypes = []
         rcutils.rcutils_reset_error.restype = None
         _RCL = (fn, rcutils.rcutils_reset_error)

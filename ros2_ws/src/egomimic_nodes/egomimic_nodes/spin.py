@@ -13,8 +13,9 @@ With EGOMIMIC_CPUS (the `control_cpus` / `stack_cpus` launch arguments) it also 
 those CPUs (pin_cpus), e.g. the gate and drivers to a core isolated with `isolcpus`.
 
 Middleware: Fast DDS's warnings go to the node's log (middleware_warnings, EGOMIMIC_DDS_LOG),
-and the spin loop refreshes the process's entry in the ROS graph now and then (graph_refresh:
-a peer that missed it would refuse this node's messages for the whole run).
+and the spin loop has the process's entry in the ROS graph refreshed now and then, by a thread
+of its own outside the GIL (graph_refresh: a peer that missed it would refuse this node's
+messages for the whole run).
 
 Nodes die with their launcher: `egomimic-launch` sets EGOMIMIC_LAUNCHER_PID for its children.
 Such a node asks the kernel for SIGTERM when its parent dies (prctl PR_SET_PDEATHSIG) and also
@@ -53,6 +54,8 @@ DDS_LOG_LEVELS = {"info": 20, "warning": 30, "error": 40}
 SPIN_TIMEOUT_S = 0.1
 """The spin loop wakes at least this often to see a signal or a dead parent."""
 PR_SET_PDEATHSIG = 1
+SLOW_REFRESH_S = 0.1
+"""A graph refresh this slow (a peer's shared-memory port blocked) is reported at exit."""
 TEARDOWN_DEADLINE_S = 1.0
 """Seconds the middleware's teardown (destroy the node, shut the context down) may take after
 `on_exit()`; then the process exits at once (os._exit) with the code it would have had. Nothing
@@ -368,7 +371,7 @@ def run_node(factory, args=None) -> int:
         executor = make_executor(node)
         executor.add_node(node)
         profiler = start_profile()
-        refresh = GraphRefresh(node)
+        refresh = GraphRefresh(node, log=say)
         while not stop.reason and rclpy.ok():
             executor.spin_once(timeout_sec=SPIN_TIMEOUT_S)
             refresh.tick()
@@ -377,6 +380,12 @@ def run_node(factory, args=None) -> int:
             if getattr(node, "fatal", ""):
                 break
         end_profile(profiler, node)
+        refresh.close()
+        if refresh.slowest_s >= SLOW_REFRESH_S or refresh.skipped or refresh.failed:
+            say(
+                f"[INFO] graph refresh: {refresh.count} done, {refresh.skipped} skipped (the previous one still "
+                f"running), {refresh.failed} failed, slowest {refresh.slowest_s * 1e3:.0f} ms (off the spin loop)"
+            )
         if getattr(node, "fatal", ""):
             say(f"[FATAL] {node.fatal}")
             code = 1
