@@ -9,7 +9,8 @@ in minutes only if the graph stays up and each trial resets what a new trial nee
 3. the cameras draw the box of the trial's seed (`task_seed`, a run-time parameter), and with
    `policy:=expert` the expert goes for the same box (`expert.task_seed`);
 4. the policy is reset (`policy/reset`: queue and observation window cleared), so its first
-   command answers the homed arm and the new images;
+   command answers the homed arm and the new images (again just before arming if more than
+   RESET_AGE_S passed meanwhile: a plan that ran on while the arms waited is refused);
 5. optionally an episode is opened (`recorder/start`, with `record:=true`);
 6. the gate is armed; the trial runs until the task succeeds (egomimic_hw.sim_task.TaskSuccess,
    fed by the run monitor per policy action from the measured poses and grippers), the gate
@@ -40,6 +41,9 @@ ARM_TIMEOUT_S = 5.0
 FRESH_ACTION_TIMEOUT_S = 5.0
 ACTION_SETTLE_S = 0.1
 """An action stamped this long after the reset: anything of the old plan is delivered by then."""
+RESET_AGE_S = 0.5
+"""Arm within this long of the policy's reset, or reset it again first (the plan runs on in time;
+the expert's first 0.5 s move its target < 20 mm, inside the gate's 80 mm arming check)."""
 SERVICE_TIMEOUT_S = 5.0
 """A loaded machine can keep a node's executor from answering for a while; a trial's set-up
 calls wait this long (the launcher's own calls keep their shorter timeouts)."""
@@ -141,6 +145,7 @@ class TrialRunner:
         self.expert, self.record, self.timeout_s = expert, record, timeout_s
         self.stopped, self.log = stopped, log
         self.topics = topics
+        self._reset_at = 0.0
 
     # -- one trial ---------------------------------------------------------------------------------
     def run(self, results: list[TrialResult] | None = None) -> list[TrialResult]:
@@ -174,18 +179,20 @@ class TrialRunner:
             ok, why = self.client.set_parameter(f"{self.ns}/{node}", name, int(seed), timeout_s=SERVICE_TIMEOUT_S)
             if not ok:
                 return TrialResult(seed, False, f"not set up: {node} {name}: {why}")
-        t_reset = time.time()
-        ok, msg = self.client.trigger(t.POLICY_RESET.resolve(self.ns), timeout_s=SERVICE_TIMEOUT_S)
-        if not ok:
-            return TrialResult(seed, False, f"not set up: policy/reset: {msg}")
-        if not self._wait_fresh_action(t_reset):
-            return TrialResult(
-                seed, False, f"not set up: no policy action within {FRESH_ACTION_TIMEOUT_S:.0f} s of the reset"
-            )
+        why = self._reset_policy()
+        if why:
+            return TrialResult(seed, False, f"not set up: {why}")
         task = TaskSuccess(place_target(seed))
         recording = [False]
         if self.record and not self._recorder_ready(seed, recording):
             self.log(f"[trials] seed {seed}: the recorder does not hear every stream yet; the trial runs unrecorded")
+        if not recording[0] and time.monotonic() - self._reset_at > RESET_AGE_S:
+            # The policy's plan runs on in time while the arms wait (the expert is open loop in
+            # time): re-anchor it at the arms just before arming, or the gate refuses to arm
+            # (a recorder slow to hear the streams once cost 2.3 s: "0.203 m from the measured pose").
+            why = self._reset_policy()
+            if why:
+                return TrialResult(seed, False, f"not set up: {why}")
         try:
             return self._run_armed(seed, task, recording)
         finally:
@@ -245,6 +252,17 @@ class TrialRunner:
         )
 
     # -- helpers -----------------------------------------------------------------------------------
+    def _reset_policy(self) -> str:
+        """policy/reset, then until its first fresh action; why not ("" when done)."""
+        t_reset = time.time()
+        self._reset_at = time.monotonic()
+        ok, msg = self.client.trigger(self.topics.POLICY_RESET.resolve(self.ns), timeout_s=SERVICE_TIMEOUT_S)
+        if not ok:
+            return f"policy/reset: {msg}"
+        if not self._wait_fresh_action(t_reset):
+            return f"no policy action within {FRESH_ACTION_TIMEOUT_S:.0f} s of the reset"
+        return ""
+
     def _recorder_ready(self, seed: int, recording: list[bool]) -> bool:
         """Before arming: until the recorder hears every stream but the commanded joints (which
         flow only while the gate is armed), asking recorder/start, whose refusal names the first

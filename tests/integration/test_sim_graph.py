@@ -141,7 +141,9 @@ def test_trials_reset_the_task_in_one_graph_and_record_one_episode_each(tmp_path
     )
     assert rc == 0, out[-3000:]
     report = json.loads(trials_json.read_text())
-    assert report["seeds"] == [3, 4] and report["successes"] == 2, (report, out[-3000:])
+    assert report["seeds"] == [3, 4] and report["successes"] == 2, (
+        "\n".join(json.dumps(r) for r in report["results"]) + "\n" + out[-4000:]
+    )
     for result in report["results"]:
         assert result["recorded"] and result["rejected"] == 0, result
         assert max(result["final_errors_mm"].values()) <= 20.0, result
