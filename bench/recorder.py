@@ -14,7 +14,9 @@ recording_stats): frames lost by the recorder (camera frames it received that th
 not carry, all cameras; a full writer queue included), frames recorded twice, and the steps
 written vs those the 30 Hz grid expects over the episode's span (a camera that runs below its
 rate, on a loaded machine, shows there and not as a loss); the recorder process's CPU (psutil)
-per recorded second over the recording; and, from each run's launcher summary (the same window,
+per recorded second over the recording, and the cameras process's CPU per second in both runs
+(with record:=true the cameras also encode each frame's JPEG, which the recorder stores as it came:
+that share of recording's cost is printed beside the recorder's own); and, from each run's launcher summary (the same window,
 DDS reception times), policy/action's rate and worst gap with recording off and on.
 Why: the recorder's acceptance (a 10-minute recording at 3 cameras x 30 Hz loses 0 frames and
 uses <= 0.2 CPU-seconds per recorded second; recording leaves the action stream's rate and worst
@@ -87,17 +89,18 @@ def run(record: bool, seconds: float, domain: int, work: Path) -> dict:
     ]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     launcher = psutil.Process(proc.pid)
-    recorder: psutil.Process | None = None
-    samples: list[tuple[float, float]] = []  # (wall time, recorder CPU seconds)
+    watched: dict[str, psutil.Process] = {}
+    samples: dict[str, list[tuple[float, float]]] = {"recorder": [], "cameras": []}  # (wall time, CPU s)
     try:
         while proc.poll() is None:
-            if record and recorder is None:
-                recorder = node_processes(launcher).get("recorder")
-            if recorder is not None:
+            if len(watched) < (2 if record else 1):
+                found = node_processes(launcher)
+                watched.update({name: found[name] for name in samples if name in found and name not in watched})
+            for name, p in list(watched.items()):
                 try:
-                    samples.append((time.time(), cpu_seconds(recorder)))
+                    samples[name].append((time.time(), cpu_seconds(p)))
                 except psutil.Error:
-                    recorder = None if not recorder.is_running() else recorder
+                    del watched[name]
             time.sleep(SAMPLE_S)
         proc.wait(60)
     finally:
@@ -105,7 +108,19 @@ def run(record: bool, seconds: float, domain: int, work: Path) -> dict:
             proc.kill()
     data = json.loads(summary.read_text()) if summary.exists() else {}
     episodes = sorted((work / "episodes").glob("*.zarr")) if record else []
-    return {"summary": data, "cpu_samples": samples, "episode": str(episodes[-1]) if episodes else None}
+    return {
+        "summary": data,
+        "cpu_samples": samples["recorder"],
+        "camera_cpu_s_per_s": cpu_rate(samples["cameras"][len(samples["cameras"]) // 4 :]),
+        "episode": str(episodes[-1]) if episodes else None,
+    }
+
+
+def cpu_rate(samples: list[tuple[float, float]]) -> float:
+    """CPU-seconds per second between the first and the last sample (NaN with fewer than two)."""
+    if len(samples) < 2 or samples[-1][0] <= samples[0][0]:
+        return float("nan")
+    return (samples[-1][1] - samples[0][1]) / (samples[-1][0] - samples[0][0])
 
 
 def action_stream(summary: dict) -> dict:
@@ -206,6 +221,12 @@ def main() -> None:
         f"recorder CPU: {cpu:.3f} CPU-s per recorded s ({cpu / CPU_TARGET:.2f}x the {CPU_TARGET} target: "
         f"{'met' if cpu <= CPU_TARGET else 'NOT met'}); {ep['recorder_cpu_s_total']:.1f} CPU-s in all, start-up included"
     )
+    cam_off, cam_on = off["camera_cpu_s_per_s"], on["camera_cpu_s_per_s"]
+    print(
+        f"cameras process CPU (last 3/4 of each run): off {cam_off:.3f}, on {cam_on:.3f} CPU-s per s "
+        f"(+{cam_on - cam_off:.3f}: with record:=true they also publish each frame's JPEG, which the recorder "
+        f"stores as it came); recording's whole cost: recorder + cameras' share = {cpu + cam_on - cam_off:.3f} CPU-s per s"
+    )
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(
         json.dumps(
@@ -216,6 +237,8 @@ def main() -> None:
                 "action_off": act_off,
                 "action_on": act_on,
                 "episode": ep,
+                "camera_cpu_s_per_s_off": cam_off,
+                "camera_cpu_s_per_s_on": cam_on,
                 "checks_off": off["summary"].get("checks"),
                 "checks_on": on["summary"].get("checks"),
             },

@@ -75,6 +75,7 @@ from zarr.dtype import VariableLengthBytes
 
 from egomimic_data import calibration as calib
 from egomimic_data.file_locks import held_by_another
+from egomimic_data.jpeg_frame import JpegFrame
 from egomimic_hw.description import ARMS, CAMERAS
 
 NUMERIC_FIELDS: dict[str, int] = {
@@ -365,10 +366,16 @@ class EpisodeWriter:
                 ) from exc
 
     def _encode(self, cam: str, image: np.ndarray | bytes) -> bytes:
+        expected = (self.meta.image_height, self.meta.image_width, 3)
+        if isinstance(image, JpegFrame):  # a camera's JPEG, checked at the episode's quality (jpeg_frame.py)
+            if image.shape != expected:
+                raise EpisodeError(
+                    f"images[{cam!r}] is a {image.shape[1]}x{image.shape[0]} JPEG, expected {expected[1]}x{expected[0]}"
+                )
+            return bytes(image)
         if isinstance(image, (bytes, bytearray, memoryview)):
             return bytes(image)
         img = np.asarray(image)
-        expected = (self.meta.image_height, self.meta.image_width, 3)
         if img.shape != expected or img.dtype != np.uint8:
             raise EpisodeError(f"images[{cam!r}] must be uint8 {expected} RGB, got {img.dtype} {img.shape}")
         return simplejpeg.encode_jpeg(np.ascontiguousarray(img), quality=self.meta.jpeg_quality, colorspace="RGB")

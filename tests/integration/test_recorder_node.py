@@ -140,7 +140,7 @@ def rotation_error_rad(quat_a: np.ndarray, quat_b: np.ndarray) -> float:
     return float(4.0 * np.arctan2(np.linalg.norm(a - b), np.linalg.norm(a + b)))
 
 
-def check_episode(path: str, min_frames: int, task_name: str) -> EpisodeReader:
+def check_episode(path: str, min_frames: int, task_name: str, transport: str) -> EpisodeReader:
     r = EpisodeReader(path)
     assert len(r) >= min_frames and r.data_status == "complete", (len(r), r.data_status)
     assert r.attrs["task_name"] == task_name
@@ -153,6 +153,7 @@ def check_episode(path: str, min_frames: int, task_name: str) -> EpisodeReader:
             assert r.image(cam, i).shape == (480, 640, 3)
     stats = r.attrs[STATS_ATTRIBUTE]
     assert set(stats["streams"]) == STREAMS
+    assert stats["image_transport"] == transport, "raw: the recorder encoded; compressed: the cameras' JPEGs"
     assert all(s["received"] > 0 for s in stats["streams"].values()), stats["streams"]
     assert stats["streams"]["images.front_1"]["duplicated"] == 0 and stats["steps"] >= len(r)
     kin = ArmKinematics()
@@ -221,7 +222,7 @@ def test_start_refused_then_recorded_stopped_and_committed_on_sigint(node_proces
     first = status.latest.episode_path
     assert Path(first).parent == record_dir and status.latest.task_name == "pick_place"
     assert list(status.latest.stream_names) and min(status.latest.stream_received) > 0
-    check_episode(first, 60, "pick_place")
+    check_episode(first, 60, "pick_place", "raw")
     assert not call(ros_node, Trigger, stop, Trigger.Request()).success, "nothing open: stop is refused"
 
     assert call(ros_node, Trigger, start, Trigger.Request()).success
@@ -229,7 +230,7 @@ def test_start_refused_then_recorded_stopped_and_committed_on_sigint(node_proces
     second = status.latest.episode_path
     recorder.send_signal(signal.SIGINT)
     assert recorder.wait(15) == 0
-    check_episode(second, 30, "pick_place")
+    check_episode(second, 30, "pick_place", "raw")
 
 
 def test_record_true_records_one_episode_of_the_simulated_run(tmp_path):
@@ -247,7 +248,7 @@ def test_record_true_records_one_episode_of_the_simulated_run(tmp_path):
     assert any(c["check"].startswith("recorder committed an episode") and c["ok"] for c in summary["checks"])
     [episode] = list(record_dir.glob("*.zarr"))
     assert str(episode) == rec["episode_path"]
-    r = check_episode(str(episode), 30, "sim_run")
+    r = check_episode(str(episode), 30, "sim_run", "compressed")
     moved = np.ptp(r.array(f"{Arm.LEFT.value}.obs_joints"), axis=0).max()
     assert moved > 0.01, (
         f"the arms did not move in the recorded part ({moved:.4f} rad): the FK check was trivial; "

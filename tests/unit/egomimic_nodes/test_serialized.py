@@ -5,7 +5,7 @@ whatever its buffer held there, so only those bytes may differ)."""
 import numpy as np
 import pytest
 from rclpy.serialization import deserialize_message, serialize_message
-from sensor_msgs.msg import CameraInfo, Image
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 
 from egomimic_nodes.msg_convert import fill_image, ns_to_stamp
 from egomimic_nodes.serialized import (
@@ -13,6 +13,7 @@ from egomimic_nodes.serialized import (
     SerializedImage,
     SerializedJointState,
     SerializedTemplate,
+    read_compressed_image,
     read_header,
     read_image,
     read_joint_state,
@@ -179,3 +180,16 @@ def test_read_header_refuses_what_is_not_a_message():
     for bad in (b"", b"\x00\x01\x00\x00", b"\x00\x01\x00\x00" + bytes(6), b"\x00\x00\x00\x00" + bytes(20)):
         with pytest.raises(ValueError):
             read_header(bad)
+
+
+@pytest.mark.parametrize("frame_id,fmt,n", [("front_1_optical", "rgb8; jpeg compressed bgr8", 5001), ("", "jpeg", 0)])
+def test_read_compressed_image_returns_the_stamp_format_and_data(frame_id, fmt, n):
+    data = np.random.default_rng(3).integers(0, 256, n, dtype=np.uint8).tobytes()
+    msg = CompressedImage(format=fmt, data=data)
+    msg.header.frame_id = frame_id
+    msg.header.stamp = ns_to_stamp(1_796_321_441_837_479_832)
+    raw = serialize_message(msg)
+    stamp_ns, got_fmt, got = read_compressed_image(raw)
+    assert (stamp_ns, got_fmt, bytes(got)) == (1_796_321_441_837_479_832, fmt, data)
+    with pytest.raises(ValueError):
+        read_compressed_image(raw[: len(raw) - 1]) if n else read_compressed_image(raw[:10])

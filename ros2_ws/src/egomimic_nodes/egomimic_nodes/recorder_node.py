@@ -2,7 +2,9 @@
 with `auto_start` (the launch argument record:=true), from the moment every stream is live until
 shutdown.
 
-  sub  cameras/<cam>/image_raw (rgb8, header.stamp = capture time), cameras/<cam>/camera_info
+  sub  cameras/<cam>/image_raw (rgb8, header.stamp = capture time), or with image_transport
+       compressed cameras/<cam>/image_raw/compressed (the cameras' JPEGs, stored as they came),
+       cameras/<cam>/camera_info
        (intrinsics, read when an episode starts), <arm>/joint_states (measured joints and
        gripper), <arm>/ee_pose_dataset (measured pose, dataset frame), policy/action (commanded
        poses and grippers, dataset frame), <arm>/joint_command (commanded joints)
@@ -20,7 +22,8 @@ stream that is not live or out of tolerance is skipped and counted under that st
 Work per tick (the control rate): take every sample that arrived (taken.py: readers on a
 companion node no executor spins; images and joint states read from their CDR bytes without
 building the message, serialized.py), assemble the steps and hand them to the writer thread
-(egomimic_data/recording.py: bounded queue, never waits). JPEG encoding and zarr writes run in
+(egomimic_data/recording.py: bounded queue, never waits). JPEG encoding (image_transport raw; with
+compressed the cameras' JPEGs are stored as they came, egomimic_data/jpeg_frame.py) and zarr writes run in
 that thread, in blocks behind the episode's commit marker, with disk-space checks; a disk that
 nearly fills or a failed write ends the episode cleanly ("partial", status ERROR, the reason
 in detail), the committed blocks intact.
@@ -47,6 +50,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile
 from sensor_msgs.msg import CameraInfo
 
 from egomimic_data.episode_format import EpisodeMeta
+from egomimic_data.jpeg_frame import jpeg_frame
 from egomimic_data.recording import EpisodeRecorder, RecorderError, RecorderState
 from egomimic_data.recording_config import RecorderConfig
 from egomimic_data.step_assembly import (
@@ -64,7 +68,7 @@ from egomimic_nodes import diagnostics, topics
 from egomimic_nodes.msg_convert import pose_to_array, stamp_to_ns
 from egomimic_nodes.outbox import Outbox
 from egomimic_nodes.params import declare_config
-from egomimic_nodes.serialized import JointStateLayout, read_image, read_pose_stamped
+from egomimic_nodes.serialized import JointStateLayout, read_compressed_image, read_image, read_pose_stamped
 from egomimic_nodes.spin import lower_this_thread, run_node
 from egomimic_nodes.taken import TakenSubscriptions
 
@@ -105,7 +109,10 @@ class RecorderNode(Node):
         self._taken = TakenSubscriptions(self.context, f"{self.get_name()}_in", self.get_namespace())
         self._readers = []
         for cam in self.cameras:
-            self._reader(topics.IMAGE_RAW, IMAGE_DEPTH, self._image_cb(cam), raw=True, cam=cam)
+            if self.config.image_transport == "compressed":
+                self._reader(topics.IMAGE_COMPRESSED, IMAGE_DEPTH, self._jpeg_cb(cam), raw=True, cam=cam)
+            else:
+                self._reader(topics.IMAGE_RAW, IMAGE_DEPTH, self._image_cb(cam), raw=True, cam=cam)
         for arm in ARMS:
             self._reader(topics.JOINT_STATES, STATE_DEPTH, self._joints_cb(arm), raw=True, arm=arm)
             self._reader(topics.EE_POSE_DATASET, IMAGE_DEPTH, self._pose_cb(arm), raw=True, arm=arm)
@@ -168,6 +175,23 @@ class RecorderNode(Node):
                 self._refuse(stream, str(exc))
                 return
             self.assembler.image(cam, stamp_ns, pixels, _received_ns(info))
+
+        return cb
+
+    def _jpeg_cb(self, cam: str):
+        """image_transport compressed: the camera's JPEG is stored as it came (jpeg_frame.py)."""
+        stream, quality = image_stream(cam), self.config.jpeg_quality
+
+        def cb(raw: bytes, info) -> None:
+            try:
+                stamp_ns, fmt, data = read_compressed_image(raw)
+                if "jpeg" not in fmt:
+                    raise ValueError(f"format {fmt!r}, expected a JPEG")
+                frame = jpeg_frame(data, quality)
+            except ValueError as exc:
+                self._refuse(stream, str(exc))
+                return
+            self.assembler.image(cam, stamp_ns, frame, _received_ns(info))
 
         return cb
 
@@ -310,6 +334,7 @@ class RecorderNode(Node):
             fps=self.config.fps,
             image_width=width,
             image_height=height,
+            jpeg_quality=self.config.jpeg_quality,
             calibration=self._calibration(),
         )
         try:
@@ -333,6 +358,7 @@ class RecorderNode(Node):
             "steps_not_queued": self.assembler.unrecorded,
             "last_skip": self.assembler.last_skip,
             "reference_camera": self.sync_config.reference_camera,
+            "image_transport": self.config.image_transport,
         }
         result = self.recorder.stop(reason, data_status=data_status, attributes=attributes)
         if result is None:

@@ -214,6 +214,23 @@ def read_image(raw: bytes) -> tuple[int, np.ndarray]:
     return stamp_ns, pixels
 
 
+def read_compressed_image(raw: bytes) -> tuple[int, str, memoryview]:
+    """(header.stamp in ns, format, the data bytes as a view of `raw`) of a CDR
+    sensor_msgs/CompressedImage, without building the message. ValueError on bytes that are not
+    such a message."""
+    body, stamp_ns, _frame_id, pos = _header(raw, "CompressedImage")
+    try:
+        fmt, pos = _string(body, pos)
+        pos = (pos + 3) & ~3
+        n = _U32.unpack_from(body, pos)[0]
+        pos += 4
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise ValueError(f"malformed CompressedImage: {exc}") from None
+    if pos + n > len(body):
+        raise ValueError(f"CompressedImage with {n} data bytes ({len(body) - pos} present)")
+    return stamp_ns, fmt, body[pos : pos + n]
+
+
 _POSE = struct.Struct("<7d")
 
 
