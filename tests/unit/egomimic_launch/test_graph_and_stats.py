@@ -41,7 +41,7 @@ def test_viz_adds_tf_and_markers_off_the_control_path_before_arming():
     assert names[-1] == "recorder"
     for name in ("robot_state", "monitor"):
         node = next(n for n in graph.nodes if n.name == name)
-        assert not node.required and node.priority == "" and node.cpus == "", f"{name} is off the control path"
+        assert not node.required and node.priority == "observer" and node.cpus == "", f"{name} is off the control path"
     rs = next(n for n in graph.nodes if n.name == "robot_state")
     assert Path(rs.parameters["urdf_path"]).is_file()
 
@@ -52,7 +52,7 @@ def test_web_adds_the_web_view_and_what_rviz_shows_off_the_control_path():
     assert names[names.index("safety_gate") - 3 : names.index("safety_gate")] == ["robot_state", "monitor", "webview"]
     web = graph.nodes[names.index("webview")]
     assert web.module == "egomimic_nodes.webview_node" and web.parameters == {"host": "0.0.0.0", "port": 9000}
-    assert not web.required and web.priority == "" and web.cpus == "", "the web view is off the control path"
+    assert not web.required and web.priority == "observer" and web.cpus == "", "the web view is off the control path"
     for bad in ("http", "-1", "70000", ""):
         with pytest.raises(LaunchArgumentError, match="web_port"):
             build_graph({"web": "true", "web_port": bad})
@@ -72,12 +72,26 @@ def test_record_adds_the_recorder_last_at_the_stack_tier_with_an_absolute_record
     assert not rec.required and rec.priority == "stack", "a dead recorder must not stop the arms"
     assert rec.parameters == {
         "auto_start": True,
+        "image_transport": "compressed",
         "record_dir": str(tmp_path / "eps"),
         "task_name": "fold_towel",
         "task_description": "",
     }
     assert build_graph({"record_dir": "eps"}).args["record_dir"] == str(tmp_path / "eps")
     assert "recorder" not in [n.name for n in build_graph({}).nodes], "record defaults to false"
+
+
+def test_record_has_the_cameras_encode_each_frame_once_at_the_episode_quality():
+    """record:=true: the cameras we start publish the episode's JPEGs and the recorder stores them;
+    with cameras of the lab's own (external) the recorder takes image_raw and encodes itself."""
+    from egomimic_data.recording_config import RecorderConfig
+
+    nodes = {n.name: n for n in build_graph({"record": "true"}).nodes}
+    assert nodes["cameras"].parameters["publish_compressed"] is True
+    assert nodes["cameras"].parameters["jpeg_quality"] == RecorderConfig().jpeg_quality
+    assert "publish_compressed" not in {n.name: n for n in build_graph({}).nodes}["cameras"].parameters
+    external = {n.name: n for n in build_graph({"record": "true", "camera_backend": "external"}).nodes}
+    assert "cameras" not in external and external["recorder"].parameters["image_transport"] == "raw"
 
 
 @pytest.mark.parametrize(

@@ -109,7 +109,8 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
         "realtime",
         "true",
         "run the gate (SCHED_FIFO), the drivers, frames and the policy's tick (niceness -5), cameras and the "
-        "policy's model (-2) at a higher scheduling priority than the rest, where permitted; logged either way",
+        "policy's model (-2) at a higher scheduling priority than the rest, where permitted, and the nodes that "
+        "only watch (rviz's, the web view) at niceness 10; logged either way",
         ("true", "false"),
     ),
     LaunchArgument(
@@ -201,8 +202,9 @@ class NodeSpec:
     """A required node that exits takes the whole system to a safe stop."""
     priority: str = ""
     """With the `realtime` launch argument: "fifo" (the gate: SCHED_FIFO where permitted), "nice"
-    (the drivers, frames and policy: niceness -5) or "stack" (cameras: niceness -2); "" runs at
-    normal priority. See egomimic_nodes.spin."""
+    (the drivers, frames and policy: niceness -5), "stack" (cameras, recorder, bag: niceness -2) or
+    "observer" (rviz's nodes, the web view: niceness 10); "" runs at normal priority. See
+    egomimic_nodes.spin."""
     cpus: str = ""
     """A Linux CPU list the node pins itself to (control_cpus / stack_cpus), "" for none. See
     egomimic_nodes.cpus.pin_cpus."""
@@ -412,10 +414,15 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
     )
     cameras = CAMERAS
     camera_backend = args["camera_backend"]
+    # With record:=true the cameras we start also publish each frame as the episode's JPEG and the
+    # recorder stores those bytes (image_transport compressed: one encode per frame, not a raw
+    # receive and a second encode in the recorder; egomimic_data/jpeg_frame.py).
+    jpeg_once = args["record"] == "true" and camera_backend != "external"
+    jpeg = {"publish_compressed": True, "jpeg_quality": RecorderConfig().jpeg_quality} if jpeg_once else {}
     if camera_backend in ("synthetic", "replay"):
         # One process serves all three (one render/decode loop per camera, cameras in step;
         # on 2 cores every process counts): see camera_node's docstring.
-        params = {"cameras": list(cameras), "backend": camera_backend}
+        params = {"cameras": list(cameras), "backend": camera_backend, **jpeg}
         if int(args["task_seed"]) >= 0:
             params["task_seed"] = int(args["task_seed"])
         if camera_backend == "replay":
@@ -441,7 +448,7 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                     f"camera_{cam}",
                     f"{NODE_PACKAGE}.camera_node",
                     ns,
-                    {"cameras": [cam], "backend": cam_backend},
+                    {"cameras": [cam], "backend": cam_backend, **jpeg},
                     **yaml_files,
                     priority="stack" if args["realtime"] == "true" else "",
                     cpus=args["stack_cpus"],
@@ -455,8 +462,8 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
     # (graph_settle). None of them is required or on the control path.
     if args["viz"] == "true" or args["web"] == "true":
         # TF, the robot description and the markers for rviz (robot_state_publisher's and a monitor's
-        # job). Off the control path: not required, normal priority (below the stack's tier), no
-        # CPU pinning; they only read the graph.
+        # job). Off the control path: not required, the observer tier (niceness 10: they run when
+        # the robot's nodes leave the CPU free), no CPU pinning; they only read the graph.
         nodes.append(
             NodeSpec(
                 "robot_state",
@@ -465,6 +472,7 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                 {"urdf_path": str(PACKAGE_DIR / "urdf" / "eva.urdf")},
                 **yaml_files,
                 required=False,
+                priority="observer" if args["realtime"] == "true" else "",
                 description="TF (/tf, /tf_static) and robot_description from urdf/eva.urdf",
             )
         )
@@ -476,11 +484,12 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                 {},
                 **yaml_files,
                 required=False,
+                priority="observer" if args["realtime"] == "true" else "",
                 description="rviz markers (viz/markers): poses, chunk, gate state, workspace boxes",
             )
         )
     if args["web"] == "true":
-        # Off the control path like viz's nodes: a reader only, not required, normal priority.
+        # Off the control path like viz's nodes: a reader only, not required, the observer tier.
         nodes.append(
             NodeSpec(
                 "webview",
@@ -489,6 +498,7 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                 {"host": args["web_host"], "port": int(args["web_port"])},
                 **yaml_files,
                 required=False,
+                priority="observer" if args["realtime"] == "true" else "",
                 description=f"web view (Foxglove WebSocket) on ws://{args['web_host']}:{args['web_port']}",
             )
         )
@@ -545,6 +555,7 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                 ns,
                 {
                     "auto_start": True,
+                    "image_transport": "compressed" if jpeg_once else "raw",
                     "record_dir": args["record_dir"],
                     "task_name": args["task_name"],
                     "task_description": args["task_description"],
