@@ -41,7 +41,7 @@ def test_viz_adds_tf_and_markers_off_the_control_path_before_arming():
     assert names[-1] == "recorder"
     for name in ("robot_state", "monitor"):
         node = next(n for n in graph.nodes if n.name == name)
-        assert not node.required and node.priority == "observer" and node.cpus == "", f"{name} is off the control path"
+        assert not node.required and node.priority == "" and node.cpus == "", f"{name} is off the control path"
     rs = next(n for n in graph.nodes if n.name == "robot_state")
     assert Path(rs.parameters["urdf_path"]).is_file()
 
@@ -52,7 +52,7 @@ def test_web_adds_the_web_view_and_what_rviz_shows_off_the_control_path():
     assert names[names.index("safety_gate") - 3 : names.index("safety_gate")] == ["robot_state", "monitor", "webview"]
     web = graph.nodes[names.index("webview")]
     assert web.module == "egomimic_nodes.webview_node" and web.parameters == {"host": "0.0.0.0", "port": 9000}
-    assert not web.required and web.priority == "observer" and web.cpus == "", "the web view is off the control path"
+    assert not web.required and web.priority == "" and web.cpus == "", "the web view is off the control path"
     for bad in ("http", "-1", "70000", ""):
         with pytest.raises(LaunchArgumentError, match="web_port"):
             build_graph({"web": "true", "web_port": bad})

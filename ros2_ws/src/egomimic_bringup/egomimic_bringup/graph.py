@@ -109,8 +109,7 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
         "realtime",
         "true",
         "run the gate (SCHED_FIFO), the drivers, frames and the policy's tick (niceness -5), cameras and the "
-        "policy's model (-2) at a higher scheduling priority than the rest, where permitted, and the nodes that "
-        "only watch (rviz's, the web view) at niceness 10; logged either way",
+        "policy's model (-2) at a higher scheduling priority than the rest, where permitted; logged either way",
         ("true", "false"),
     ),
     LaunchArgument(
@@ -202,8 +201,9 @@ class NodeSpec:
     """A required node that exits takes the whole system to a safe stop."""
     priority: str = ""
     """With the `realtime` launch argument: "fifo" (the gate: SCHED_FIFO where permitted), "nice"
-    (the drivers, frames and policy: niceness -5), "stack" (cameras, recorder, bag: niceness -2) or
-    "observer" (rviz's nodes, the web view: niceness 10); "" runs at normal priority. See
+    (the drivers, frames and policy: niceness -5) or "stack" (cameras, recorder, bag: niceness -2);
+    "" runs at normal priority (rviz's nodes, the web view: an observer tier at niceness 10 with its
+    middleware threads at the control tier measured no better, bench/observers.py). See
     egomimic_nodes.spin."""
     cpus: str = ""
     """A Linux CPU list the node pins itself to (control_cpus / stack_cpus), "" for none. See
@@ -462,8 +462,8 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
     # (graph_settle). None of them is required or on the control path.
     if args["viz"] == "true" or args["web"] == "true":
         # TF, the robot description and the markers for rviz (robot_state_publisher's and a monitor's
-        # job). Off the control path: not required, the observer tier (niceness 10: they run when
-        # the robot's nodes leave the CPU free), no CPU pinning; they only read the graph.
+        # job). Off the control path: not required, normal priority (below the stack's tier), no
+        # CPU pinning; they only read the graph.
         nodes.append(
             NodeSpec(
                 "robot_state",
@@ -472,7 +472,6 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                 {"urdf_path": str(PACKAGE_DIR / "urdf" / "eva.urdf")},
                 **yaml_files,
                 required=False,
-                priority="observer" if args["realtime"] == "true" else "",
                 description="TF (/tf, /tf_static) and robot_description from urdf/eva.urdf",
             )
         )
@@ -484,12 +483,11 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                 {},
                 **yaml_files,
                 required=False,
-                priority="observer" if args["realtime"] == "true" else "",
                 description="rviz markers (viz/markers): poses, chunk, gate state, workspace boxes",
             )
         )
     if args["web"] == "true":
-        # Off the control path like viz's nodes: a reader only, not required, the observer tier.
+        # Off the control path like viz's nodes: a reader only, not required, normal priority.
         nodes.append(
             NodeSpec(
                 "webview",
@@ -498,7 +496,6 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                 {"host": args["web_host"], "port": int(args["web_port"])},
                 **yaml_files,
                 required=False,
-                priority="observer" if args["realtime"] == "true" else "",
                 description=f"web view (Foxglove WebSocket) on ws://{args['web_host']}:{args['web_port']}",
             )
         )

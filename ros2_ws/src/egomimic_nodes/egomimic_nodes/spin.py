@@ -65,9 +65,8 @@ launch). Measured in `make run`: 1-10 ms per node."""
 EXECUTOR_ENV = "EGOMIMIC_EXECUTOR"
 """`single` forces the SingleThreadedExecutor on every node (a comparison run: bench/graph_cpu.py)."""
 PRIORITY_ENV = "EGOMIMIC_PRIORITY"
-"""`fifo` (the gate), `nice` (the drivers, frames, policy), `stack` (cameras, recorder, bag),
-`observer` (rviz's nodes, the web view) or empty; set by the launcher (graph.NodeSpec.priority)."""
-PRIORITY_KINDS = ("fifo", "nice", "stack", "observer")
+"""`fifo` (the gate), `nice` (the drivers, frames, policy), `stack` (cameras) or empty; set by the
+launcher (graph.NodeSpec.priority)."""
 FIFO_PRIORITY = 10
 """SCHED_FIFO priority of the gate (1..99; kernel threads use 50). The gate is light (about a
 sixth of a core) and every deadline of the robot runs through it, so it preempts everything
@@ -84,13 +83,6 @@ above what else runs on a robot PC at niceness 0 (a browser, rviz, loggers, this
 launcher and monitoring). Measured with one busy process beside `make run` (2 cores): at
 niceness 0 the cameras' health reports stalled 300 ms (STALE_CAMERA HOLD) or the policy's
 commands did (STALE_COMMAND HOLD)."""
-OBSERVER_NICENESS = 10
-"""Niceness of the nodes that only watch (rviz's robot_state and monitor, the web view): under
-load they get a thirtieth of a control-tier process's CPU share and run when nothing of the robot
-needs the CPU, so watching cannot slow the robot (bench/observers.py). Lowering a priority needs
-no privilege. Their middleware threads still run at the control tier (raise_middleware_threads):
-a listener preempted while it holds its shared-memory port's lock would stall the writers of the
-command path that also send to it."""
 
 
 PROFILE_ENV = "EGOMIMIC_PROFILE_DIR"
@@ -189,10 +181,9 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
 
 
 def raise_priority(kind: str) -> str:
-    """Set this process's scheduling priority (`fifo`, `nice`, `stack` or `observer`, see the
-    constants above) and say what it now runs at, for the start log. Raising it needs root or
-    CAP_SYS_NICE; without them the process keeps its priority and says so (`observer` lowers it,
-    which is always permitted). Called before rclpy starts its threads, so the DDS
+    """Raise this process's scheduling priority (`fifo`, `nice` or `stack`, see the constants above) and
+    say what it now runs at, for the start log. Needs root or CAP_SYS_NICE; without them the
+    process keeps its priority and says so. Called before rclpy starts its threads, so the DDS
     threads inherit it. The niceness is given to the process's autogroup too (set_autogroup_nice)."""
     if kind == "fifo":
         try:
@@ -200,7 +191,7 @@ def raise_priority(kind: str) -> str:
             return f"SCHED_FIFO priority {FIFO_PRIORITY}"
         except (OSError, AttributeError):
             pass
-    niceness = {"stack": STACK_NICENESS, "observer": OBSERVER_NICENESS}.get(kind, PRIORITY_NICENESS)
+    niceness = STACK_NICENESS if kind == "stack" else PRIORITY_NICENESS
     try:
         os.nice(niceness - os.nice(0))
     except OSError as exc:
@@ -356,7 +347,7 @@ def run_node(factory, args=None) -> int:
         if os.getppid() != parent:
             say(f"[FATAL] the launcher (pid {parent}) is gone before start-up; exiting")
             return 1
-    if os.environ.get(PRIORITY_ENV) in PRIORITY_KINDS:
+    if os.environ.get(PRIORITY_ENV) in ("fifo", "nice", "stack"):
         say(f"[INFO] scheduling: {raise_priority(os.environ[PRIORITY_ENV])}")
     if os.environ.get(CPUS_ENV, "").strip():
         try:
@@ -372,7 +363,7 @@ def run_node(factory, args=None) -> int:
     code = 0
     try:
         node = factory()
-        if os.environ.get(PRIORITY_ENV) in ("stack", "observer"):
+        if os.environ.get(PRIORITY_ENV) == "stack":
             done = raise_middleware_threads()
             if done:
                 say(f"[INFO] scheduling: {done}")
