@@ -367,7 +367,11 @@ class EpisodeWriter:
 
     def _encode(self, cam: str, image: np.ndarray | bytes) -> bytes:
         expected = (self.meta.image_height, self.meta.image_width, 3)
-        if isinstance(image, JpegFrame):  # a camera's JPEG, checked at the episode's quality (jpeg_frame.py)
+        if isinstance(image, JpegFrame):  # a camera's JPEG, stored as it came (jpeg_frame.py)
+            if image.quality != self.meta.jpeg_quality:
+                raise EpisodeError(
+                    f"images[{cam!r}] is a quality {image.quality} JPEG, the episode's is {self.meta.jpeg_quality}"
+                )
             if image.shape != expected:
                 raise EpisodeError(
                     f"images[{cam!r}] is a {image.shape[1]}x{image.shape[0]} JPEG, expected {expected[1]}x{expected[0]}"

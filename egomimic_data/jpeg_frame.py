@@ -6,15 +6,16 @@ already encoded each frame exactly as an episode stores it (simplejpeg, RGB in, 
 4:4:4: upstream's ZarrWriter), so the recorder can take those bytes (50-100 KB) and store them.
 
 What keeps that honest: an episode says its JPEG quality (`jpeg_quality`), and a training run
-reads the frames as that quality's. So a frame is accepted only if its quantization tables are
-those of the episode's quality (libjpeg's tables are fixed per quality: compared byte for byte
-with the ones simplejpeg writes at that quality), it has three components, and its size is the
-episode's (read from the JPEG header, ~3 us a frame in all).
+reads the frames as that quality's. A frame's quality is read from its quantization tables
+(libjpeg's tables are fixed per quality: matched byte for byte against the ones simplejpeg
+writes at each quality 1-100), and a frame is accepted only with such tables, three components
+at 4:4:4 (upstream's encoding) and, by the episode writer, the episode's quality and size (all
+read from the JPEG's header, ~3 us a frame).
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import numpy as np
 import simplejpeg
@@ -24,14 +25,17 @@ DQT, SOS = 0xDB, 0xDA
 
 
 class JpegFrame(bytes):
-    """The bytes of one JPEG frame, with the (height, width, 3) its header declares: stored as
-    they are by the episode writer, sized like an image by the step assembler."""
+    """The bytes of one JPEG frame, with the (height, width, 3) its header declares and the
+    quality its tables say: stored as they are by the episode writer, sized like an image by
+    the step assembler."""
 
     shape: tuple[int, int, int]
+    quality: int
 
-    def __new__(cls, data: bytes | bytearray | memoryview, height: int, width: int) -> JpegFrame:
+    def __new__(cls, data: bytes | bytearray | memoryview, height: int, width: int, quality: int) -> JpegFrame:
         frame = super().__new__(cls, data)
         frame.shape = (int(height), int(width), 3)
+        frame.quality = int(quality)
         return frame
 
 
@@ -55,21 +59,32 @@ def quantization_tables(data: bytes | bytearray | memoryview) -> bytes:
         pos += 2 + length
 
 
-@lru_cache(maxsize=8)
+@cache
 def reference_tables(quality: int) -> bytes:
     """The quantization tables simplejpeg (libjpeg-turbo) writes at `quality`."""
     return quantization_tables(simplejpeg.encode_jpeg(np.zeros((8, 8, 3), np.uint8), quality=quality, colorspace="RGB"))
 
 
-def jpeg_frame(data: bytes | bytearray | memoryview, quality: int) -> JpegFrame:
-    """A JpegFrame of `data` if it is a three-component JPEG encoded at `quality`; ValueError
-    saying what differs otherwise."""
+@lru_cache(maxsize=1)
+def _qualities() -> dict[bytes, int]:
+    """Tables -> quality, for every quality 1-100 (~2 ms, once). Where two qualities share
+    tables (none do at 8-bit precision), the higher wins."""
+    return {reference_tables(q): q for q in range(1, 101)}
+
+
+def jpeg_frame(data: bytes | bytearray | memoryview) -> JpegFrame:
+    """A JpegFrame of `data` if it is a three-component 4:4:4 JPEG with libjpeg's tables of
+    some quality; ValueError saying what differs otherwise."""
+    data = bytes(data)
     try:
-        height, width, colorspace, _subsampling = simplejpeg.decode_jpeg_header(bytes(data))
+        height, width, colorspace, subsampling = simplejpeg.decode_jpeg_header(data)
     except ValueError as exc:
         raise ValueError(f"not a readable JPEG: {exc}") from None
     if colorspace not in ("YCbCr", "RGB"):
         raise ValueError(f"a {colorspace} JPEG, expected three colour components")
-    if quantization_tables(data) != reference_tables(quality):
-        raise ValueError(f"a JPEG not encoded at quality {quality} (its quantization tables differ)")
-    return JpegFrame(data, height, width)
+    if subsampling != "444":
+        raise ValueError(f"a {subsampling} JPEG, expected 4:4:4 (no chroma subsampling, as upstream encodes)")
+    quality = _qualities().get(quantization_tables(data))
+    if quality is None:
+        raise ValueError("a JPEG whose quantization tables are not libjpeg's of any quality")
+    return JpegFrame(data, height, width, quality)

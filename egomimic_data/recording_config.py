@@ -80,15 +80,16 @@ class RecorderConfig:
         metadata={
             "help": "raw: subscribe to cameras/<cam>/image_raw and encode each frame (JPEG, jpeg_quality); "
             "compressed: subscribe to image_raw/compressed and store the cameras' JPEGs as they came (no "
-            "second encode: about 0.1 CPU-s per recorded s less), each checked to be of jpeg_quality and the "
-            "episode's size (the launcher uses it with record:=true and sets the cameras' jpeg_quality to match)",
+            "second encode: about 0.1 CPU-s per recorded s less), each checked to be 4:4:4 with libjpeg's tables, "
+            "of the episode's quality (the head camera's when it opens) and size (the launcher uses it with "
+            "record:=true)",
         },
     )
     jpeg_quality: int = field(
         default=85,
         metadata={
-            "help": "the episode's JPEG quality (upstream's ZarrWriter: 85); with image_transport compressed, "
-            "frames of another quality are refused and counted",
+            "help": "the JPEG quality of the recorder's own encoding (image_transport raw; upstream's ZarrWriter: "
+            "85); with compressed, the episode takes the cameras' quality, read from their JPEGs",
             "range": (1, 100),
         },
     )

@@ -9,8 +9,9 @@ in minutes only if the graph stays up and each trial resets what a new trial nee
 3. the cameras draw the box of the trial's seed (`task_seed`, a run-time parameter), and with
    `policy:=expert` the expert goes for the same box (`expert.task_seed`);
 4. the policy is reset (`policy/reset`: queue and observation window cleared), so its first
-   command answers the homed arm and the new images (again just before arming if more than
-   RESET_AGE_S passed meanwhile: a plan that ran on while the arms waited is refused);
+   command answers the homed arm and the new images (again before each arming attempt that
+   comes more than RESET_AGE_S after the new plan began: a plan that ran on while the arms
+   waited is refused);
 5. optionally an episode is opened (`recorder/start`, with `record:=true`);
 6. the gate is armed; the trial runs until the task succeeds (egomimic_hw.sim_task.TaskSuccess,
    fed by the run monitor per policy action from the measured poses and grippers), the gate
@@ -186,13 +187,6 @@ class TrialRunner:
         recording = [False]
         if self.record and not self._recorder_ready(seed, recording):
             self.log(f"[trials] seed {seed}: the recorder does not hear every stream yet; the trial runs unrecorded")
-        if not recording[0] and time.monotonic() - self._reset_at > RESET_AGE_S:
-            # The policy's plan runs on in time while the arms wait (the expert is open loop in
-            # time): re-anchor it at the arms just before arming, or the gate refuses to arm
-            # (a recorder slow to hear the streams once cost 2.3 s: "0.203 m from the measured pose").
-            why = self._reset_policy()
-            if why:
-                return TrialResult(seed, False, f"not set up: {why}")
         try:
             return self._run_armed(seed, task, recording)
         finally:
@@ -255,12 +249,12 @@ class TrialRunner:
     def _reset_policy(self) -> str:
         """policy/reset, then until its first fresh action; why not ("" when done)."""
         t_reset = time.time()
-        self._reset_at = time.monotonic()
         ok, msg = self.client.trigger(self.topics.POLICY_RESET.resolve(self.ns), timeout_s=SERVICE_TIMEOUT_S)
         if not ok:
             return f"policy/reset: {msg}"
         if not self._wait_fresh_action(t_reset):
             return f"no policy action within {FRESH_ACTION_TIMEOUT_S:.0f} s of the reset"
+        self._reset_at = time.monotonic()  # the new plan starts about now
         return ""
 
     def _recorder_ready(self, seed: int, recording: list[bool]) -> bool:
@@ -332,6 +326,13 @@ class TrialRunner:
         deadline = time.monotonic() + ARM_TIMEOUT_S
         ok, msg = False, "no answer"
         while time.monotonic() < deadline and not self.stopped():
+            if time.monotonic() - self._reset_at > RESET_AGE_S:
+                # The policy's plan runs on in time while the arms wait (the expert is open loop
+                # in time): re-anchor it at the arms first, or the gate refuses to arm (a recorder
+                # slow to hear the streams once cost 2.3 s: "0.203 m from the measured pose").
+                why = self._reset_policy()
+                if why:
+                    return False, why
             t_call = time.time()
             ok, msg = self.client.trigger(self.topics.SAFETY_ARM.resolve(self.ns), timeout_s=SERVICE_TIMEOUT_S)
             if not ok:

@@ -1,5 +1,6 @@
-"""A camera's JPEG stored as it came (egomimic_data.jpeg_frame): accepted only at the episode's
-quality and size, with three components; stored byte for byte by the episode writer."""
+"""A camera's JPEG stored as it came (egomimic_data.jpeg_frame): its quality read from its
+tables, accepted only 4:4:4 with three components; stored byte for byte by the episode writer
+at the episode's quality and size."""
 
 import numpy as np
 import pytest
@@ -16,38 +17,46 @@ def encode(rgb=RGB, quality=85, **kw):
     return simplejpeg.encode_jpeg(rgb, quality=quality, colorspace="RGB", **kw)
 
 
-@pytest.mark.parametrize("quality", [85, 90, 40])
-def test_a_frame_encoded_at_the_quality_is_accepted_with_its_size(quality):
+@pytest.mark.parametrize("quality", [85, 90, 40, 1, 100])
+def test_a_frame_carries_its_size_and_the_quality_its_tables_say(quality):
     data = encode(quality=quality)
-    frame = jpeg_frame(memoryview(data), quality)
-    assert isinstance(frame, JpegFrame) and bytes(frame) == data and frame.shape == (48, 64, 3)
+    frame = jpeg_frame(memoryview(data))
+    assert isinstance(frame, JpegFrame) and bytes(frame) == data
+    assert frame.shape == (48, 64, 3) and frame.quality == quality
     assert quantization_tables(data) == reference_tables(quality)
 
 
-def test_another_quality_another_kind_or_not_a_jpeg_is_refused():
-    with pytest.raises(ValueError, match="not encoded at quality 85"):
-        jpeg_frame(encode(quality=90), 85)
+def test_subsampled_gray_or_foreign_tables_or_not_a_jpeg_is_refused():
+    for sub in ("420", "422"):
+        with pytest.raises(ValueError, match="expected 4:4:4"):
+            jpeg_frame(encode(colorsubsampling=sub))
     gray = simplejpeg.encode_jpeg(RGB[:, :, :1].copy(), quality=85, colorspace="GRAY")
     with pytest.raises(ValueError, match="Gray JPEG"):
-        jpeg_frame(gray, 85)
+        jpeg_frame(gray)
+    data = bytearray(encode())
+    tables_at = bytes(data).index(b"\xff\xdb") + 5
+    data[tables_at] ^= 0x01  # one quantizer changed: an encoder other than libjpeg's tables
+    with pytest.raises(ValueError, match="not libjpeg's of any quality"):
+        jpeg_frame(bytes(data))
     for bad in (b"", b"\xff\xd8", b"not a jpeg at all", encode()[:20]):
         with pytest.raises(ValueError):
-            jpeg_frame(bad, 85)
+            jpeg_frame(bad)
 
 
-def test_the_writer_stores_a_camera_jpeg_byte_for_byte_and_refuses_another_size(tmp_path):
-    meta = EpisodeMeta(task_name="t", cameras=("front_1",), image_width=64, image_height=48)
+def test_the_writer_stores_a_camera_jpeg_byte_for_byte_at_the_episodes_quality_and_size(tmp_path):
+    meta = EpisodeMeta(task_name="t", cameras=("front_1",), image_width=64, image_height=48, jpeg_quality=85)
     values = {key: np.zeros(w) for key, w in _numeric_widths().items()}
     data = encode()
     writer = EpisodeWriter(tmp_path / "e.zarr", meta, block_steps=2)
-    writer.add(1, {"front_1": jpeg_frame(data, 85)}, values)
-    small = jpeg_frame(encode(RGB[:24, :32].copy()), 85)
+    writer.add(1, {"front_1": jpeg_frame(data)}, values)
     with pytest.raises(EpisodeError, match="32x24 JPEG, expected 64x48"):
-        writer.add(2, {"front_1": small}, values)
-    writer.add(3, {"front_1": jpeg_frame(data, 85)}, values)
+        writer.add(2, {"front_1": jpeg_frame(encode(RGB[:24, :32].copy()))}, values)
+    with pytest.raises(EpisodeError, match="quality 90 JPEG, the episode's is 85"):
+        writer.add(2, {"front_1": jpeg_frame(encode(quality=90))}, values)
+    writer.add(3, {"front_1": jpeg_frame(data)}, values)
     writer.close()
     reader = EpisodeReader(tmp_path / "e.zarr")
-    assert len(reader) == 2 and reader.jpeg("front_1", 0) == data
+    assert len(reader) == 2 and reader.jpeg("front_1", 0) == data and reader.attrs["jpeg_quality"] == 85
     assert np.array_equal(reader.image("front_1", 1), simplejpeg.decode_jpeg(data, colorspace="RGB"))
 
 

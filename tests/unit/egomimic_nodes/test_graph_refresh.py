@@ -105,6 +105,8 @@ def test_the_rcl_refresh_creates_the_hidden_publisher_and_leaves_none_behind():
         for _ in range(3):
             work()
         assert node.count_publishers(name) == 0
+        assert work.node.get_name() == "_graph_refresh_probe_graph_refresh", "a hidden node of its own"
+        work.close()
     finally:
         node.destroy_node()
         rclpy.shutdown(context=context)

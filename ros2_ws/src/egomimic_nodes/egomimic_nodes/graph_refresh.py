@@ -23,8 +23,10 @@ port's lock waits for it (outbox.py). rclpy's create_publisher keeps the GIL thr
 wait: in a fresh-clone run (fc67) the policy's spin loop sat 635 ms in it with 2 ms of CPU,
 every other thread of the process stopped with it, and the gate, hearing no command, held
 ("no command for 305 ms"). So the spin loop only says when a refresh is due (`tick()`); a
-thread of its own creates and destroys the publisher through rcl with ctypes (RclRefresh),
-which releases the GIL for each call: a blocked send then holds up that thread alone, and a
+thread of its own creates and destroys the publisher through rcl with ctypes (RclRefresh, on a
+hidden companion node), which releases the GIL for each call: a blocked send then holds up that
+thread, and any entity the process creates meanwhile (rmw sends the node list under a lock of
+the participant; the nodes create theirs at start), never the spin loop's other work, and a
 refresh due while the previous one still waits is skipped (counted).
 """
 
@@ -47,16 +49,38 @@ class _Options(ctypes.Structure):
     struct (~150 bytes in Kilted); a struct returned by value this large is written through a
     hidden pointer on x86-64 and aarch64, so rcl fills the first part and leaves the rest."""
 
-    _fields_ = [("data", ctypes.c_uint8 * 1024)]
+    _fields_ = [("data", ctypes.c_uint64 * 128)]
+
+
+class _ErrorString(ctypes.Structure):
+    """rcutils_error_string_t: one char[RCUTILS_ERROR_MESSAGE_MAX_LENGTH] (1024)."""
+
+    _fields_ = [("text", ctypes.c_char * 1024)]
 
 
 class RclRefresh:
     """One refresh = rcl_publisher_init + rcl_publisher_fini on the hidden topic, each a ctypes
-    call (the GIL released). Holds the node's rclpy handle during the calls, so a node being
-    destroyed meanwhile is destroyed after them (rclpy's destroy_when_not_in_use)."""
+    call (the GIL released), on a hidden companion node of the same context that nothing but the
+    refresh thread touches: rcl's calls on one node are not thread-safe (the node's type cache
+    among them), and the owner node's executor, its lifecycle callbacks and its shutdown run on
+    the main thread meanwhile. rmw sends the whole participant's node list, the owner's included,
+    whichever node the publisher belongs to. The companion's handle is held across both calls,
+    so a companion destroyed meanwhile (`close()`) is finalized after the publisher."""
 
-    def __init__(self, node):
-        self.node = node
+    def __init__(self, owner):
+        from rclpy.node import Node
+        from rclpy.parameter import Parameter
+
+        # use_global_arguments=False: a `-r __node:=` remap would rename it to its owner's name.
+        self.node = Node(
+            f"_{owner.get_name()}_graph_refresh",
+            namespace=owner.get_namespace(),
+            context=owner.context,
+            use_global_arguments=False,
+            enable_rosout=False,
+            start_parameter_services=False,
+            parameter_overrides=[Parameter("start_type_description_service", value=False)],
+        )
         rcl = ctypes.CDLL(loaded_library("rcl"))  # CDLL, not PyDLL: no GIL during each call
         self._init = rcl.rcl_publisher_init
         self._init.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
@@ -69,6 +93,9 @@ class RclRefresh:
         defaults.restype = _Options
         self._options = defaults()
         rcutils = ctypes.CDLL(loaded_library("rcutils"))
+        self._error = rcutils.rcutils_get_error_string
+        self._error.argtypes = []
+        self._error.restype = _ErrorString
         self._reset_error = rcutils.rcutils_reset_error
         self._reset_error.argtypes = []
         self._reset_error.restype = None
@@ -76,7 +103,8 @@ class RclRefresh:
         self._name = topics.GRAPH_REFRESH.name().encode()
 
     def __call__(self) -> None:
-        self.destroy(self.create())
+        with self.node.handle:
+            self.destroy(self.create())
 
     def create(self) -> ctypes.c_void_p:
         """rcl_publisher_init: rmw creates the writer and publishes the node list."""
@@ -97,10 +125,15 @@ class RclRefresh:
             ret = self._fini(ctypes.byref(publisher), self.node.handle.pointer)
         self._check(ret, "rcl_publisher_fini")
 
+    def close(self) -> None:
+        """Destroy the companion node (after a refresh still running, which holds its handle)."""
+        self.node.destroy_node()
+
     def _check(self, ret: int, call: str) -> None:
         if ret != 0:
+            why = self._error().text.decode(errors="replace")
             self._reset_error()
-            raise RuntimeError(f"{call} returned {ret}")
+            raise RuntimeError(f"{call} returned {ret}: {why}")
 
 
 def message_type_support(msg_type) -> int:
@@ -116,7 +149,8 @@ def message_type_support(msg_type) -> int:
 
 class GraphRefresh:
     """Call `tick()` from the node's spin loop; when a refresh is due it wakes the refresh
-    thread, which runs `refresh()` (default RclRefresh(node)). `close()` stops the thread."""
+    thread, which runs `refresh()` (default RclRefresh(node)). `stop()` ends the refreshes at
+    once, `close()` also waits for the thread and releases the refresh's node."""
 
     def __init__(self, node, clock=time.monotonic, refresh=None, log=None):
         self._clock = clock
@@ -160,11 +194,21 @@ class GraphRefresh:
                 self._cv.wait(left)
         return True
 
-    def close(self, timeout_s: float = 0.5) -> None:
+    def stop(self) -> None:
+        """No refresh from now on; returns at once (a node that is stopping must not wait for
+        one blocked in the middleware before it sends its last hold)."""
         with self._cv:
             self._closed = True
             self._cv.notify_all()
-        self._thread.join(timeout_s)  # a refresh blocked in the middleware ends on its own (daemon)
+
+    def close(self, timeout_s: float = 0.5) -> None:
+        """stop(), wait up to `timeout_s` for a refresh still running (a blocked one ends on its
+        own: the thread is a daemon), then release the refresh's companion node."""
+        self.stop()
+        self._thread.join(timeout_s)
+        release = getattr(self._refresh, "close", None)
+        if release is not None:
+            release()
 
     def _run(self) -> None:
         while True:

@@ -108,6 +108,7 @@ class RecorderNode(Node):
 
         self._taken = TakenSubscriptions(self.context, f"{self.get_name()}_in", self.get_namespace())
         self._readers = []
+        self._camera_quality: dict[str, int] = {}
         for cam in self.cameras:
             if self.config.image_transport == "compressed":
                 self._reader(topics.IMAGE_COMPRESSED, IMAGE_DEPTH, self._jpeg_cb(cam), raw=True, cam=cam)
@@ -179,18 +180,20 @@ class RecorderNode(Node):
         return cb
 
     def _jpeg_cb(self, cam: str):
-        """image_transport compressed: the camera's JPEG is stored as it came (jpeg_frame.py)."""
-        stream, quality = image_stream(cam), self.config.jpeg_quality
+        """image_transport compressed: the camera's JPEG is stored as it came (jpeg_frame.py); its
+        quality, read from its tables, becomes the next episode's (the reference camera's)."""
+        stream = image_stream(cam)
 
         def cb(raw: bytes, info) -> None:
             try:
                 stamp_ns, fmt, data = read_compressed_image(raw)
                 if "jpeg" not in fmt:
                     raise ValueError(f"format {fmt!r}, expected a JPEG")
-                frame = jpeg_frame(data, quality)
+                frame = jpeg_frame(data)
             except ValueError as exc:
                 self._refuse(stream, str(exc))
                 return
+            self._camera_quality[cam] = frame.quality
             self.assembler.image(cam, stamp_ns, frame, _received_ns(info))
 
         return cb
@@ -334,7 +337,7 @@ class RecorderNode(Node):
             fps=self.config.fps,
             image_width=width,
             image_height=height,
-            jpeg_quality=self.config.jpeg_quality,
+            jpeg_quality=self._camera_quality.get(self.sync_config.reference_camera, self.config.jpeg_quality),
             calibration=self._calibration(),
         )
         try:

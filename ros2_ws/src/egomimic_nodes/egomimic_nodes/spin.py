@@ -56,6 +56,8 @@ SPIN_TIMEOUT_S = 0.1
 PR_SET_PDEATHSIG = 1
 SLOW_REFRESH_S = 0.1
 """A graph refresh this slow (a peer's shared-memory port blocked) is reported at exit."""
+REFRESH_JOIN_S = 0.2
+"""After on_exit, how long a refresh still running may take before the teardown goes on."""
 TEARDOWN_DEADLINE_S = 1.0
 """Seconds the middleware's teardown (destroy the node, shut the context down) may take after
 `on_exit()`; then the process exits at once (os._exit) with the code it would have had. Nothing
@@ -360,6 +362,7 @@ def run_node(factory, args=None) -> int:
     if middleware:
         say(f"[INFO] middleware log: {middleware}")
     node = None
+    refresh = None
     code = 0
     try:
         node = factory()
@@ -380,12 +383,7 @@ def run_node(factory, args=None) -> int:
             if getattr(node, "fatal", ""):
                 break
         end_profile(profiler, node)
-        refresh.close()
-        if refresh.slowest_s >= SLOW_REFRESH_S or refresh.skipped or refresh.failed:
-            say(
-                f"[INFO] graph refresh: {refresh.count} done, {refresh.skipped} skipped (the previous one still "
-                f"running), {refresh.failed} failed, slowest {refresh.slowest_s * 1e3:.0f} ms (off the spin loop)"
-            )
+        refresh.stop()  # no waiting here: on_exit (the gate's last hold) comes first
         if getattr(node, "fatal", ""):
             say(f"[FATAL] {node.fatal}")
             code = 1
@@ -404,6 +402,14 @@ def run_node(factory, args=None) -> int:
                     on_exit()
                 except Exception as exc:  # noqa: BLE001
                     say(f"[ERROR] on_exit: {exc}")
+        if refresh is not None:
+            refresh.close(REFRESH_JOIN_S)
+            if refresh.slowest_s >= SLOW_REFRESH_S or refresh.skipped or refresh.failed:
+                say(
+                    f"[INFO] graph refresh: {refresh.count} done, {refresh.skipped} skipped (the previous one "
+                    f"still running), {refresh.failed} failed, slowest {refresh.slowest_s * 1e3:.0f} ms (off the "
+                    "spin loop)"
+                )
         guard = TeardownGuard(code)
         try:
             # Errors only from here on: the teardown's own warnings ("Type ... is in use") are
