@@ -453,6 +453,7 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
             # Orderly stop: disarm first so the arms hold while the graph goes down.
             client.trigger(topics.SAFETY_DISARM.resolve(graph.namespace), timeout_s=1.0)
     finally:
+        stall = StopStallDump(run_dir / STOP_STALL_FILE)
         launcher.teardown()
         client.close()
         if launcher.killed_any or launcher.dead_node:
@@ -478,7 +479,41 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
         # no command, and that is its result, not a run that failed.
         if exit_code == EXIT_OK and not verdict_ok and not ns.trials:
             exit_code = EXIT_LOOP_DID_NOT_RUN
+    stall.close()
     return exit_code
+
+
+STOP_STALL_FILE = "launcher_stop_stall.txt"
+STOP_STALL_S = 45.0
+"""The launcher's own stop (teardown: at most ~9 s per node; the summary) taking longer than
+this writes every thread's stack to STOP_STALL_FILE in the run directory."""
+
+
+class StopStallDump:
+    """faulthandler's watchdog (a C thread: it needs no GIL) over the launcher's stop. Why: once
+    in a test run (2026-12-05) the launcher never exited after its nodes had, and nothing said
+    where it waited. The file is removed when the stop ends in time."""
+
+    def __init__(self, path: Path, after_s: float = STOP_STALL_S):
+        import faulthandler
+
+        self.path = path
+        try:
+            self._file = open(path, "w")
+        except OSError:
+            self._file = None
+            return
+        faulthandler.dump_traceback_later(after_s, repeat=False, file=self._file, exit=False)
+
+    def close(self) -> None:
+        import faulthandler
+
+        if self._file is None:
+            return
+        faulthandler.cancel_dump_traceback_later()
+        self._file.close()
+        if self.path.stat().st_size == 0:
+            self.path.unlink()
 
 
 def _start_trials(ns, graph, client, monitor, launcher, out: list) -> threading.Thread:

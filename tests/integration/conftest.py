@@ -26,9 +26,32 @@ def run_launch(tmp_path: Path, *args: str, timeout_s: float = 120.0):
         str(tmp_path / "run"),
         "--quiet",
     ]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=timeout_s)
+    try:
+        proc = subprocess.run(
+            cmd, cwd=REPO_ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"egomimic-launch ran past {timeout_s:.0f} s\n{_hang_report(tmp_path / 'run', exc)}")
     data = json.loads(summary.read_text()) if summary.exists() else None
     return proc.returncode, data, proc.stdout + proc.stderr
+
+
+def _hang_report(run_dir: Path, exc: subprocess.TimeoutExpired) -> str:
+    """What a launcher that never exited left: its console's tail, its stop-stall dump (every
+    thread's stack: egomimic_launch.cli.StopStallDump) and each node log's last lines."""
+    from egomimic_launch.cli import STOP_STALL_FILE
+
+    def text(x) -> str:
+        return x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
+
+    parts = [f"console (tail):\n{(text(exc.stdout) + text(exc.stderr))[-3000:]}"]
+    stall = run_dir / STOP_STALL_FILE
+    if stall.exists():
+        parts.append(f"{STOP_STALL_FILE}:\n{stall.read_text()[-6000:]}")
+    for log in sorted((run_dir / "logs").glob("*.log")):
+        tail = log.read_text(errors="replace").splitlines()[-3:]
+        parts.append(f"{log.name}: " + " | ".join(line[:200] for line in tail))
+    return "\n".join(parts)
 
 
 def start_launch(run_dir: Path, *args: str, duration_s: float = 60.0) -> subprocess.Popen:
