@@ -64,12 +64,16 @@ async def first_messages(url: str, wanted: list[str], timeout_s: float) -> dict[
     return got
 
 
-def test_a_websocket_client_gets_a_camera_frame_and_the_gate_status(tmp_path):
+@pytest.mark.parametrize("record", [False, True], ids=["encoded_here", "cameras_jpeg_passed_through"])
+def test_a_websocket_client_gets_a_camera_frame_and_the_gate_status(tmp_path, record):
+    """Without record:=true the web view encodes the raw frames; with it the cameras publish JPEGs
+    (for the recorder) and the web view passes them through (image_transport compressed)."""
     mcap_path = tmp_path / "view.mcap"
     params = tmp_path / "web.yaml"
     params.write_text(yaml.safe_dump({"/**/webview": {"ros__parameters": {"mcap_path": str(mcap_path)}}}))
     run_dir = tmp_path / "run"
-    launcher = start_launch(run_dir, "web:=true", "web_port:=0", f"params_file:={params}")
+    extra = ("record:=true", f"record_dir:={tmp_path / 'episodes'}") if record else ()
+    launcher = start_launch(run_dir, "web:=true", "web_port:=0", f"params_file:={params}", *extra)
     log = run_dir / "logs" / "webview.log"
     try:
         found: list[str] = []

@@ -92,6 +92,9 @@ def test_record_has_the_cameras_encode_each_frame_once_at_the_episode_quality():
     assert "publish_compressed" not in {n.name: n for n in build_graph({}).nodes}["cameras"].parameters
     external = {n.name: n for n in build_graph({"record": "true", "camera_backend": "external"}).nodes}
     assert "cameras" not in external and external["recorder"].parameters["image_transport"] == "raw"
+    web = {n.name: n for n in build_graph({"record": "true", "web": "true"}).nodes}["webview"]
+    assert web.parameters["image_transport"] == "compressed", "the web view passes the cameras' JPEGs through"
+    assert "image_transport" not in {n.name: n for n in build_graph({"web": "true"}).nodes}["webview"].parameters
 
 
 @pytest.mark.parametrize(

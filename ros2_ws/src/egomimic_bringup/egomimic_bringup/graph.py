@@ -416,7 +416,8 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
     camera_backend = args["camera_backend"]
     # With record:=true the cameras we start also publish each frame as the episode's JPEG and the
     # recorder stores those bytes (image_transport compressed: one encode per frame, not a raw
-    # receive and a second encode in the recorder; egomimic_data/jpeg_frame.py).
+    # receive and a second encode in the recorder; egomimic_data/jpeg_frame.py); the web view
+    # then passes those JPEGs through too.
     jpeg_once = args["record"] == "true" and camera_backend != "external"
     jpeg = {"publish_compressed": True, "jpeg_quality": RecorderConfig().jpeg_quality} if jpeg_once else {}
     if camera_backend in ("synthetic", "replay"):
@@ -493,7 +494,11 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                 "webview",
                 f"{NODE_PACKAGE}.webview_node",
                 ns,
-                {"host": args["web_host"], "port": int(args["web_port"])},
+                {
+                    "host": args["web_host"],
+                    "port": int(args["web_port"]),
+                    **({"image_transport": "compressed"} if jpeg_once else {}),
+                },
                 **yaml_files,
                 required=False,
                 description=f"web view (Foxglove WebSocket) on ws://{args['web_host']}:{args['web_port']}",

@@ -11,7 +11,9 @@ ws://<host>:<port>) through the foxglove-sdk WebSocket server, and optionally in
   out  one WebSocket channel per topic, `cdr` messages with their `ros2msg` schema (the full
        definition, as bags embed it): passed through as received, never deserialized. Camera
        images go out as <cam>/image_raw/compressed (sensor_msgs/CompressedImage, JPEG) at most
-       `image_rate_hz` each, encoded only while a client (or the MCAP file) takes that camera.
+       `image_rate_hz` each: with `image_transport` compressed the cameras' own JPEGs, passed
+       through (the launcher sets it when the cameras publish them, record:=true); with raw
+       encoded here, only while a client (or the MCAP file) takes that camera.
   pub  /diagnostics: clients' subscriptions, messages forwarded, images skipped (rate), lost (a
        gap in a publisher's sequence numbers: reader history or best-effort delivery)
 
@@ -39,8 +41,10 @@ from sensor_msgs.msg import CompressedImage, Image
 from egomimic_data.bags import InterfaceDefinitions
 from egomimic_hw.description import ARMS, CAMERAS
 from egomimic_nodes import diagnostics, topics
+from egomimic_nodes.msg_convert import ns_to_stamp
 from egomimic_nodes.outbox import Outbox
 from egomimic_nodes.params import declare_config, field_meta
+from egomimic_nodes.serialized import read_header, read_image
 from egomimic_nodes.spin import run_node
 from egomimic_nodes.taken import SequenceGaps, TakenSubscriptions
 
@@ -75,7 +79,16 @@ class WebViewConfig:
     image_rate_hz: float = field(
         default=10.0, metadata=field_meta("at most this many JPEG frames per camera per second", (0.1, 60.0))
     )
-    jpeg_quality: int = field(default=70, metadata=field_meta("JPEG quality of the camera frames", (10, 100)))
+    jpeg_quality: int = field(
+        default=70, metadata=field_meta("JPEG quality of the camera frames it encodes (image_transport raw)", (10, 100))
+    )
+    image_transport: str = field(
+        default="raw",
+        metadata=field_meta(
+            "raw: take cameras/<cam>/image_raw and encode; compressed: take the cameras' image_raw/compressed and "
+            "pass it through (no raw frames received, nothing encoded here)"
+        ),
+    )
     take_rate_hz: float = field(
         default=30.0, metadata=field_meta("how often the readers are taken and forwarded, Hz", (1.0, 200.0))
     )
@@ -167,11 +180,13 @@ class WebViewNode(Node):
             (self._taken.subscribe(topic.type, name, reader_qos(topic), raw=True), channel(name, topic.type), name)
             for topic, name in viewed_names(namespace)
         ]
+        if self.config.image_transport not in ("raw", "compressed"):
+            raise ValueError(f"image_transport must be raw or compressed, got {self.config.image_transport!r}")
+        self._passthrough = self.config.image_transport == "compressed"
+        source = topics.IMAGE_COMPRESSED if self._passthrough else topics.IMAGE_RAW
         self._cameras = [
             (
-                self._taken.subscribe(
-                    Image, topics.IMAGE_RAW.resolve(namespace, cam=cam), reader_qos(topics.IMAGE_RAW), raw=True
-                ),
+                self._taken.subscribe(source.type, source.resolve(namespace, cam=cam), reader_qos(source), raw=True),
                 channel(topics.IMAGE_COMPRESSED.resolve(namespace, cam=cam), CompressedImage),
                 cam,
             )
@@ -215,19 +230,28 @@ class WebViewNode(Node):
             self.skipped += len(taken) - 1
             self._last_jpeg[cam] = now
             data, info = taken[-1]  # the newest frame
-            channel.log(self._jpeg(bytes(data)), log_time=int(info.get("received_timestamp") or time.time_ns()))
+            out = bytes(data) if self._passthrough else self._jpeg(bytes(data))
+            channel.log(out, log_time=int(info.get("received_timestamp") or time.time_ns()))
             self.forwarded += 1
 
     def _jpeg(self, data: bytes) -> bytes:
         import simplejpeg
 
-        image: Image = deserialize_message(data, Image)
-        out = CompressedImage(header=image.header, format="rgb8; jpeg compressed bgr8")
-        pixels = np.frombuffer(image.data, np.uint8).reshape(image.height, image.width, -1)
-        colorspace = {"rgb8": "RGB", "bgr8": "BGR", "mono8": "GRAY"}.get(image.encoding)
-        if colorspace is None:
-            raise ValueError(f"web view: camera encoding {image.encoding!r} is not rgb8, bgr8 or mono8")
-        out.data = simplejpeg.encode_jpeg(pixels, quality=self.config.jpeg_quality, colorspace=colorspace)
+        out = CompressedImage(format="rgb8; jpeg compressed bgr8")
+        try:  # rgb8 (this project's cameras): the pixels as a view of the bytes, no 900 KB copy
+            stamp_ns, frame_id = read_header(data)
+            _, pixels = read_image(data)
+            out.header.stamp, out.header.frame_id, colorspace = ns_to_stamp(stamp_ns), frame_id, "RGB"
+        except ValueError:  # a stock camera's bgr8 or mono8: build the message
+            image: Image = deserialize_message(data, Image)
+            out.header = image.header
+            pixels = np.frombuffer(image.data, np.uint8).reshape(image.height, image.width, -1)
+            colorspace = {"rgb8": "RGB", "bgr8": "BGR", "mono8": "GRAY"}.get(image.encoding)
+            if colorspace is None:
+                raise ValueError(f"web view: camera encoding {image.encoding!r} is not rgb8, bgr8 or mono8") from None
+        out.data = simplejpeg.encode_jpeg(
+            np.ascontiguousarray(pixels), quality=self.config.jpeg_quality, colorspace=colorspace
+        )
         return serialize_message(out)
 
     # --- diagnostics and shutdown ---
