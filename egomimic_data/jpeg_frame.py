@@ -75,16 +75,17 @@ def _qualities() -> dict[bytes, int]:
 def jpeg_frame(data: bytes | bytearray | memoryview) -> JpegFrame:
     """A JpegFrame of `data` if it is a three-component 4:4:4 JPEG with libjpeg's tables of
     some quality; ValueError saying what differs otherwise."""
-    data = bytes(data)
+    frame = JpegFrame(data, 0, 0, 0)  # the one copy of the camera's bytes; size and quality set below
     try:
-        height, width, colorspace, subsampling = simplejpeg.decode_jpeg_header(data)
+        height, width, colorspace, subsampling = simplejpeg.decode_jpeg_header(frame)
     except ValueError as exc:
         raise ValueError(f"not a readable JPEG: {exc}") from None
     if colorspace not in ("YCbCr", "RGB"):
         raise ValueError(f"a {colorspace} JPEG, expected three colour components")
     if subsampling != "444":
         raise ValueError(f"a {subsampling} JPEG, expected 4:4:4 (no chroma subsampling, as upstream encodes)")
-    quality = _qualities().get(quantization_tables(data))
+    quality = _qualities().get(quantization_tables(frame))
     if quality is None:
         raise ValueError("a JPEG whose quantization tables are not libjpeg's of any quality")
-    return JpegFrame(data, height, width, quality)
+    frame.shape, frame.quality = (int(height), int(width), 3), quality
+    return frame

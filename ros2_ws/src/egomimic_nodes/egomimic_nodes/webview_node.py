@@ -39,6 +39,7 @@ from rclpy.serialization import deserialize_message, serialize_message
 from sensor_msgs.msg import CompressedImage, Image
 
 from egomimic_data.bags import InterfaceDefinitions
+from egomimic_data.recording_config import IMAGE_TRANSPORTS
 from egomimic_hw.description import ARMS, CAMERAS
 from egomimic_nodes import diagnostics, topics
 from egomimic_nodes.msg_convert import ns_to_stamp
@@ -180,8 +181,10 @@ class WebViewNode(Node):
             (self._taken.subscribe(topic.type, name, reader_qos(topic), raw=True), channel(name, topic.type), name)
             for topic, name in viewed_names(namespace)
         ]
-        if self.config.image_transport not in ("raw", "compressed"):
-            raise ValueError(f"image_transport must be raw or compressed, got {self.config.image_transport!r}")
+        if self.config.image_transport not in IMAGE_TRANSPORTS:
+            raise ValueError(
+                f"image_transport must be one of {', '.join(IMAGE_TRANSPORTS)}, got {self.config.image_transport!r}"
+            )
         self._passthrough = self.config.image_transport == "compressed"
         source = topics.IMAGE_COMPRESSED if self._passthrough else topics.IMAGE_RAW
         self._cameras = [
