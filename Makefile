@@ -124,6 +124,7 @@ bench: $(STAMP) ## benchmarks print ratios and absolute figures and write JSON u
 	$(PY) bench/publish_stall.py --domain 87 --stops 120 --load 2
 	$(PY) bench/deaf_reader.py --domain 91 --stops 150 --load 1
 	$(PY) bench/port_death.py --domain 85 --stops 4
+	$(PY) bench/take_stall.py --domain 83 --stops 150 --load 0
 	$(PY) bench/join_stall.py --domain 89 --joins 15 --load 1
 	$(PY) bench/recorder.py --domain 97 --out out/bench/recorder.json
 	$(PY) bench/observers.py --domain 98 --pairs 3 --out out/bench/observers.json

@@ -16,8 +16,9 @@ hardware cameras run one process each, so a stuck USB driver takes down one stre
 
 Every frame goes through FrameShaper: area-resized to `width` x `height` (default 640x480, what
 the models were trained on) and converted to RGB once. Each camera has its own capture thread
-(blocking backend reads, publish right after capture); the executor runs the pose subscriptions,
-the health timer and the parameter callback.
+(blocking backend reads, publish right after capture); the executor runs the health timer and
+the parameter callback. The synthetic scene's arm poses are taken by a thread of their own, so a
+take that waits in the middleware never holds up a capture (taken.py says how one can).
 
 Health (egomimic_hw.cameras.health): STALLED after `stall_after_s` without a frame (0 = 2.5
 periods), FROZEN after `freeze_after_s` of unchanged content, plus rate, jitter, dropped and
@@ -239,17 +240,18 @@ class CameraNode(Node):
         self.fault = config.fault
         cameras, backend, width, height = config.cameras, config.backend, config.width, config.height
         self._ee = {arm: np.array([0.3, 0.0, 0.3]) for arm in ARMS}
-        self._ee_lock = threading.Lock()
         self._poses: TakenSubscriptions | None = None
         self._pose_readers = {}
+        self._pose_thread: threading.Thread | None = None
         if backend == "synthetic":
-            # The scene follows the arms' measured poses, read when a frame is rendered: taken,
-            # not delivered (taken.py), which spares the executor a callback per pose sample.
+            # The scene follows the arms' measured poses: taken, not delivered (taken.py), by a
+            # thread that waits on both readers; the capture threads only read the newest.
             self._poses = TakenSubscriptions(self.context, f"{self.get_name()}_poses", self.get_namespace())
             self._pose_readers = {
                 arm: self._poses.subscribe(PoseStamped, self.resolve_topic_name(topics.EE_POSE.name(arm)), POSE_QOS)
                 for arm in ARMS
             }
+            self._pose_thread = threading.Thread(target=self._take_poses, name="camera poses", daemon=True)
         start = time.monotonic() + 0.2  # replay: every camera of this process starts in step
         self._streams: list[_Stream] = []
         try:
@@ -280,6 +282,8 @@ class CameraNode(Node):
         self._backend_name = backend
         for s in self._streams:
             s.thread.start()
+        if self._pose_thread is not None:
+            self._pose_thread.start()
         self.get_logger().info(
             f"{', '.join(cameras)}: {backend} -> {width}x{height} rgb8 at {config.rate_hz} Hz"
             + (f" (fault {config.inject_fault})" if self.fault.active else "")
@@ -296,12 +300,24 @@ class CameraNode(Node):
 
     def _ee_positions(self) -> dict:
         """The newest measured EE position of each arm (hardware frame), for the renderers."""
-        with self._ee_lock:
-            for arm, reader in self._pose_readers.items():
-                taken = self._poses.take(reader)
-                if taken:
-                    self._ee = {**self._ee, arm: pose_to_array(taken[-1][0].pose)[:3]}
-            return self._ee
+        return self._ee  # replaced whole by the pose thread, never changed in place
+
+    def _take_poses(self) -> None:
+        """Keep `_ee` at the newest pose of each arm until the node stops."""
+        readers = list(self._pose_readers.items())
+        subs = [reader for _, reader in readers]
+        while not self.stopping.is_set():
+            try:
+                if not self._poses.wait(subs, READ_TIMEOUT_S):
+                    continue
+                for arm, reader in readers:
+                    taken = self._poses.take(reader)
+                    if taken:
+                        self._ee = {**self._ee, arm: pose_to_array(taken[-1][0].pose)[:3]}
+            except Exception as exc:  # noqa: BLE001 - shutdown destroys the readers under us
+                if not self.stopping.is_set():
+                    self.get_logger().error(f"pose thread stopped: {exc!r}; the scene keeps the last poses")
+                return
 
     def _on_set_parameters(self, params) -> SetParametersResult:
         """`inject_fault` and `task_seed` (synthetic cameras: the box of a new trial) apply at
@@ -381,9 +397,13 @@ class CameraNode(Node):
         # still exit promptly. A device whose thread is still inside it is left to the process
         # exit to release, never closed under the thread.
         self.stopping.set()
+        if self._poses is not None:
+            self._poses.wake()
         deadline = time.monotonic() + EXIT_JOIN_S
         for s in self._streams:
             s.thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        if self._pose_thread is not None and self._pose_thread.is_alive():
+            self._pose_thread.join(timeout=max(0.0, deadline - time.monotonic()))
         for s in self._streams:
             if s.thread.is_alive():
                 self.get_logger().error(
@@ -392,8 +412,8 @@ class CameraNode(Node):
                 )
                 continue
             s.backend.close()
-        if self._poses is not None:
-            self._poses.destroy()
+        if self._poses is not None and not (self._pose_thread and self._pose_thread.is_alive()):
+            self._poses.destroy()  # a pose thread still inside a take keeps its readers
 
 
 def main(args=None) -> int:

@@ -37,7 +37,7 @@ import threading
 import time
 
 from egomimic_nodes import topics
-from egomimic_nodes.outbox import loaded_library
+from egomimic_nodes.rcl_ctypes import loaded_library, rcutils_errors
 
 FAST_PERIOD_S = 2.0
 FAST_FOR_S = 30.0
@@ -50,12 +50,6 @@ class _Options(ctypes.Structure):
     hidden pointer on x86-64 and aarch64, so rcl fills the first part and leaves the rest."""
 
     _fields_ = [("data", ctypes.c_uint64 * 128)]
-
-
-class _ErrorString(ctypes.Structure):
-    """rcutils_error_string_t: one char[RCUTILS_ERROR_MESSAGE_MAX_LENGTH] (1024)."""
-
-    _fields_ = [("text", ctypes.c_char * 1024)]
 
 
 class RclRefresh:
@@ -92,13 +86,7 @@ class RclRefresh:
         defaults.argtypes = []
         defaults.restype = _Options
         self._options = defaults()
-        rcutils = ctypes.CDLL(loaded_library("rcutils"))
-        self._error = rcutils.rcutils_get_error_string
-        self._error.argtypes = []
-        self._error.restype = _ErrorString
-        self._reset_error = rcutils.rcutils_reset_error
-        self._reset_error.argtypes = []
-        self._reset_error.restype = None
+        _, self._error, self._reset_error = rcutils_errors()
         self._type_support = message_type_support(topics.GRAPH_REFRESH.type)
         self._name = topics.GRAPH_REFRESH.name().encode()
 

@@ -21,24 +21,13 @@ The same bytes reach every subscriber as with publish() (the same CDR, the same 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import threading
 import time
 from collections import deque
 
 from rclpy.serialization import serialize_message
 
-
-class _Allocator(ctypes.Structure):
-    """rcutils_allocator_t (unused when publishing; must only be a valid struct)."""
-
-    _fields_ = [
-        ("allocate", ctypes.c_void_p),
-        ("deallocate", ctypes.c_void_p),
-        ("reallocate", ctypes.c_void_p),
-        ("zero_allocate", ctypes.c_void_p),
-        ("state", ctypes.c_void_p),
-    ]
+from egomimic_nodes.rcl_ctypes import Allocator, loaded_library, rcutils_errors
 
 
 class _SerializedMessage(ctypes.Structure):
@@ -48,22 +37,8 @@ class _SerializedMessage(ctypes.Structure):
         ("buffer", ctypes.c_char_p),
         ("buffer_length", ctypes.c_size_t),
         ("buffer_capacity", ctypes.c_size_t),
-        ("allocator", _Allocator),
+        ("allocator", Allocator),
     ]
-
-
-def loaded_library(stem: str) -> str | None:
-    """The path of lib<stem>.so as this process already mapped it (rclpy loaded it), so a ROS
-    install under /opt/ros and this venv resolve alike."""
-    try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                path = line.rsplit(" ", 1)[-1].strip()
-                if path.rsplit("/", 1)[-1].startswith(f"lib{stem}.so"):
-                    return path
-    except OSError:
-        pass
-    return ctypes.util.find_library(stem)
 
 
 _RCL = None
@@ -78,10 +53,7 @@ def _rcl():
         fn = lib.rcl_publish_serialized_message
         fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(_SerializedMessage), ctypes.c_void_p]
         fn.restype = ctypes.c_int32
-        rcutils = ctypes.CDLL(loaded_library("rcutils"))
-        rcutils.rcutils_reset_error.argtypes = []
-        rcutils.rcutils_reset_error.restype = None
-        _RCL = (fn, rcutils.rcutils_reset_error)
+        _RCL = (fn, rcutils_errors()[2])
     return _RCL
 
 
@@ -192,7 +164,7 @@ def publish_serialized(publisher, data: bytes | bytearray) -> bool:
         buffer = ctypes.cast((ctypes.c_char * n).from_buffer(data), ctypes.c_char_p)
     else:
         buffer = data
-    msg = _SerializedMessage(buffer, n, n, _Allocator())
+    msg = _SerializedMessage(buffer, n, n, Allocator())  # the allocator is not used by a publish
     with publisher.handle:  # keeps the rcl publisher alive during the call
         ret = publish(publisher.handle.pointer, ctypes.byref(msg), None)
     if ret != 0:
