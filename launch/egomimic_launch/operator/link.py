@@ -102,7 +102,7 @@ class GraphLink:
         future = client.call_async(Trigger.Request())
         future.add_done_callback(lambda _f: done.set())
         if not done.wait(timeout_s):
-            future.cancel()
+            client.remove_pending_request(future)  # a late answer is dropped, not kept forever
             return False, f"{service}: no answer within {timeout_s:g} s"
         result = future.result()
         if result is None:

@@ -1,6 +1,6 @@
 """Taking samples without the GIL (egomimic_nodes.taken.take_one): the same message and the same
-info as rclpy's take_message, raw or not, None when nothing waits, and no other thread waits
-on a take blocked in the middleware."""
+info as rclpy's take_message, raw or not, None when nothing waits, and the middleware call made
+through ctypes.CDLL, which releases the GIL (bench/take_stall.py measures a blocked take)."""
 
 import os
 import time

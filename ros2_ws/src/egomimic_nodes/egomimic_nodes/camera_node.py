@@ -75,8 +75,8 @@ POSE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=Reli
 
 READ_TIMEOUT_S = 0.25
 EXIT_JOIN_S = 1.2
-"""On exit, how long all capture threads together may take to stop (a read wakes within
-READ_TIMEOUT_S; a hardware read can take up to ~1 s to time out)."""
+"""On exit, how long the capture threads and the pose thread together may take to stop (a read
+or a pose wait wakes within READ_TIMEOUT_S; a hardware read can take up to ~1 s to time out)."""
 """A capture thread wakes at least this often (to notice shutdown); silence is judged by health."""
 STALE_REPUBLISH_NS = 100_000_000
 """While a camera is not OK and no frame comes, its health is republished every 100 ms."""
@@ -243,6 +243,7 @@ class CameraNode(Node):
         self._poses: TakenSubscriptions | None = None
         self._pose_readers = {}
         self._pose_thread: threading.Thread | None = None
+        self.pose_errors = 0
         if backend == "synthetic":
             # The scene follows the arms' measured poses: taken, not delivered (taken.py), by a
             # thread that waits on both readers; the capture threads only read the newest.
@@ -303,7 +304,9 @@ class CameraNode(Node):
         return self._ee  # replaced whole by the pose thread, never changed in place
 
     def _take_poses(self) -> None:
-        """Keep `_ee` at the newest pose of each arm until the node stops."""
+        """Keep `_ee` at the newest pose of each arm until the node stops (the only thread that
+        takes from the pose readers). A failure is counted (`pose_errors` in /diagnostics),
+        logged and retried: the scene keeps the last poses meanwhile."""
         readers = list(self._pose_readers.items())
         subs = [reader for _, reader in readers]
         while not self.stopping.is_set():
@@ -314,10 +317,16 @@ class CameraNode(Node):
                     taken = self._poses.take(reader)
                     if taken:
                         self._ee = {**self._ee, arm: pose_to_array(taken[-1][0].pose)[:3]}
-            except Exception as exc:  # noqa: BLE001 - shutdown destroys the readers under us
-                if not self.stopping.is_set():
-                    self.get_logger().error(f"pose thread stopped: {exc!r}; the scene keeps the last poses")
-                return
+            except Exception as exc:  # noqa: BLE001 - counted and retried; at shutdown the readers go away
+                if self.stopping.is_set():
+                    return
+                self.pose_errors += 1
+                self.get_logger().error(
+                    f"taking the arms' poses failed ({self.pose_errors} so far): {exc!r}; the scene keeps "
+                    "the last poses, retrying",
+                    throttle_duration_sec=5.0,
+                )
+                self.stopping.wait(READ_TIMEOUT_S)
 
     def _on_set_parameters(self, params) -> SetParametersResult:
         """`inject_fault` and `task_seed` (synthetic cameras: the box of a new trial) apply at
@@ -378,6 +387,7 @@ class CameraNode(Node):
                 "duplicated": r.duplicated,
                 "frames": r.frames,
                 "publish_errors": s.publish_errors,
+                "pose_errors": self.pose_errors,
                 "fault": self.fault.describe(),
             },
         )
@@ -402,7 +412,7 @@ class CameraNode(Node):
         deadline = time.monotonic() + EXIT_JOIN_S
         for s in self._streams:
             s.thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        if self._pose_thread is not None and self._pose_thread.is_alive():
+        if self._pose_thread is not None:
             self._pose_thread.join(timeout=max(0.0, deadline - time.monotonic()))
         for s in self._streams:
             if s.thread.is_alive():
@@ -412,8 +422,8 @@ class CameraNode(Node):
                 )
                 continue
             s.backend.close()
-        if self._poses is not None and not (self._pose_thread and self._pose_thread.is_alive()):
-            self._poses.destroy()  # a pose thread still inside a take keeps its readers
+        if self._poses is not None:
+            self._poses.destroy()  # rclpy defers it while a wait or a take still holds a handle
 
 
 def main(args=None) -> int:

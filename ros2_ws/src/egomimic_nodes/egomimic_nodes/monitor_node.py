@@ -9,12 +9,14 @@
 Off the control path: it only reads. Each input keeps its latest message (one slot: a message
 replaced before it was drawn is counted as superseded, never queued), FK runs at the draw rate,
 not per message, and the markers go out through an Outbox (bounded, drops counted). The
-workspace boxes are the gate's own parameters, read once from the gate at start (retried until
-it answers). Counts are on /diagnostics.
+workspace boxes are the gate's own parameters, read once from the gate at start (asked again
+until it answers, a request unanswered for WORKSPACE_ASK_TIMEOUT_S dropped). Counts are on
+/diagnostics.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -47,6 +49,10 @@ MARKER_TYPES = {
 }
 GATE_NODE = "safety_gate"
 WORKSPACE_PARAMS = {arm: (f"workspace_{arm.value}_min_m", f"workspace_{arm.value}_max_m") for arm in ARMS}
+WORKSPACE_ASK_TIMEOUT_S = 2.0
+"""A workspace request unanswered this long is dropped and asked again: a service reply is lost
+when the gate's response writer has not matched this client's reader yet (rmw: "failed to send
+response (timeout)"); fresh clone fc77 ran 25 s without workspace boxes, the request pending."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +105,7 @@ class MonitorNode(Node):
             self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos)
         )
         self._gate_params = self.create_client(GetParameters, f"{GATE_NODE}/get_parameters")
-        self._workspace_pending = False
+        self._workspace_request = None  # (future, monotonic time sent) while one is pending
         self.create_timer(1.0 / self.config.rate_hz, self._draw)
         self.create_timer(1.0, self._publish_diagnostics)
 
@@ -153,14 +159,28 @@ class MonitorNode(Node):
     # --- output ---
 
     def _ask_workspace(self) -> None:
-        if self._workspace_pending or not self._gate_params.service_is_ready():
+        if self._workspace_request is not None:
+            future, sent = self._workspace_request
+            if time.monotonic() - sent < WORKSPACE_ASK_TIMEOUT_S:
+                return
+            self._gate_params.remove_pending_request(future)
+            self._workspace_request = None
+            self.counts["workspace_requests_unanswered"] += 1
+            self.get_logger().warning(
+                f"{GATE_NODE} did not answer the workspace request within {WORKSPACE_ASK_TIMEOUT_S:g} s; asking again",
+                throttle_duration_sec=10.0,
+            )
+        if not self._gate_params.service_is_ready():
             return
         request = GetParameters.Request(names=[n for pair in WORKSPACE_PARAMS.values() for n in pair])
-        self._workspace_pending = True
-        self._gate_params.call_async(request).add_done_callback(self._on_workspace)
+        future = self._gate_params.call_async(request)
+        self._workspace_request = (future, time.monotonic())
+        future.add_done_callback(self._on_workspace)
 
     def _on_workspace(self, future) -> None:
-        self._workspace_pending = False
+        if self._workspace_request is None or self._workspace_request[0] is not future:
+            return  # an answer to a request already given up on
+        self._workspace_request = None
         try:
             values = [list(v.double_array_value) for v in future.result().values]
         except Exception as exc:  # noqa: BLE001 - retried at the next draw

@@ -1,8 +1,9 @@
 """The few rcl and rcutils types and libraries that this package calls through ctypes.
 
-Why ctypes: rclpy keeps Python's GIL through every rcl call, and a call that waits in the
-middleware (a send into, or a take beside, a shared-memory port that a stopped process holds)
-then stops every thread of the node. A function loaded with ctypes.CDLL runs without the GIL.
+Why ctypes: rclpy keeps Python's GIL through its publish, take and entity-creation calls (its
+wait set releases it), and such a call that waits in the middleware (a send into, or a take
+beside, a shared-memory port that a stopped process holds) then stops every thread of the node.
+A function loaded with ctypes.CDLL runs without the GIL.
 Used by outbox.py (publish), taken.py (take) and graph_refresh.py (publisher create/destroy).
 """
 

@@ -36,6 +36,8 @@ from egomimic_nodes.rcl_ctypes import Allocator, loaded_library, rcutils_errors
 
 RCL_RET_SUBSCRIPTION_TAKE_FAILED = 401
 """rcl/types.h: no sample was waiting."""
+RCL_RET_BAD_ALLOC = 10
+"""rcl/types.h: rclpy raises MemoryError for it; so does take_one."""
 SEQUENCE_NUMBER_UNSUPPORTED = 2**64 - 1
 """rmw/types.h RMW_MESSAGE_INFO_SEQUENCE_NUMBER_UNSUPPORTED."""
 GID_STORAGE_SIZE = 16
@@ -113,13 +115,15 @@ def _lib():
 
 def take_one(sub) -> tuple | None:
     """One (message, info) from `sub`'s history, or None; rclpy's take_message without the GIL
-    (a raw subscription gives the CDR bytes). About 5 us more per sample than take_message
+    (a raw subscription gives the CDR bytes). One thread per subscription: rcl_take is not
+    thread-safe on one subscription, and without the GIL nothing serializes two takes (every
+    owner here takes a reader from one thread, or under a lock of its own). About 5 us more per sample than take_message
     (20-25 against 17-21 us for a PoseStamped or a JointState on the 2-core machine)."""
     take, rcutils, error, reset_error, allocator = _lib()
     data = _Bytes()
     if rcutils.rcutils_uint8_array_init(ctypes.byref(data), INITIAL_CAPACITY, ctypes.byref(allocator)) != 0:
         reset_error()
-        raise MemoryError(f"cannot allocate {INITIAL_CAPACITY} bytes to take a sample of {sub.topic_name}")
+        raise MemoryError(f"cannot allocate {INITIAL_CAPACITY} bytes to take a sample into")
     info = _MessageInfo()
     try:
         with sub.handle:  # keeps the rcl subscription alive during the call
@@ -129,7 +133,9 @@ def take_one(sub) -> tuple | None:
         if ret != 0:
             why = error().text.decode(errors="replace")
             reset_error()
-            raise _rclpy.RCLError(f"failed to take a message from {sub.topic_name}: {why} (rcl {ret})")
+            if ret == RCL_RET_BAD_ALLOC:
+                raise MemoryError(f"taking a sample: {why}")
+            raise _rclpy.RCLError(f"failed to take a message: {why} (rcl {ret})")
         payload = ctypes.string_at(data.buffer, data.buffer_length)
     finally:
         rcutils.rcutils_uint8_array_fini(ctypes.byref(data))
