@@ -109,6 +109,26 @@ def main() -> int:
     return report(json.loads(summary_path.read_text()), samples, code, a)
 
 
+def coinciding_gaps(worst: dict, streams: list[dict]) -> str:
+    """Which streams' own longest publication gaps overlap `worst`'s: all of them at once is the
+    machine (or the VM) standing still, one alone is that producer's stall."""
+    end, gap = worst.get("max_source_gap_end_s", float("nan")), worst.get("max_source_gap_s", float("nan"))
+    if not end == end or not gap == gap:
+        return f"{worst['topic']}: no gap timing"
+    begin = end - gap
+    overlap = []
+    for s in streams:
+        e, g = s.get("max_source_gap_end_s", float("nan")), s.get("max_source_gap_s", float("nan"))
+        if s is not worst and e == e and g == g and e - g < end and e > begin:
+            overlap.append(f"{s['topic']} {g * 1e3:.0f} ms")
+    others = len([s for s in streams if s is not worst])
+    return (
+        f"  the action stream's worst gap ({gap * 1e3:.0f} ms, ending {time.strftime('%H:%M:%S', time.localtime(end))}) "
+        f"overlaps the worst gap of {len(overlap)} of the {others} other streams"
+        + (f": {', '.join(overlap)}" if overlap else "")
+    )
+
+
 def report(summary: dict, samples: dict[str, list[tuple[float, float, float]]], code: int, a) -> int:
     checks: list[tuple[str, bool]] = []
     history = summary.get("gate_history", [])
@@ -148,6 +168,7 @@ def report(summary: dict, samples: dict[str, list[tuple[float, float, float]]], 
                 gap <= MAX_GAP_PERIODS / nominal,
             )
         )
+        print(coinciding_gaps(action, summary.get("streams", [])))
     print(f"\n{'node':<16}{'CPU % mean':>11}{'CPU % max':>11}{'RSS MiB start':>15}{'RSS MiB end':>13}{'growth':>9}")
     growth_ok = True
     per_node = {}

@@ -20,6 +20,9 @@ class StreamStats:
     """The longest time between two arrivals inside the window (nan: fewer than two)."""
     max_source_gap_s: float = float("nan")
     """The longest time between two publications (DDS source timestamps) inside the window."""
+    max_source_gap_end_s: float = float("nan")
+    """The source timestamp (s, system clock) that ended that longest gap: when it happened, to
+    tell one producer's stall from the whole machine's (every stream's gap at the same time)."""
 
     @property
     def rate_error(self) -> float:
@@ -52,7 +55,7 @@ class StreamAccumulator:
         self.window = (begin_s, end_s)
         self.count = 0
         self.first_s = self.last_s = self.last_source_s = float("nan")
-        self.max_gap_s = self.max_source_gap_s = float("nan")
+        self.max_gap_s = self.max_source_gap_s = self.max_source_gap_end_s = float("nan")
         self._bins[:] = 0
 
     def end_window(self, end_s: float) -> None:
@@ -68,7 +71,9 @@ class StreamAccumulator:
         if self.count:
             self.max_gap_s = np.fmax(self.max_gap_s, arrival_s - self.last_s)
             if source_s is not None and self.last_source_s == self.last_source_s:
-                self.max_source_gap_s = np.fmax(self.max_source_gap_s, source_s - self.last_source_s)
+                gap = source_s - self.last_source_s
+                if not gap <= self.max_source_gap_s:  # the first gap too (nan compares False)
+                    self.max_source_gap_s, self.max_source_gap_end_s = gap, source_s
         else:
             self.first_s = arrival_s
         self.last_s = arrival_s
@@ -99,6 +104,7 @@ class StreamAccumulator:
             self.latency_percentile_ms(99),
             float(self.max_gap_s),
             float(self.max_source_gap_s),
+            float(self.max_source_gap_end_s),
         )
 
 

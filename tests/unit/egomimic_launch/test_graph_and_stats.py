@@ -262,6 +262,16 @@ def test_publication_gaps_are_told_apart_from_arrival_gaps():
     assert abs(s.max_gap_s - (1 / 30 + 0.08)) < 1e-9 and abs(s.max_source_gap_s - 1 / 30) < 1e-9
 
 
+def test_the_worst_publication_gap_says_when_it_ended():
+    """So that a soak can line one stream's worst gap up with the others' (the machine stalled,
+    or one producer did)."""
+    sources = [k / 30 for k in range(300)]
+    sources = sources[:200] + [x + 0.05 for x in sources[200:]]  # the producer 50 ms late once
+    s = accumulate(sources, (0.0, 100.0), sources=sources)
+    assert abs(s.max_source_gap_s - (1 / 30 + 0.05)) < 1e-9
+    assert s.max_source_gap_end_s == sources[200]
+
+
 def test_latency_percentiles_match_numpy_to_the_bin():
     rng = np.random.default_rng(0)
     lat = rng.gamma(2.0, 0.004, 5000) - 0.003  # some negative: a stamp for a tick ahead
