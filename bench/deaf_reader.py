@@ -25,16 +25,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import random
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-PROFILE = REPO / "config" / "fastdds_local.xml"
+from sigstop import end_all, local_dds_env, longest_gaps_ms, stop_repeatedly
+
 RATES_HZ = (100.0, 1000.0)
 STOP_S = 0.4
 DEAF_MS = 150.0
@@ -81,12 +78,7 @@ def reader(seconds: float, out: Path) -> None:
 
 
 def run(stops: int, rate: float, domain: int, tmp: Path) -> dict:
-    shm_env = dict(
-        os.environ,
-        ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
-        ROS_DOMAIN_ID=str(domain),
-        FASTDDS_DEFAULT_PROFILES_FILE=str(PROFILE),
-    )
+    shm_env = local_dds_env(domain)
     mode = f"{rate:.0f} Hz"
     out = tmp / f"{rate:.0f}.json"
     seconds = 8.0 + stops * (STOP_S + 0.35)
@@ -94,33 +86,17 @@ def run(stops: int, rate: float, domain: int, tmp: Path) -> dict:
     rd = subprocess.Popen([*me, "--role", "reader", "--seconds", str(seconds), "--out", str(out)], env=shm_env)
     cmd = subprocess.Popen([*me, "--role", "writer", "--topic", "cmd", "--rate", str(CMD_HZ)], env=shm_env)
     state = subprocess.Popen([*me, "--role", "writer", "--topic", "state", "--rate", str(rate)], env=shm_env)
-    windows = []
     try:
         time.sleep(6.0)  # discovery
-        rng = random.Random(7)
-        for _ in range(stops):
-            time.sleep(0.25 + rng.random() * 0.1)
-            t0 = time.time()
-            os.kill(state.pid, signal.SIGSTOP)
-            time.sleep(STOP_S)
-            os.kill(state.pid, signal.SIGCONT)
-            windows.append((t0, time.time()))
+        windows = stop_repeatedly(state.pid, stops, STOP_S, (0.25, 0.35), seed=7, clock=time.time)
         rd.wait(timeout=seconds + 30)
     finally:
-        for p in (cmd, state, rd):
-            if p.poll() is None:
-                os.kill(p.pid, signal.SIGCONT)
-                p.terminate()
-                p.wait(10)
+        end_all([cmd, state, rd])
     arrivals = json.loads(out.read_text())
     cmd_t = arrivals["cmd"]
     if len(cmd_t) < 10 or len(arrivals["state"]) < 10:
         raise SystemExit(f"{mode}: the reader heard {len(cmd_t)} commands, {len(arrivals['state'])} states")
-    gaps = []
-    for t0, t1 in windows:
-        inside = [t0] + [t for t in cmd_t if t0 < t < t1] + [t1]
-        gaps.append(max(b - a for a, b in zip(inside, inside[1:])) * 1e3)
-    return {"gaps_ms": gaps, "commands": len(cmd_t), "states": len(arrivals["state"])}
+    return {"gaps_ms": longest_gaps_ms(cmd_t, windows), "commands": len(cmd_t), "states": len(arrivals["state"])}
 
 
 def main() -> None:

@@ -24,17 +24,14 @@ import argparse
 import contextlib
 import json
 import os
-import random
-import signal
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "ros2_ws" / "src" / "egomimic_nodes"))
-PROFILE = REPO / "config" / "fastdds_local.xml"
+from sigstop import REPO, end_all, local_dds_env, longest_gaps_ms, stop_repeatedly
+
 MODES = ("rclpy", "ours")
 STOP_S = 0.4
 STALL_MS = 50.0
@@ -137,12 +134,7 @@ def reader(mode: str, seconds: float, out: Path) -> None:
 
 
 def run(mode: str, stops: int, rate: float, domain: int, tmp: Path) -> dict:
-    env = dict(
-        os.environ,
-        ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
-        ROS_DOMAIN_ID=str(domain),
-        FASTDDS_DEFAULT_PROFILES_FILE=str(PROFILE),
-    )
+    env = local_dds_env(domain)
     out = tmp / f"{mode}.json"
     seconds = 6.0 + stops * (STOP_S + 0.3)
     me = [sys.executable, __file__]
@@ -150,33 +142,16 @@ def run(mode: str, stops: int, rate: float, domain: int, tmp: Path) -> dict:
         [*me, "--role", "reader", "--mode", mode, "--seconds", str(seconds), "--out", str(out)], env=env
     )
     wr = subprocess.Popen([*me, "--role", "writer", "--rate", str(rate)], env=env)
-    windows = []
     try:
         time.sleep(4.0)  # discovery
-        rng = random.Random(11)
-        for _ in range(stops):
-            time.sleep(0.2 + rng.random() * 0.1)
-            t0 = time.monotonic()
-            os.kill(wr.pid, signal.SIGSTOP)
-            time.sleep(STOP_S)
-            os.kill(wr.pid, signal.SIGCONT)
-            windows.append((t0, time.monotonic()))
+        windows = stop_repeatedly(wr.pid, stops, STOP_S, (0.2, 0.3), seed=11)
         rd.wait(timeout=seconds + 30)
     finally:
-        for p in (wr, rd):
-            if p.poll() is None:
-                os.kill(p.pid, signal.SIGCONT)
-                p.terminate()
-                p.wait(10)
+        end_all([wr, rd])
     result = json.loads(out.read_text())
-    ticks = result["ticks"]
     if result["taken"] < 10:
         raise SystemExit(f"{mode}: the reader took {result['taken']} poses")
-    gaps = []
-    for t0, t1 in windows:
-        inside = [t0] + [t for t in ticks if t0 < t < t1] + [t1]
-        gaps.append(max(b - a for a, b in zip(inside, inside[1:], strict=False)) * 1e3)
-    return {"gaps_ms": gaps, "taken": result["taken"]}
+    return {"gaps_ms": longest_gaps_ms(result["ticks"], windows), "taken": result["taken"]}
 
 
 def main() -> None:

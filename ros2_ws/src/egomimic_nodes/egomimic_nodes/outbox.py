@@ -27,19 +27,7 @@ from collections import deque
 
 from rclpy.serialization import serialize_message
 
-from egomimic_nodes.rcl_ctypes import Allocator, loaded_library, rcutils_errors
-
-
-class _SerializedMessage(ctypes.Structure):
-    """rcl_serialized_message_t (= rcutils_uint8_array_t)."""
-
-    _fields_ = [
-        ("buffer", ctypes.c_char_p),
-        ("buffer_length", ctypes.c_size_t),
-        ("buffer_capacity", ctypes.c_size_t),
-        ("allocator", Allocator),
-    ]
-
+from egomimic_nodes.rcl_ctypes import Allocator, SerializedMessage, loaded_library, rcutils_errors
 
 _RCL = None
 
@@ -51,7 +39,7 @@ def _rcl():
 
         lib = ctypes.CDLL(loaded_library("rcl"))  # CDLL (not PyDLL): the GIL is released per call
         fn = lib.rcl_publish_serialized_message
-        fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(_SerializedMessage), ctypes.c_void_p]
+        fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(SerializedMessage), ctypes.c_void_p]
         fn.restype = ctypes.c_int32
         _RCL = (fn, rcutils_errors()[2])
     return _RCL
@@ -160,11 +148,14 @@ def publish_serialized(publisher, data: bytes | bytearray) -> bool:
     False when rcl refused (its error state is reset)."""
     publish, reset_error = _rcl()
     n = len(data)
+    # `view` points at the caller's bytes (no copy) and lives until the call has returned
     if isinstance(data, bytearray):
-        buffer = ctypes.cast((ctypes.c_char * n).from_buffer(data), ctypes.c_char_p)
+        view = (ctypes.c_char * n).from_buffer(data)
+        address = ctypes.addressof(view)
     else:
-        buffer = data
-    msg = _SerializedMessage(buffer, n, n, Allocator())  # the allocator is not used by a publish
+        view = ctypes.c_char_p(data)
+        address = ctypes.cast(view, ctypes.c_void_p).value
+    msg = SerializedMessage(address, n, n, Allocator())  # the allocator is not used by a publish
     with publisher.handle:  # keeps the rcl publisher alive during the call
         ret = publish(publisher.handle.pointer, ctypes.byref(msg), None)
     if ret != 0:

@@ -25,6 +25,17 @@ class Allocator(ctypes.Structure):
     ]
 
 
+class SerializedMessage(ctypes.Structure):
+    """rcl_serialized_message_t (rcutils_uint8_array_t): CDR bytes at `buffer` (an address)."""
+
+    _fields_ = [
+        ("buffer", ctypes.c_void_p),
+        ("buffer_length", ctypes.c_size_t),
+        ("buffer_capacity", ctypes.c_size_t),
+        ("allocator", Allocator),
+    ]
+
+
 class ErrorString(ctypes.Structure):
     """rcutils_error_string_t: one char[RCUTILS_ERROR_MESSAGE_MAX_LENGTH] (1024)."""
 

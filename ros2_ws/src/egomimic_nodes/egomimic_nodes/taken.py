@@ -32,7 +32,7 @@ from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.serialization import deserialize_message
 
-from egomimic_nodes.rcl_ctypes import Allocator, loaded_library, rcutils_errors
+from egomimic_nodes.rcl_ctypes import Allocator, SerializedMessage, loaded_library, rcutils_errors
 
 RCL_RET_SUBSCRIPTION_TAKE_FAILED = 401
 """rcl/types.h: no sample was waiting."""
@@ -44,17 +44,6 @@ GID_STORAGE_SIZE = 16
 """rmw/types.h RMW_GID_STORAGE_SIZE (16 since ROS 2 Iron)."""
 INITIAL_CAPACITY = 4096
 """Bytes first allocated for a taken sample; rmw grows the buffer for a larger one."""
-
-
-class _Bytes(ctypes.Structure):
-    """rcl_serialized_message_t (rcutils_uint8_array_t), its buffer read back after a take."""
-
-    _fields_ = [
-        ("buffer", ctypes.c_void_p),
-        ("buffer_length", ctypes.c_size_t),
-        ("buffer_capacity", ctypes.c_size_t),
-        ("allocator", Allocator),
-    ]
 
 
 class _MessageInfo(ctypes.Structure):
@@ -100,14 +89,23 @@ def _lib():
     if _LIB is None:
         rcl = ctypes.CDLL(loaded_library("rcl"))
         take = rcl.rcl_take_serialized_message
-        take.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Bytes), ctypes.POINTER(_MessageInfo), ctypes.c_void_p]
+        take.argtypes = [
+            ctypes.c_void_p,
+            ctypes.POINTER(SerializedMessage),
+            ctypes.POINTER(_MessageInfo),
+            ctypes.c_void_p,
+        ]
         take.restype = ctypes.c_int32
         rcutils, error, reset_error = rcutils_errors()
         rcutils.rcutils_get_default_allocator.argtypes = []
         rcutils.rcutils_get_default_allocator.restype = Allocator
-        rcutils.rcutils_uint8_array_init.argtypes = [ctypes.POINTER(_Bytes), ctypes.c_size_t, ctypes.POINTER(Allocator)]
+        rcutils.rcutils_uint8_array_init.argtypes = [
+            ctypes.POINTER(SerializedMessage),
+            ctypes.c_size_t,
+            ctypes.POINTER(Allocator),
+        ]
         rcutils.rcutils_uint8_array_init.restype = ctypes.c_int32
-        rcutils.rcutils_uint8_array_fini.argtypes = [ctypes.POINTER(_Bytes)]
+        rcutils.rcutils_uint8_array_fini.argtypes = [ctypes.POINTER(SerializedMessage)]
         rcutils.rcutils_uint8_array_fini.restype = ctypes.c_int32
         _LIB = (take, rcutils, error, reset_error, rcutils.rcutils_get_default_allocator())
     return _LIB
@@ -120,7 +118,7 @@ def take_one(sub) -> tuple | None:
     owner here takes a reader from one thread, or under a lock of its own). About 5 us more per sample than take_message
     (20-25 against 17-21 us for a PoseStamped or a JointState on the 2-core machine)."""
     take, rcutils, error, reset_error, allocator = _lib()
-    data = _Bytes()
+    data = SerializedMessage()
     if rcutils.rcutils_uint8_array_init(ctypes.byref(data), INITIAL_CAPACITY, ctypes.byref(allocator)) != 0:
         reset_error()
         raise MemoryError(f"cannot allocate {INITIAL_CAPACITY} bytes to take a sample into")
