@@ -21,6 +21,12 @@ FIRST_ANSWER_S = 3.0
 (a driver configures in tens of milliseconds; a node still mid-transition is then polled)."""
 
 
+ASK_AGAIN_S = 1.0
+"""A parameter set unanswered this long is sent again (within the caller's timeout): discovery of
+a new client's reply reader takes well under a second on the 2-core machine, and a second set
+to the same value changes nothing."""
+
+
 class LauncherClient:
     def __init__(self, name: str = "egomimic_launcher", enclave: str = ""):
         """`enclave`: with security:=true, the SROS2 enclave of this participant (Graph.launcher_enclave)."""
@@ -30,6 +36,8 @@ class LauncherClient:
         self.node = Node(name, context=self.context)
         self._clients: dict[tuple[type, str], object] = {}
         self._clients_lock = threading.Lock()
+        self.unanswered = 0
+        """Requests given up for want of a reply (each asked again where that is safe)."""
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self._thread = threading.Thread(target=self._spin, name="launcher-spin", daemon=True)
@@ -90,17 +98,30 @@ class LauncherClient:
                 client = self._clients[key] = self.node.create_client(srv_type, service)
             return client
 
-    def _call(self, srv_type, service: str, request, timeout_s: float):
+    def _call(self, srv_type, service: str, request, timeout_s: float, ask_every_s: float | None = None):
+        """The reply to `request`, or None after `timeout_s`. `ask_every_s`: for a request that
+        may be made twice (a parameter set to a value), one unanswered this long is asked again
+        within `timeout_s`: a reply is lost when the server's response writer has not matched
+        this client's reader yet (rmw: "failed to send response (timeout)"), and the first call
+        of a new client is the one at risk (fresh clone fc80: a trial's task_seed was applied by
+        the policy, the reply lost, and the trial not set up after 5 s)."""
         client = self._client(srv_type, service)
+        deadline = time.monotonic() + timeout_s
         if not client.wait_for_service(timeout_sec=timeout_s):
             return None
-        future = client.call_async(request)
-        done = threading.Event()
-        future.add_done_callback(lambda _f: done.set())
-        if not done.wait(timeout_s):
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            future = client.call_async(request)
+            done = threading.Event()
+            future.add_done_callback(lambda _f, done=done: done.set())
+            if done.wait(min(left, ask_every_s) if ask_every_s else left):
+                return future.result()
             client.remove_pending_request(future)
-            return None
-        return future.result()
+            self.unanswered += 1
+            if not ask_every_s:
+                return None
 
     def trigger(self, service: str, timeout_s: float = 2.0) -> tuple[bool, str]:
         result = self._call(Trigger, service, Trigger.Request(), timeout_s)
@@ -114,7 +135,8 @@ class LauncherClient:
         from rclpy.parameter import Parameter
 
         request = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
-        result = self._call(SetParameters, f"{node_fqn}/set_parameters", request, timeout_s)
+        # Setting a value twice is harmless: a lost reply is asked again (ASK_AGAIN_S).
+        result = self._call(SetParameters, f"{node_fqn}/set_parameters", request, timeout_s, ask_every_s=ASK_AGAIN_S)
         if result is None:
             return False, f"{node_fqn}/set_parameters: no answer within {timeout_s} s"
         outcome = result.results[0]
@@ -128,7 +150,7 @@ class LauncherClient:
 
     def lifecycle_state(self, fqn: str, timeout_s: float = 2.0) -> int | None:
         """The node's lifecycle state id (lifecycle_msgs/State), None without an answer."""
-        result = self._call(GetState, f"{fqn}/get_state", GetState.Request(), timeout_s)
+        result = self._call(GetState, f"{fqn}/get_state", GetState.Request(), timeout_s, ask_every_s=ASK_AGAIN_S)
         return None if result is None else int(result.current_state.id)
 
     def reach(self, fqn: str, transition_id: int, timeout_s: float = 10.0) -> str:

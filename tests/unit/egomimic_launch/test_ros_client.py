@@ -5,6 +5,7 @@ the first call leaves time to ask."""
 from lifecycle_msgs.msg import State, Transition
 
 from egomimic_launch.ros_client import TRANSITIONS, after_no_answer
+from egomimic_nodes import topics
 
 UNCONFIGURED, INACTIVE, ACTIVE = (
     State.PRIMARY_STATE_UNCONFIGURED,
@@ -58,3 +59,69 @@ def test_a_lost_configure_reply_leaves_time_to_ask_the_node_state():
     assert time.monotonic() - t0 < 1.0
     assert calls == [("/eva/driver_right/change_state", 0.5)], calls
     assert ros_client.FIRST_ANSWER_S < 10.0 / 2 + 1e-9, "the launcher's 10 s budget keeps time for the state"
+
+
+class LosesFirstReply:
+    """Stands in for an rclpy client whose first reply is lost: every later request is answered."""
+
+    def __init__(self):
+        self.requests, self.removed = [], []
+
+    def wait_for_service(self, timeout_sec):
+        return True
+
+    def call_async(self, request):
+        from rclpy.task import Future
+
+        future = Future()
+        self.requests.append(future)
+        if len(self.requests) > 1:
+            future.set_result(getattr(self, "answer", f"answer {len(self.requests)}"))
+        return future
+
+    def remove_pending_request(self, future):
+        self.removed.append(future)
+
+
+def fake_launcher_client(service_client):
+    from egomimic_launch import ros_client
+
+    client = object.__new__(ros_client.LauncherClient)
+    client.unanswered = 0
+    client._client = lambda srv_type, service: service_client
+    return client
+
+
+def test_a_request_that_may_be_made_twice_is_asked_again_when_its_reply_is_lost():
+    """fc80: the policy applied a trial's task_seed, its reply was lost, and the trial was not
+    set up after 5 s. A parameter set or a state query is asked again after ask_every_s."""
+    fake = LosesFirstReply()
+    client = fake_launcher_client(fake)
+    assert client._call(object, "/eva/policy/set_parameters", "req", timeout_s=5.0, ask_every_s=0.05) == "answer 2"
+    assert fake.removed == fake.requests[:1] and client.unanswered == 1
+
+
+def test_a_request_that_must_not_be_repeated_is_not():
+    """A Trigger or a lifecycle transition is given up, never sent twice."""
+    fake = LosesFirstReply()
+    client = fake_launcher_client(fake)
+    assert client._call(object, topics.SAFETY_ARM.resolve("eva"), "req", timeout_s=0.1) is None
+    assert len(fake.requests) == 1 and fake.removed == fake.requests and client.unanswered == 1
+
+
+def test_set_parameter_survives_a_lost_reply_and_a_trigger_is_sent_once():
+    from rcl_interfaces.msg import SetParametersResult
+    from rcl_interfaces.srv import SetParameters
+    from std_srvs.srv import Trigger
+
+    fake = LosesFirstReply()
+    fake.answer = SetParameters.Response(results=[SetParametersResult(successful=True)])
+    client = fake_launcher_client(fake)
+    assert client.set_parameter("/eva/policy", "expert.task_seed", 3, timeout_s=5.0) == (True, "")
+    assert len(fake.requests) == 2, "asked again after ASK_AGAIN_S"
+
+    fake = LosesFirstReply()
+    fake.answer = Trigger.Response(success=True)
+    client = fake_launcher_client(fake)
+    ok, why = client.trigger(topics.SAFETY_ARM.resolve("eva"), timeout_s=0.2)
+    assert not ok and "no answer" in why and len(fake.requests) == 1
