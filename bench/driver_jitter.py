@@ -437,7 +437,7 @@ def orchestrate(a) -> int:
         rclpy.try_shutdown(context=context)
         client.close()
         if killed or code:
-            clean_shared_memory()
+            clean_shared_memory(a.domain)
         alive = [p.pid for p in [*launcher.procs, *baselines] if p.poll() is None]
         if alive:
             print(f"[bench] WARNING: children still alive: {alive}", file=sys.stderr, flush=True)

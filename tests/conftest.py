@@ -36,11 +36,17 @@ def pytest_configure(config):
     os.environ["PYTHONUNBUFFERED"] = "1"
 
 
+def _own_domains() -> tuple[int, ...]:
+    """The DDS domain this pytest process runs its graphs on: the only ports its clean-ups judge
+    (egomimic_launch.shm: another suite's dead ports may still be mapped by that suite's writers)."""
+    return (int(os.environ["ROS_DOMAIN_ID"]),)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Remove the Fast DDS shared memory of node processes the tests had to kill."""
     from egomimic_launch.shm import remove_stale
 
-    remove_stale()
+    remove_stale(domains=_own_domains())
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -52,7 +58,7 @@ def no_stale_shared_memory(request):
     launcher cleans at its own start too."""
     from egomimic_launch.shm import remove_stale
 
-    done = remove_stale()
+    done = remove_stale(domains=_own_domains())
     _SHM_CLEANUPS.append((request.module.__name__, done, [_who(pid) for pid in done.users[:3]]))
     assert not done.orphaned, f"a process started while stale Fast DDS files were removed: {done.orphaned}"
 

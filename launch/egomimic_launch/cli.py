@@ -231,13 +231,14 @@ class Launcher:
                 safe_print(f"[launch] {proc.spec.name} stopped (exit {code})")
 
 
-def clean_shared_memory() -> str:
-    """Remove the Fast DDS shared-memory files that no live participant owns (egomimic_launch.shm:
-    a stale port reused by a new participant delivered with ~333 ms pauses, or was reset as a
-    zombie while the graph started). Returns what it did, in one line, for the run's summary."""
+def clean_shared_memory(domain: int) -> str:
+    """Remove the Fast DDS shared-memory files of `domain` that no live participant owns
+    (egomimic_launch.shm: a stale port reused by a new participant delivered with ~333 ms pauses,
+    or was reset as a zombie while the graph started); other domains' ports are not this graph's
+    to judge. Returns what it did, in one line, for the run's summary."""
     from egomimic_launch.shm import remove_stale
 
-    done = remove_stale()
+    done = remove_stale(domains=(domain,))
     if done.unreadable:
         note = "kept every Fast DDS file: /proc/locks is unreadable"
     else:
@@ -336,7 +337,9 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
     from egomimic_launch.summary import RunMonitor
     from egomimic_nodes import topics
 
-    shm_note = clean_shared_memory()  # ports of processes killed earlier (groups no live participant locks)
+    shm_note = clean_shared_memory(
+        int(env["ROS_DOMAIN_ID"])
+    )  # ports of processes killed earlier (groups no live participant locks)
     client = LauncherClient(enclave=graph.launcher_enclave)
     others = client.graph_nodes_running(graph, DISCOVERY_WAIT_S)
     if others:
@@ -457,7 +460,7 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
         launcher.teardown()
         client.close()
         if launcher.killed_any or launcher.dead_node:
-            clean_shared_memory()
+            clean_shared_memory(int(env["ROS_DOMAIN_ID"]))
     safe_print(f"[launch] stopped: {launcher.stop_reason or 'done'}")
     launcher.dds_warnings = middleware_warnings(run_dir / "logs")
     alarms = alarming(launcher.dds_warnings)

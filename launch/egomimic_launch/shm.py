@@ -31,6 +31,15 @@ left so by a process killed while it opened it; it is removed with its mutex, as
 A participant that still maps a removed port while it holds a lock is reported (`orphaned`);
 `fastdds shm clean` tests a lock file, then deletes, with no such guard.
 
+Only the ports of the caller's own DDS domains (`domains`): a port's number says its domain
+(PORT_BASE + DOMAIN_GAIN x domain + offset, the RTPS well-known ports), and only a participant of
+the same domain can reuse a port's name. The ports of another graph's dead participants (another
+test suite, another user's graph on its own domain) stay: that graph's live writers still map
+them, and if that graph restarts the dead node on the same participant index, removing the old
+port from under those writers would cut them off from it (seen when a unit suite ran beside a
+fresh clone's suite: a policy that started late, fc70 and fc81). Data segments (`fastdds_<id>`)
+carry no domain; their names are never reused, so removing a dead owner's segment harms no one.
+
 Conservative on purpose: only files of this user, older than MIN_AGE_S (a process may be
 creating one right now), and nothing at all when /proc/locks cannot be read.
 """
@@ -41,6 +50,7 @@ import ctypes
 import errno
 import os
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +59,8 @@ from egomimic_data.file_locks import held_by_another
 SHM_DIR = Path("/dev/shm")
 PREFIXES = ("fastdds_", "fastrtps_", "sem.fastdds_", "sem.fastrtps_")
 PORTS = ("fastdds_port", "fastrtps_port")
+PORT_BASE, DOMAIN_GAIN = 7400, 250
+"""RTPS well-known port numbers (PB, DG): every port of domain d lies in [PB + DG*d, PB + DG*(d+1))."""
 MIN_AGE_S = 5.0
 """A file younger than this may belong to a process that is still creating it (shm_open, then mmap)."""
 _DELETED = " (deleted)"
@@ -190,12 +202,26 @@ def _group(name: str) -> str:
     return base
 
 
+def port_domain(base: str) -> int | None:
+    """The DDS domain of a port group (`fastdds_port17911` -> 42), None when `base` is not a port."""
+    for prefix in PORTS:
+        if base.startswith(prefix) and base[len(prefix) :].isdigit():
+            port = int(base[len(prefix) :])
+            return (port - PORT_BASE) // DOMAIN_GAIN if port >= PORT_BASE else None
+    return None
+
+
 def remove_stale(
-    shm_dir: Path = SHM_DIR, proc: Path = Path("/proc"), min_age_s: float = MIN_AGE_S, port_mutexes: bool | None = None
+    shm_dir: Path = SHM_DIR,
+    proc: Path = Path("/proc"),
+    min_age_s: float = MIN_AGE_S,
+    port_mutexes: bool | None = None,
+    domains: Collection[int] | None = None,
 ) -> Cleanup:
     """Remove this user's Fast DDS file groups in `shm_dir` that no live participant owns.
-    `port_mutexes`: hold each port's Fast DDS mutex meanwhile (default: when `shm_dir` is
-    /dev/shm, where the semaphores are)."""
+    `domains`: only the ports of these DDS domains (module docstring; None: every domain's, for a
+    machine where nothing else runs). `port_mutexes`: hold each port's Fast DDS mutex meanwhile
+    (default: when `shm_dir` is /dev/shm, where the semaphores are)."""
     result = Cleanup()
     if not shm_dir.is_dir():
         return result
@@ -212,6 +238,8 @@ def remove_stale(
     uid, now = os.getuid(), time.time()
     real = shm_dir.resolve() == SHM_DIR.resolve() if port_mutexes is None else port_mutexes
     for base, paths in groups.items():
+        if domains is not None and base.startswith(PORTS) and port_domain(base) not in domains:
+            continue  # another domain's graph: its live writers may still map this port
         mutex = _PortMutex(base) if real and base.startswith(PORTS) else None
         try:
             if mutex is not None and mutex.exists and not mutex.acquire(MUTEX_WAIT_S):
