@@ -37,8 +37,11 @@ the same domain can reuse a port's name. The ports of another graph's dead parti
 test suite, another user's graph on its own domain) stay: that graph's live writers still map
 them, and if that graph restarts the dead node on the same participant index, removing the old
 port from under those writers would cut them off from it (seen when a unit suite ran beside a
-fresh clone's suite: a policy that started late, fc70 and fc81). Data segments (`fastdds_<id>`)
-carry no domain; their names are never reused, so removing a dead owner's segment harms no one.
+fresh clone's suite: a policy that started late, fc70 and fc81). The ports numbered by
+participant index alone (7000 + index, below PORT_BASE) are shared by every domain and judged as
+before: kept, they were reset as zombies by the next graph's drivers ("Port 7001 Zombie. Reset
+the port", make run, 2026-12-05). Data segments (`fastdds_<id>`) carry no domain; their names are
+never reused, so removing a dead owner's segment harms no one.
 
 Conservative on purpose: only files of this user, older than MIN_AGE_S (a process may be
 creating one right now), and nothing at all when /proc/locks cannot be read.
@@ -203,7 +206,10 @@ def _group(name: str) -> str:
 
 
 def port_domain(base: str) -> int | None:
-    """The DDS domain of a port group (`fastdds_port17911` -> 42), None when `base` is not a port."""
+    """The DDS domain of a port group (`fastdds_port17911` -> 42); None when `base` is not a port
+    or is a port of no domain: below PORT_BASE, Fast DDS's shared-memory ports numbered by
+    participant index alone (`fastdds_port7000` + index, seen in every domain's participants),
+    which every domain shares."""
     for prefix in PORTS:
         if base.startswith(prefix) and base[len(prefix) :].isdigit():
             port = int(base[len(prefix) :])
@@ -238,7 +244,8 @@ def remove_stale(
     uid, now = os.getuid(), time.time()
     real = shm_dir.resolve() == SHM_DIR.resolve() if port_mutexes is None else port_mutexes
     for base, paths in groups.items():
-        if domains is not None and base.startswith(PORTS) and port_domain(base) not in domains:
+        domain = port_domain(base)
+        if domains is not None and domain is not None and domain not in domains:
             continue  # another domain's graph: its live writers may still map this port
         mutex = _PortMutex(base) if real and base.startswith(PORTS) else None
         try:

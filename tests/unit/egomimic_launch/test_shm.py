@@ -177,15 +177,17 @@ def test_a_port_made_again_after_the_removal_is_no_orphan(dirs, monkeypatch):
 def test_only_the_callers_domains_ports_are_judged(dirs):
     """Another domain's dead port stays (its graph's live writers may still map it, and a node
     restarted there on the same participant index would be cut off from them); data segments,
-    whose names are never reused, go whatever their domain."""
+    whose names are never reused, and the ports of no domain (7000 + participant index, shared
+    by every domain), go whatever the domain."""
     shm_dir, proc = dirs
-    assert [shm.port_domain(b) for b in ("fastdds_port17911", "fastdds_port7400", "fastdds_port7399")] == [42, 0, None]
+    assert [shm.port_domain(b) for b in ("fastdds_port17911", "fastdds_port7400", "fastdds_port7001")] == [42, 0, None]
     assert shm.port_domain("fastdds_0123456789abcdef") is None
     own = [_file(shm_dir / n) for n in ("fastdds_port17911", "fastdds_port17911_el", "sem.fastdds_port17911_mutex")]
     other = [_file(shm_dir / n) for n in ("fastdds_port45411", "fastdds_port45411_el", "sem.fastdds_port45411_mutex")]
     segment = _file(shm_dir / "fastdds_0123456789abcdef")
+    shared = [_file(shm_dir / n) for n in ("fastdds_port7001", "fastdds_port7001_el")]  # by participant index alone
     done = remove_stale(shm_dir=shm_dir, proc=proc, domains=(42,))
-    assert sorted(done.removed) == sorted(p.name for p in (*own, segment))
+    assert sorted(done.removed) == sorted(p.name for p in (*own, segment, *shared))
     assert all(p.exists() for p in other), "domain 152's port is not domain 42's to judge"
     assert sorted(remove_stale(shm_dir=shm_dir, proc=proc).removed) == sorted(p.name for p in other)
 
