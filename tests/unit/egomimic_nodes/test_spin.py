@@ -173,3 +173,19 @@ def test_middleware_warnings_turns_fast_dds_warnings_on_and_refuses_an_unknown_l
     assert middleware_warnings("error") == "Fast DDS errors on"
     said = middleware_warnings("loud")
     assert said.startswith(f"unknown {DDS_LOG_ENV}='loud'") and "left as is" in said
+
+
+def test_several_image_readers_keep_fast_dds_at_errors_unless_asked(monkeypatch):
+    """quiet_middleware_for_images: one image reader changes nothing; several turn Fast DDS back to
+    errors (each image fragment would be a warning at every reader that is not its writer's);
+    an explicit EGOMIMIC_DDS_LOG wins."""
+    from egomimic_nodes import spin
+
+    levels = []
+    monkeypatch.setattr(spin, "middleware_warnings", lambda level: levels.append(level) or f"Fast DDS {level}s on")
+    monkeypatch.delenv(spin.DDS_LOG_ENV, raising=False)
+    assert spin.quiet_middleware_for_images(1) == "" and levels == []
+    said = spin.quiet_middleware_for_images(3)
+    assert levels == ["error"] and said.startswith("Fast DDS errors only: 3 image subscriptions"), said
+    monkeypatch.setenv(spin.DDS_LOG_ENV, "warning")
+    assert spin.quiet_middleware_for_images(3) == "" and levels == ["error"]

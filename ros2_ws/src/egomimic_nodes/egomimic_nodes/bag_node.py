@@ -43,7 +43,7 @@ from egomimic_hw.description import ARMS, CAMERAS
 from egomimic_nodes import diagnostics, topics
 from egomimic_nodes.outbox import Outbox
 from egomimic_nodes.params import declare_config
-from egomimic_nodes.spin import lower_this_thread, run_node
+from egomimic_nodes.spin import lower_this_thread, quiet_middleware_for_images, run_node
 from egomimic_nodes.taken import SequenceGaps, TakenSubscriptions
 
 IMAGE_TOPICS = (topics.IMAGE_RAW, topics.IMAGE_COMPRESSED)
@@ -120,6 +120,9 @@ class BagNode(Node):
             self._taken.subscribe(topic.type, name, reader_qos(topic), raw=True) for topic, name in selected
         ]
         self._names = [name for _topic, name in selected]
+        quiet = quiet_middleware_for_images(sum(topic is topics.IMAGE_RAW for topic, _name in selected))
+        if quiet:
+            self.get_logger().info(f"middleware log: {quiet}")
         self._gaps = SequenceGaps()
         self.overwritten = [0] * len(selected)
         self.lost = [0] * len(selected)

@@ -53,7 +53,7 @@ from egomimic_nodes import diagnostics, qos, topics
 from egomimic_nodes.msg_convert import array_to_pose, image_to_array, ns_to_stamp, pose_to_array, stamp_to_ns
 from egomimic_nodes.outbox import Outbox
 from egomimic_nodes.params import declare_config
-from egomimic_nodes.spin import lower_this_thread, run_node
+from egomimic_nodes.spin import lower_this_thread, quiet_middleware_for_images, run_node
 from egomimic_nodes.stall_dump import StallDump
 from egomimic_nodes.taken import TakenSubscriptions
 from egomimic_policy.expert import ExpertChunkPolicy, ExpertConfig
@@ -163,6 +163,9 @@ class PolicyNode(Node):
         self._take_lock = threading.Lock()
         for cam in self.cameras:  # only what the policy needs: scripted subscribes to none
             self.create_subscription(Image, _image_stream(cam), self._image_cb(cam), qos.SENSOR_READER)
+        quiet = quiet_middleware_for_images(len(self.cameras))
+        if quiet:
+            self.get_logger().info(f"middleware log: {quiet}")
         self._pub_action = Outbox(
             self.create_publisher(BimanualCommand, topics.POLICY_ACTION.name(), topics.POLICY_ACTION.qos),
             keep=ACTION_KEEP,

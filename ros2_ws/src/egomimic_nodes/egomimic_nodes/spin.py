@@ -123,6 +123,32 @@ def middleware_warnings(level: str) -> str:
     return f"Fast DDS {level}s on" if rc == 0 else f"rmw_set_log_severity({level}) failed ({rc})"
 
 
+IMAGE_READERS_QUIET = 2
+"""A process with this many raw image subscriptions or more keeps Fast DDS at errors
+(quiet_middleware_for_images)."""
+
+
+def quiet_middleware_for_images(image_readers: int) -> str:
+    """Fast DDS back to errors only in a process with several raw image subscriptions, unless
+    DDS_LOG_ENV was set explicitly. Returns what was done and why, for the log ("" when nothing).
+
+    Why: a 640x480 image travels in ~14 fragments (a participant's message size is its smallest
+    transport's, UDP's 64 kB), a writer with several matched readers addresses each fragment to
+    no reader in particular, and the receiving participant hands it to every one of its readers;
+    each best-effort reader that is not that writer's warns ("Reader ... received DATA_FRAG from
+    unknown writer", Fast DDS's StatelessReader::process_data_frag_msg). With three cameras, the
+    policy node's log took 2,700 such lines a second (15.7 MB in a 20 s `make run`, 2026-12-05),
+    a disk filled in hours. The cost: this process's shared-memory port warnings are not seen."""
+    if image_readers < IMAGE_READERS_QUIET or DDS_LOG_ENV in os.environ:
+        return ""
+    done = middleware_warnings("error")
+    return (
+        f"{done.replace('errors on', 'errors only') or 'Fast DDS log left as is'}: {image_readers} image "
+        "subscriptions (every image fragment would be a warning at each reader that is not its writer's; "
+        f"{DDS_LOG_ENV}=warning keeps warnings on)"
+    )
+
+
 def wants_help(argv: list[str]) -> bool:
     """`--help`/`-h` among the arguments before `--ros-args` (ROS arguments are never ours)."""
     ours = argv[1 : argv.index("--ros-args")] if "--ros-args" in argv else argv[1:]

@@ -46,7 +46,7 @@ from egomimic_nodes.msg_convert import ns_to_stamp
 from egomimic_nodes.outbox import Outbox
 from egomimic_nodes.params import declare_config, field_meta
 from egomimic_nodes.serialized import read_header, read_image
-from egomimic_nodes.spin import run_node
+from egomimic_nodes.spin import quiet_middleware_for_images, run_node
 from egomimic_nodes.taken import SequenceGaps, TakenSubscriptions
 
 VIEWED = (
@@ -195,6 +195,9 @@ class WebViewNode(Node):
             )
             for cam in CAMERAS
         ]
+        quiet = "" if self._passthrough else quiet_middleware_for_images(len(self._cameras))
+        if quiet:
+            self.get_logger().info(f"middleware log: {quiet}")
         self._last_jpeg = dict.fromkeys(CAMERAS, 0.0)
         self._gaps = SequenceGaps()
         self.forwarded = 0
