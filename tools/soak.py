@@ -11,7 +11,9 @@ next to the control stack: a browser, rviz, a logger), samples every node's CPU 
   - the action stream (policy/action) rate within 1 % of 30 Hz and its worst gap <= 2 periods
     (between publications, by the DDS source timestamps; the observer's arrival gaps are shown);
   - CPU and RSS per node, and RSS growth from the first sample after start-up to the last
-    (<= 5 % per node).
+    (<= 5 % per node);
+  - the machine's own stalls (tools/stall_probe.py at SCHED_FIFO 90 beside the graph, with the
+    CPU time the hypervisor stole), and whether the action's worst gap overlaps one of them.
 Exit status 0 when every point holds, 1 otherwise, 2 when the graph did not run. Not part of
 `make test` (ten minutes). DDS stays on this machine (LOCALHOST) on ROS_DOMAIN_ID (default 44).
 """
@@ -59,6 +61,9 @@ def main() -> int:
     # autogroups the kernel shares the CPU between sessions first (spin.set_autogroup_nice).
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(a.hogs)]
     run_dir = Path(tempfile.mkdtemp(prefix="egomimic_soak_"))
+    stalls_path = run_dir / "stalls.json"
+    # The machine's own stalls, seen from the highest priority (tools/stall_probe.py).
+    probe = subprocess.Popen([sys.executable, str(REPO / "tools" / "stall_probe.py"), "--out", str(stalls_path)])
     summary_path = run_dir / "summary.json"
     cmd = [
         sys.executable,
@@ -103,10 +108,16 @@ def main() -> int:
     finally:
         for h in hogs:
             h.kill()
+        probe.terminate()
+        try:
+            probe.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            probe.kill()
     if not summary_path.exists():
         print(f"soak: the graph did not run (launcher exit {code}); see {run_dir}")
         return 2
-    return report(json.loads(summary_path.read_text()), samples, code, a)
+    stalls = json.loads(stalls_path.read_text()) if stalls_path.exists() else None
+    return report(json.loads(summary_path.read_text()), samples, code, a, stalls)
 
 
 def coinciding_gaps(worst: dict, streams: list[dict]) -> str:
@@ -129,7 +140,28 @@ def coinciding_gaps(worst: dict, streams: list[dict]) -> str:
     )
 
 
-def report(summary: dict, samples: dict[str, list[tuple[float, float, float]]], code: int, a) -> int:
+def machine_stalls(worst: dict, stalls: dict | None) -> str:
+    """What the stall probe saw, and whether one of its stalls overlaps `worst`'s gap: then no
+    process of the graph could have run (the probe preempts them all)."""
+    if not stalls:
+        return "  the stall probe wrote nothing"
+    line = (
+        f"  machine stalls ({stalls['priority']} probe, 1 ms ticks): {len(stalls['stalls'])} wake-up(s) over "
+        f"{stalls['late_ms']:.0f} ms late, the worst {stalls['worst_s'] * 1e3:.0f} ms; CPU stolen by the "
+        f"hypervisor {stalls['steal_s']:.2f} s in {stalls['duration_s']:.0f} s"
+    )
+    end, gap = worst.get("max_source_gap_end_s", float("nan")), worst.get("max_source_gap_s", float("nan"))
+    if end == end and gap == gap:
+        hits = [(e, late) for e, late in stalls["stalls"] if e - late < end and e > end - gap]
+        line += f"; the action stream's worst gap overlaps {len(hits)} of them" + (
+            f" ({', '.join(f'{late * 1e3:.0f} ms' for _, late in hits)})" if hits else ""
+        )
+    return line
+
+
+def report(
+    summary: dict, samples: dict[str, list[tuple[float, float, float]]], code: int, a, stalls: dict | None = None
+) -> int:
     checks: list[tuple[str, bool]] = []
     history = summary.get("gate_history", [])
     holds = [(t, s) for t, s in history if s in ("HOLD", "ESTOP")]
@@ -169,6 +201,7 @@ def report(summary: dict, samples: dict[str, list[tuple[float, float, float]]], 
             )
         )
         print(coinciding_gaps(action, summary.get("streams", [])))
+        print(machine_stalls(action, stalls))
     print(f"\n{'node':<16}{'CPU % mean':>11}{'CPU % max':>11}{'RSS MiB start':>15}{'RSS MiB end':>13}{'growth':>9}")
     growth_ok = True
     per_node = {}
@@ -209,6 +242,7 @@ def report(summary: dict, samples: dict[str, list[tuple[float, float, float]]], 
                 "checks": [{"check": w, "ok": k} for w, k in checks],
                 "nodes": per_node,
                 "cpu_total_pct": total,
+                "machine_stalls": stalls,
                 "summary": summary,
             },
             indent=2,

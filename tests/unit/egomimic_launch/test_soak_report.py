@@ -38,3 +38,42 @@ def test_gaps_at_the_same_time_are_named_and_others_are_not():
 
 def test_no_timing_is_said_plainly():
     assert "no gap timing" in soak.coinciding_gaps({"topic": ACTION}, [])
+
+
+def test_a_machine_stall_under_the_action_gap_is_counted():
+    action = stream(ACTION, 0.085, 1000.0)
+    stalls = {
+        "priority": "SCHED_FIFO 90",
+        "late_ms": 20.0,
+        "stalls": [[999.95, 0.06], [1000.2, 0.03], [400.0, 0.09]],  # (end, late): only the first overlaps
+        "worst_s": 0.09,
+        "steal_s": 1.25,
+        "duration_s": 600.0,
+    }
+    line = soak.machine_stalls(action, stalls)
+    assert "3 wake-up(s) over 20 ms late, the worst 90 ms" in line and "stole" in line and "1.25 s" in line
+    assert line.endswith("overlaps 1 of them (60 ms)")
+    assert "overlaps 0 of them" in soak.machine_stalls(action, {**stalls, "stalls": [[1000.2, 0.03]]})
+    assert "wrote nothing" in soak.machine_stalls(action, None)
+
+
+def test_the_probe_reports_a_stall_it_was_made_to_see(monkeypatch):
+    """stall_probe's own measure: a tick it could not take for 50 ms is a stall of about 50 ms."""
+    spec = importlib.util.spec_from_file_location("stall_probe", REPO / "tools" / "stall_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    import time
+
+    stop = [False]
+    real_sleep, slept = time.sleep, []
+
+    def sleep(s):  # the 20th tick oversleeps by 50 ms; the probe stops after the 40th
+        slept.append(s)
+        real_sleep(s + (0.05 if len(slept) == 20 else 0.0))
+        if len(slept) >= 40:
+            stop[0] = True
+
+    monkeypatch.setattr(probe.time, "sleep", sleep)
+    result = probe.probe(0.02, stop)
+    assert result["wakeups"] == 40 and len(result["stalls"]) >= 1
+    assert any(0.045 <= late for _, late in result["stalls"]) and result["worst_s"] >= 0.045

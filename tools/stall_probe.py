@@ -1,0 +1,107 @@
+"""Does the machine itself stand still? A probe at the highest priority this user may take.
+
+    .venv/bin/python tools/stall_probe.py [--late-ms 20] [--out stalls.json]   (until SIGINT/SIGTERM)
+
+Sleeps 1 ms at a time at SCHED_FIFO priority 90 (where permitted; else the lowest niceness
+allowed) and records every wake-up that came later than --late-ms, with its wall-clock end, and
+the CPU time the hypervisor stole meanwhile (/proc/stat `steal`, machine-wide). Why: when every
+stream of the graph, the SCHED_FIFO gate's included, shows its worst gap at the same moment, the
+question is whether any process could have run then. A FIFO thread at 90 preempts every process
+of the graph and every hog, so its lateness is the machine's: the kernel or the VM (steal), not a
+node's code. tools/soak.py runs it beside the graph and says whether the action stream's worst
+gap overlaps one of its stalls.
+
+Writes JSON on exit: {"priority", "late_ms", "stalls": [[end_wall_s, late_s], ...], "worst_s",
+"wakeups", "steal_s", "duration_s"}; a stall is a wake-up more than --late-ms after it was due.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+FIFO_PRIORITY = 90
+TICK_S = 0.001
+
+
+def take_priority() -> str:
+    """The highest scheduling priority this process may take, and what it got, for the report."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(FIFO_PRIORITY))
+        return f"SCHED_FIFO {FIFO_PRIORITY}"
+    except (PermissionError, OSError):
+        pass
+    for niceness in (-20, -10, -5, 0):
+        try:
+            os.nice(niceness - os.nice(0))
+            return f"niceness {os.nice(0)} (SCHED_FIFO not permitted)"
+        except (PermissionError, OSError):
+            continue
+    return f"niceness {os.nice(0)}"
+
+
+def steal_s(stat: Path = Path("/proc/stat")) -> float:
+    """CPU time stolen by the hypervisor since boot, all CPUs (the `cpu` line's 8th value, in
+    clock ticks); 0 when the kernel does not report it."""
+    try:
+        fields = stat.read_text().splitlines()[0].split()
+    except OSError:
+        return 0.0
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if fields[0] == "cpu" and len(fields) > 8 else 0.0
+
+
+def probe(late_s: float, stop: list[bool]) -> dict:
+    """Tick until stop[0]; the stalls seen (module docstring)."""
+    stalls: list[tuple[float, float]] = []
+    worst, wakeups = 0.0, 0
+    steal0, t0 = steal_s(), time.monotonic()
+    due = t0 + TICK_S
+    while not stop[0]:
+        time.sleep(max(0.0, due - time.monotonic()))
+        now = time.monotonic()
+        wakeups += 1
+        late = now - due
+        worst = max(worst, late)
+        if late > late_s:
+            stalls.append((round(time.time(), 4), round(late, 4)))
+        due = now + TICK_S
+    return {
+        "late_ms": late_s * 1e3,
+        "stalls": stalls,
+        "worst_s": round(worst, 4),
+        "wakeups": wakeups,
+        "steal_s": round(steal_s() - steal0, 3),
+        "duration_s": round(time.monotonic() - t0, 3),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--late-ms", type=float, default=20.0, help="a wake-up this late is a stall (default 20)")
+    ap.add_argument("--out", type=Path, help="write the JSON here (default: stdout)")
+    args = ap.parse_args(argv)
+    stop = [False]
+
+    def on_signal(*_):
+        stop[0] = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    priority = take_priority()
+    result = {"priority": priority, **probe(args.late_ms / 1e3, stop)}
+    text = json.dumps(result)
+    if args.out:
+        args.out.write_text(text + "\n")
+    else:
+        print(text, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
