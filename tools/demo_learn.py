@@ -21,6 +21,7 @@ one; 1 otherwise (the report says which).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -44,6 +45,21 @@ def first_seed(text: str) -> int:
     from egomimic_launch.trials import parse_seeds
 
     return parse_seeds(text)[0]
+
+
+def git_commit() -> str | None:
+    """The checked-out commit (with "+dirty" when the tree has changes), for the report."""
+    try:
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def run_stage(name: str, cmd: list[str], log: Path, env: dict[str, str]) -> tuple[int, float]:
@@ -200,9 +216,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{results['untrained']['successes']}: no learning shown"
         )
     report = {
+        "commit": git_commit(),
         "demos": args.demos,
         "eval_seeds": args.eval,
         "config": str(args.config),
+        "config_sha256": hashlib.sha256(args.config.read_bytes()).hexdigest() if args.config.is_file() else None,
         "results": {k: {"successes": v["successes"], "trials": v["trials"]} for k, v in results.items()},
         "recorded": None if recorded is None else {"successes": recorded["successes"], "trials": recorded["trials"]},
         "timings_s": {k: round(v, 1) for k, v in timings.items()},

@@ -369,6 +369,7 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
             expect_episode=graph.args.get("record") == "true" and not ns.trials,
             task_seed=int(graph.args.get("task_seed", "-1")),
             expect_task=policy == "expert" and graph.auto_arm and not ns.trials,
+            learned=policy not in (None, "none", "scripted", "expert"),
         )
         if ns.summary or ns.trials
         else None

@@ -4,6 +4,11 @@ The verdict answers "did the loop run?": every camera and joint-state stream wit
 nominal rate, policy/action at 30 Hz, joint commands applied by both drivers, and each arm's
 measured path following the commanded one (RMS error under 10 % of the commanded motion). With
 record:=true, also: the recorder committed an episode (its path, frames and drops are listed).
+
+Each check is of a kind: REQUIRED (the verdict), RATE (a measurement of this machine: a WARN, not
+the verdict) or OUTCOME (what a learned policy achieved on the box task: reported as PASS or MISS,
+not the verdict, since a miss is the policy's skill, not the loop's function; the scripted expert's
+grasp is REQUIRED).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ GATE_STATES = {int(s): s.name for s in GateState}
 RECORDER_STATES = {int(s): s.name for s in RecorderState}
 RATE_TOLERANCE = 0.05
 TRACKING_MAX_FRACTION = 0.10
+REQUIRED, RATE, OUTCOME = "required", "rate", "outcome"
+"""Check kinds (module docstring)."""
 SETTLE_S = 2.0
 """Start-up transients (first discovery, arming) are excluded from the rate window."""
 MAX_TRANSITIONS_SHOWN = 8
@@ -40,18 +47,21 @@ class RunMonitor:
         expect_episode: bool = False,
         task_seed: int = -1,
         expect_task: bool = False,
+        learned: bool = False,
     ):
         """scripted: the policy is the scripted motion, so the measured path must follow the
         commanded one closely (a checked criterion); other policies get the tracking table only.
         expect_armed: auto_arm with a policy: the gate must arm and never hold during the run.
         expect_episode: record:=true: the recorder must commit an episode with frames in it.
         task_seed: the simulated box task's seed (-1: none); its success is reported, and is a
-        checked criterion with expect_task (the scripted expert must solve it)."""
+        checked criterion with expect_task (the scripted expert must solve it).
+        learned: the policy is a model (a checkpoint or a server): its task outcome is an OUTCOME check."""
         self.scripted = scripted
         self.expect_armed = expect_armed
         self.expect_episode = expect_episode
         self.task_seed = int(task_seed)
         self.expect_task = expect_task and self.task_seed >= 0
+        self.learned = learned
         self.ns = "/" + namespace.strip("/")
         task = None
         if self.task_seed >= 0:
@@ -95,13 +105,13 @@ class RunMonitor:
         streams = [acc.stats() for acc in o.streams.values()]
         tracks = [tracking_stats(a, *o.cmd_path[a], *o.meas_path[a]) for a in (arm.value for arm in ARMS)]
         gs = o.gate_status
-        checks = []  # (what, ok, timing): a timing check is a measurement of this machine, see report()
+        checks = []  # (what, ok, kind): REQUIRED, RATE or OUTCOME (module docstring)
         for s in streams:
             if o.topic_of[s.topic] in (topics.IMAGE_RAW, topics.JOINT_STATES, topics.POLICY_ACTION):
-                checks.append((f"{s.topic} at {s.nominal_hz:.0f} Hz (+-5 %)", s.rate_error <= RATE_TOLERANCE, True))
+                checks.append((f"{s.topic} at {s.nominal_hz:.0f} Hz (+-5 %)", s.rate_error <= RATE_TOLERANCE, RATE))
         for arm in (a.value for a in ARMS):
             applied = int(o.driver_diag.get(arm, {}).get("commands_applied", "0"))
-            checks.append((f"joint commands applied by driver_{arm} ({applied})", applied > 0, False))
+            checks.append((f"joint commands applied by driver_{arm} ({applied})", applied > 0, REQUIRED))
         if self.expect_armed:
             seen = [state for _, state, _ in o.gate_history]
             held = [GATE_STATES.get(s, s) for s in seen if s in (3, 4)]
@@ -109,20 +119,20 @@ class RunMonitor:
                 (
                     "safety gate armed and never held" + (f" (saw {held[0]})" if held else ""),
                     2 in seen and not held,
-                    False,
+                    REQUIRED,
                 )
             )
         rs = o.recorder_status
         if self.expect_episode:
             committed = rs.frames_committed if rs is not None and rs.state != 1 else 0
-            checks.append((f"recorder committed an episode ({committed} frames)", committed > 0, False))
+            checks.append((f"recorder committed an episode ({committed} frames)", committed > 0, REQUIRED))
         for t in tracks if self.scripted else ():  # only the scripted policy has a known smooth path
             ok = (
                 t.samples > 0
                 and t.commanded_span_m > 0.01
                 and t.rms_error_m <= TRACKING_MAX_FRACTION * t.commanded_span_m
             )
-            checks.append((f"{t.arm} EE follows the scripted motion", ok, False))
+            checks.append((f"{t.arm} EE follows the scripted motion", ok, REQUIRED))
         lines = [
             "",
             "=" * 96,
@@ -163,7 +173,9 @@ class RunMonitor:
                 f"left {left:.1f} mm, right {right:.1f} mm (tolerance {task.tolerance_m * 1e3:.0f} mm)"
             )
             if self.expect_task:
-                checks.append((f"the expert grasps the box (seed {self.task_seed})", task.succeeded, False))
+                checks.append((f"the expert grasps the box (seed {self.task_seed})", task.succeeded, REQUIRED))
+            elif self.learned:
+                checks.append((f"the policy grasps the box (seed {self.task_seed})", task.succeeded, OUTCOME))
         lines.append("-" * 96)
         if gs:
             codes = ", ".join(f"{c}={n}" for c, n in zip(gs.reason_codes, gs.reason_counts)) or "none"
@@ -226,10 +238,10 @@ class RunMonitor:
             lines.append(f"Fast DDS warnings (node logs): {describe(dds)}")
         lines.append(f"logs and params: {run_dir}")
         lines.append("-" * 96)
-        for name, ok, timing in checks:
-            lines.append(f"  [{'PASS' if ok else 'WARN' if timing else 'FAIL'}] {name}")
-        verdict = all(ok for _, ok, timing in checks if not timing)
-        rates_nominal = all(ok for _, ok, timing in checks if timing)
+        for name, ok, kind in checks:
+            lines.append(f"  [{'PASS' if ok else {RATE: 'WARN', OUTCOME: 'MISS'}.get(kind, 'FAIL')}] {name}")
+        verdict = all(ok for _, ok, kind in checks if kind == REQUIRED)
+        rates_nominal = all(ok for _, ok, kind in checks if kind == RATE)
         if not rates_nominal:
             lines.append(
                 "  WARN: a stream ran below its nominal rate on this machine (a loaded or slow machine; "
@@ -282,7 +294,9 @@ class RunMonitor:
                         "dead_at_wall": launcher.dead_at_wall,
                         "gate_history": [(t, GATE_STATES.get(s, s)) for t, s, _ in o.gate_history],
                         "stop_reason": launcher.stop_reason,
-                        "checks": [{"check": n, "ok": ok, "timing": timing} for n, ok, timing in checks],
+                        "checks": [
+                            {"check": n, "ok": ok, "kind": kind, "timing": kind == RATE} for n, ok, kind in checks
+                        ],
                         "loop_ran": verdict,
                         "rates_nominal": rates_nominal,
                         "run_dir": str(run_dir),
