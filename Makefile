@@ -22,10 +22,13 @@ SOAK_DURATION := $(if $(filter command line environment,$(origin DURATION)),$(DU
 RUN_ARGS    ?=
 # make run's default: the policy this project trained in simulation (policies/sim_box_grasp.json
 # says how; make default-policy remakes it) on the box task's seed 1004, one of the held-out seeds
-# it grasped in its evaluation, recording the run as an episode. RUN_ARGS come after these and win.
+# it grasped in its evaluation, recording the run as an episode. RUN_ARGS come after these and win;
+# RUN_ARGS that choose the policy, the cameras or the robot (policy:=, camera_backend:=, backend:=)
+# drop them all: a box exists only in the synthetic cameras, and a recording needs an armed gate.
 DEFAULT_POLICY := $(CURDIR)/policies/sim_box_grasp.ckpt
-RUN_DEFAULTS := policy:=$(DEFAULT_POLICY) task_seed:=1004 params_file:=$(CURDIR)/config/box_policy_eval.yaml \
-                record:=true record_dir:=$(CURDIR)/out/episodes task_name:=sim_box_grasp
+DEFAULT_RUN := policy:=$(DEFAULT_POLICY) task_seed:=1004 params_file:=$(CURDIR)/config/box_policy_eval.yaml \
+               record:=true record_dir:=$(CURDIR)/out/episodes task_name:=sim_box_grasp
+RUN_DEFAULTS = $(if $(filter policy:=% camera_backend:=% backend:=%,$(RUN_ARGS)),,$(DEFAULT_RUN))
 PYTEST_ARGS ?=
 DEMO_ARGS   ?=
 
@@ -151,7 +154,7 @@ default-policy: $(STAMP) ## make demo-learn into out/default_policy, then ship i
 	$(PY) tools/ship_policy.py --from out/default_policy --to policies/sim_box_grasp
 
 shm-clean: $(STAMP) ## remove stale Fast DDS shared memory of ROS_DOMAIN_ID's ports (groups no live participant locks)
-	$(PY) -c "from egomimic_launch.cli import clean_shared_memory; clean_shared_memory($(ROS_DOMAIN_ID))"
+	$(PY) -c "import os; from egomimic_launch.cli import clean_shared_memory; clean_shared_memory(int(os.environ['ROS_DOMAIN_ID']))"
 
 clean-venv:
 	rm -rf $(VENV)

@@ -116,7 +116,10 @@ def main() -> int:
     if not summary_path.exists():
         print(f"soak: the graph did not run (launcher exit {code}); see {run_dir}")
         return 2
-    stalls = json.loads(stalls_path.read_text()) if stalls_path.exists() else None
+    try:
+        stalls = json.loads(stalls_path.read_text())
+    except (OSError, ValueError):  # the probe died or wrote nothing: the report says so
+        stalls = None
     return report(json.loads(summary_path.read_text()), samples, code, a, stalls)
 
 

@@ -29,12 +29,17 @@ TICK_S = 0.001
 
 
 def take_priority() -> str:
-    """The highest scheduling priority this process may take, and what it got, for the report."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(FIFO_PRIORITY))
-        return f"SCHED_FIFO {FIFO_PRIORITY}"
-    except (PermissionError, OSError):
-        pass
+    """The highest scheduling priority this process may take, and what it got, for the report:
+    SCHED_FIFO 90, else the highest real-time priority RLIMIT_RTPRIO allows, else a niceness."""
+    import resource
+
+    allowed = resource.getrlimit(resource.RLIMIT_RTPRIO)[0]
+    for priority in (FIFO_PRIORITY, *((min(int(allowed), FIFO_PRIORITY),) if allowed > 0 else ())):
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+            return f"SCHED_FIFO {priority}"
+        except (PermissionError, OSError):
+            continue
     for niceness in (-20, -10, -5, 0):
         try:
             os.nice(niceness - os.nice(0))
@@ -54,14 +59,14 @@ def steal_s(stat: Path = Path("/proc/stat")) -> float:
     return int(fields[8]) / os.sysconf("SC_CLK_TCK") if fields[0] == "cpu" and len(fields) > 8 else 0.0
 
 
-def probe(late_s: float, stop: list[bool]) -> dict:
-    """Tick until stop[0]; the stalls seen (module docstring)."""
+def probe(late_s: float, stop: list[bool], sleep=time.sleep) -> dict:
+    """Tick until stop[0]; the stalls seen (module docstring). `sleep`: for a test."""
     stalls: list[tuple[float, float]] = []
     worst, wakeups = 0.0, 0
     steal0, t0 = steal_s(), time.monotonic()
     due = t0 + TICK_S
     while not stop[0]:
-        time.sleep(max(0.0, due - time.monotonic()))
+        sleep(max(0.0, due - time.monotonic()))
         now = time.monotonic()
         wakeups += 1
         late = now - due
@@ -96,8 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     priority = take_priority()
     result = {"priority": priority, **probe(args.late_ms / 1e3, stop)}
     text = json.dumps(result)
-    if args.out:
-        args.out.write_text(text + "\n")
+    if args.out:  # whole or not at all: the soak reads it after this exits
+        tmp = args.out.with_name(args.out.name + ".partial")
+        tmp.write_text(text + "\n")
+        os.replace(tmp, args.out)
     else:
         print(text, flush=True)
     return 0

@@ -334,7 +334,7 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
 
     from egomimic_launch.heartbeat import Heartbeats
     from egomimic_launch.ros_client import LauncherClient  # rclpy after the environment is set
-    from egomimic_launch.summary import RunMonitor
+    from egomimic_launch.summary import RunMonitor, learned_policy
     from egomimic_nodes import topics
 
     shm_note = clean_shared_memory(
@@ -369,7 +369,7 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
             expect_episode=graph.args.get("record") == "true" and not ns.trials,
             task_seed=int(graph.args.get("task_seed", "-1")),
             expect_task=policy == "expert" and graph.auto_arm and not ns.trials,
-            learned=policy not in (None, "none", "scripted", "expert"),
+            learned=learned_policy(policy),
         )
         if ns.summary or ns.trials
         else None

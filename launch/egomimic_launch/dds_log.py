@@ -4,7 +4,9 @@ Why: the failures that are hardest to see from ROS are silent in Fast DDS's defa
 (errors only): a shared-memory port judged unhealthy and regenerated (its old listener then
 hears no later writer), a zombie port, a segment too small. The nodes turn warnings on
 (egomimic_nodes.spin.middleware_warnings), so each leaves a line in the node's log; this module
-counts them per node, without the ones every orderly run prints at start or exit.
+counts them per node, without the ones every orderly run prints at start or exit. A node with
+several raw image subscriptions stays at errors (spin.quiet_middleware_for_images): its port
+warnings are not counted here.
 """
 
 from __future__ import annotations

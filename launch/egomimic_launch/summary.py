@@ -37,6 +37,23 @@ MAX_TRANSITIONS_SHOWN = 8
 """Gate state changes listed with their detail (a fault's cause is in the detail it entered with)."""
 
 
+def learned_policy(policy: str | None) -> bool:
+    """Whether the launch argument `policy` names a model (a family, a checkpoint, a server): its
+    task outcome is an OUTCOME check, not the verdict."""
+    return (policy or "").strip() not in ("", "none", "scripted", "expert")
+
+
+def judge(checks: list[tuple[str, bool, str]]) -> tuple[list[str], bool, bool]:
+    """The checks' lines, the verdict (every REQUIRED check passed) and whether every RATE check
+    passed; an OUTCOME check is printed (PASS or MISS) and judges nothing."""
+    lines = [
+        f"  [{'PASS' if ok else {RATE: 'WARN', OUTCOME: 'MISS'}.get(kind, 'FAIL')}] {name}" for name, ok, kind in checks
+    ]
+    verdict = all(ok for _, ok, kind in checks if kind == REQUIRED)
+    rates_nominal = all(ok for _, ok, kind in checks if kind == RATE)
+    return lines, verdict, rates_nominal
+
+
 class RunMonitor:
     def __init__(
         self,
@@ -238,10 +255,8 @@ class RunMonitor:
             lines.append(f"Fast DDS warnings (node logs): {describe(dds)}")
         lines.append(f"logs and params: {run_dir}")
         lines.append("-" * 96)
-        for name, ok, kind in checks:
-            lines.append(f"  [{'PASS' if ok else {RATE: 'WARN', OUTCOME: 'MISS'}.get(kind, 'FAIL')}] {name}")
-        verdict = all(ok for _, ok, kind in checks if kind == REQUIRED)
-        rates_nominal = all(ok for _, ok, kind in checks if kind == RATE)
+        check_lines, verdict, rates_nominal = judge(checks)
+        lines += check_lines
         if not rates_nominal:
             lines.append(
                 "  WARN: a stream ran below its nominal rate on this machine (a loaded or slow machine; "

@@ -57,23 +57,21 @@ def test_a_machine_stall_under_the_action_gap_is_counted():
     assert "wrote nothing" in soak.machine_stalls(action, None)
 
 
-def test_the_probe_reports_a_stall_it_was_made_to_see(monkeypatch):
+def test_the_probe_reports_a_stall_it_was_made_to_see():
     """stall_probe's own measure: a tick it could not take for 50 ms is a stall of about 50 ms."""
+    import time
+
     spec = importlib.util.spec_from_file_location("stall_probe", REPO / "tools" / "stall_probe.py")
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
-    import time
-
-    stop = [False]
-    real_sleep, slept = time.sleep, []
+    stop, slept = [False], []
 
     def sleep(s):  # the 20th tick oversleeps by 50 ms; the probe stops after the 40th
         slept.append(s)
-        real_sleep(s + (0.05 if len(slept) == 20 else 0.0))
+        time.sleep(s + (0.05 if len(slept) == 20 else 0.0))
         if len(slept) >= 40:
             stop[0] = True
 
-    monkeypatch.setattr(probe.time, "sleep", sleep)
-    result = probe.probe(0.02, stop)
+    result = probe.probe(0.02, stop, sleep=sleep)
     assert result["wakeups"] == 40 and len(result["stalls"]) >= 1
     assert any(0.045 <= late for _, late in result["stalls"]) and result["worst_s"] >= 0.045

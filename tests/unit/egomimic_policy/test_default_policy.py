@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import re
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -25,11 +26,25 @@ ship_policy = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ship_policy)
 
 
-def test_make_run_defaults_to_the_shipped_checkpoint():
-    makefile = (REPO / "Makefile").read_text()
-    assert "DEFAULT_POLICY := $(CURDIR)/policies/sim_box_grasp.ckpt" in makefile
-    assert re.search(r"RUN_DEFAULTS := policy:=\$\(DEFAULT_POLICY\)", makefile)
-    assert re.search(r"egomimic-launch eva_bimanual\.launch\.py \$\(RUN_DEFAULTS\) \$\(RUN_ARGS\)", makefile)
+def _make_run_command(*run_args: str) -> str:
+    """The egomimic-launch line `make run` would run (make -n: nothing is run)."""
+    cmd = ["make", "-n", "-C", str(REPO), "run", *(["RUN_ARGS=" + " ".join(run_args)] if run_args else [])]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, "MAKEFLAGS": ""}).stdout
+    return next(line for line in out.splitlines() if "egomimic-launch eva_bimanual.launch.py" in line)
+
+
+def test_make_run_defaults_to_the_shipped_checkpoint_and_records():
+    line = _make_run_command()
+    assert f"policy:={SHIPPED}" in line and "task_seed:=1004" in line and "record:=true" in line
+    assert line.index(f"policy:={SHIPPED}") < line.index("--duration")
+    later = _make_run_command("task_seed:=1010")  # RUN_ARGS come after the defaults and win
+    assert later.index("task_seed:=1004") < later.index("task_seed:=1010")
+
+
+def test_run_args_that_choose_the_policy_cameras_or_robot_drop_the_defaults():
+    for choice in ("policy:=scripted", "camera_backend:=replay replay_path:=x.zarr", "backend:=arx5"):
+        line = _make_run_command(choice)
+        assert "sim_box_grasp" not in line and "task_seed" not in line and "record:=" not in line, line
 
 
 def test_the_shipped_checkpoint_is_the_one_its_provenance_describes(tmp_path):
