@@ -352,8 +352,16 @@ class SafetyGate:
 
     # -- operator services --------------------------------------------------------------------
     def request_arm(self, now_s: float, mono_s: float) -> tuple[bool, str]:
+        """safety/arm. Idempotent: asked again while ARMING or ARMED it succeeds and changes nothing
+        (the ARMING window keeps its start), so a caller whose first reply came late or was lost
+        and who asks again is told the truth instead of a refusal (fc85: the launcher's first arm
+        was answered after its 2 s timeout, its retries were refused "cannot arm from ARMING", and
+        it started the policy only after its 10 s of retries: the first command came 0.8 s after
+        ARMING had given up)."""
         if self.state == GateState.ARMED:
             return True, "already armed"
+        if self.state == GateState.ARMING:
+            return True, f"already arming: {self.detail}"
         if self.state != GateState.DISARMED:
             return False, f"cannot arm from {self.state.name}: call safety/reset first"
         stale = self._stale_arms(now_s, mono_s)

@@ -376,6 +376,20 @@ def test_exception_inside_gate_holds(kin):
     assert gate.state == GateState.HOLD and gate.reason.value == "INTERNAL_ERROR" and decision.send is Send.HOLD
 
 
+def test_arm_asked_again_while_arming_succeeds_and_keeps_the_arming_window(kin):
+    """A caller whose first arm reply was late or lost asks again: told it is arming (not refused),
+    and the ARMING window still counts from the first request."""
+    gate = SafetyGate(NO_CAMERAS, kin)
+    measure(gate, kin, 0.0)
+    assert gate.request_arm(0.0, 0.0)[0] and gate.state == GateState.ARMING
+    measure(gate, kin, 2.0)
+    ok, said = gate.request_arm(2.0, 2.0)
+    assert ok and said.startswith("already arming") and gate.state == GateState.ARMING
+    t = gate.config.arming_timeout_s + 0.01  # from the first request, not the second
+    gate.tick(t, t)
+    assert gate.state == GateState.DISARMED and gate.reason.value == "STALE_COMMAND"
+
+
 def test_arming_waits_out_lateness_until_the_arming_timeout(kin):
     """Nothing is forwarded while ARMING, so late state (a start-up under load) defers the shadow
     commands instead of failing the arming; once state is fresh the next command validates."""
