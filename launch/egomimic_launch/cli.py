@@ -34,7 +34,7 @@ from egomimic_bringup.graph import LAUNCH_ARGUMENTS, LaunchArgumentError
 from egomimic_launch import params_check
 from egomimic_launch.dds_log import alarming, describe, middleware_warnings
 from egomimic_launch.environment import apply_to_this_process
-from egomimic_launch.process import NodeProcess, safe_print
+from egomimic_launch.process import NodeProcess, exit_text, safe_print
 from egomimic_launch.steps import NODE_START_TIMEOUT_S, estop, wait_for_node
 from egomimic_launch.steps import auto_arm as arm_when_settled
 
@@ -196,7 +196,7 @@ class Launcher:
                 on_arm_point()
             dead = self.check_children()
             if dead:
-                return f"{dead[0]} exited with code {dead[1]} during start-up"
+                return f"{dead[0]} exited with code {exit_text(dead[1])} during start-up"
         return ""
 
     def check_children(self) -> tuple[str, int] | None:
@@ -428,7 +428,7 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
                     _kill(launcher, kill_spec[0])
                     kill_spec = None
                 dead = launcher.check_children()
-                why = f"required node {dead[0]} exited with code {dead[1]}" if dead else ""
+                why = f"required node {dead[0]} exited with code {exit_text(dead[1])}" if dead else ""
                 if not dead:
                     silent = heartbeats.silent(ns.heartbeat_timeout)
                     if silent:

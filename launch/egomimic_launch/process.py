@@ -45,6 +45,21 @@ PIPE_SIZE_BYTES = 1024 * 1024
 F_SETPIPE_SZ = 1031
 
 
+def exit_text(code: int) -> str:
+    """`code`, and for a death by signal its name: "-11 (SIGSEGV: a crash in native code; the
+    node's log has every thread's Python stack)"."""
+    if code >= 0:
+        return str(code)
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        return str(code)
+    crash = name in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT")
+    return f"{code} ({name}" + (
+        ": a crash in native code; the node's log has every thread's Python stack)" if crash else ")"
+    )
+
+
 def nonblocking_pipe() -> tuple[int, int]:
     """(read fd, write fd): the write end never blocks (a full pipe fails the write: the node
     drops the line), and is as large as the system allows up to PIPE_SIZE_BYTES."""

@@ -189,3 +189,40 @@ def test_several_image_readers_keep_fast_dds_at_errors_unless_asked(monkeypatch)
     assert levels == ["error"] and said.startswith("Fast DDS errors only: 3 image subscriptions"), said
     monkeypatch.setenv(spin.DDS_LOG_ENV, "warning")
     assert spin.quiet_middleware_for_images(3) == "" and levels == ["error"]
+
+
+CRASH_CHILD = """
+import ctypes
+import resource
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file in the checkout
+from rclpy.node import Node
+from egomimic_nodes import spin
+
+class Crashing(Node):
+    def __init__(self):
+        super().__init__("crashing")
+        self.create_timer(0.05, lambda: ctypes.string_at(0))  # a native crash, as a bad pointer in rmw would be
+
+spin.run_node(Crashing, ["node", "--ros-args"])
+"""
+
+
+def test_a_native_crash_leaves_every_threads_python_stack_in_the_log():
+    """A node that dies of SIGSEGV (fc87: a driver exited -11 at start-up with nothing in its
+    log) prints the fatal error and its threads' Python stacks, the timer callback's included."""
+    import signal
+
+    from .child import run_python
+
+    out = run_python(CRASH_CHILD, timeout_s=60)
+    assert out.returncode == -signal.SIGSEGV, (out.returncode, out.stderr[-2000:])
+    assert "Fatal Python error: Segmentation fault" in out.stderr, out.stderr[-2000:]
+    assert "in <lambda>" in out.stderr and "Thread 0x" in out.stderr, out.stderr[-2000:]
+
+
+def test_a_death_by_signal_is_named():
+    from egomimic_launch.process import exit_text
+
+    assert exit_text(0) == "0" and exit_text(3) == "3"
+    assert exit_text(-9) == "-9 (SIGKILL)"
+    assert exit_text(-11).startswith("-11 (SIGSEGV: a crash in native code")

@@ -33,6 +33,7 @@ the cameras still alive 3 s after their launcher was killed.
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import gc
 import os
 import signal
@@ -366,6 +367,9 @@ def run_node(factory, args=None) -> int:
         except BrokenPipeError:  # `--help | head`: the reader has what it wanted
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    # A crash in native code (rmw, Fast DDS, the SDK) prints every thread's Python stack into the
+    # node's log: the one lead a SIGSEGV leaves (fc87: a driver exited -11 at start-up, no trace).
+    faulthandler.enable(file=sys.stderr, all_threads=True)
     stop = StopRequest()
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
