@@ -22,8 +22,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TO = REPO / "policies" / "sim_box_grasp"
-DROPPED = ("optimizer_states", "lr_schedulers", "callbacks")
-"""Checkpoint keys the policy node never reads (checkpoints.layout drops them on preparation)."""
+SHIPPED_EXTRA_KEYS = ("loops",)
+"""Kept beyond what a prepared rollout artifact keeps (checkpoints.layout.KEPT_TOP_LEVEL_KEYS): the
+trainer's config and window count, provenance; optimizer state and the rest of training go."""
 
 
 class ShipError(Exception):
@@ -89,12 +90,12 @@ def ship(run: Path, to: Path, note: str | None = None) -> dict:
     import torch
 
     from egomimic_policy.checkpoints import load_checkpoint
-    from egomimic_policy.checkpoints.layout import atomic_torch_save
+    from egomimic_policy.checkpoints.layout import KEPT_TOP_LEVEL_KEYS, atomic_torch_save
 
     info = provenance(run, note)
     ckpt = torch.load(run / "train" / "last.ckpt", map_location="cpu", weights_only=False)
-    for key in DROPPED:
-        ckpt.pop(key, None)
+    kept = (*KEPT_TOP_LEVEL_KEYS, *SHIPPED_EXTRA_KEYS)
+    ckpt = {key: value for key, value in ckpt.items() if key in kept}
     to.parent.mkdir(parents=True, exist_ok=True)
     out = to.with_suffix(".ckpt")
     atomic_torch_save(ckpt, out)
