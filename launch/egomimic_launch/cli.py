@@ -463,6 +463,11 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
         if launcher.killed_any or launcher.dead_node:
             clean_shared_memory(int(env["ROS_DOMAIN_ID"]))
     safe_print(f"[launch] stopped: {launcher.stop_reason or 'done'}")
+    if client.unanswered:
+        # A lost reply (a server's response writer not yet matched to this client's reader) is
+        # asked again where that is safe; a count that grows says discovery was slow, not that
+        # any request failed (those are logged where they are made).
+        safe_print(f"[launch] {client.unanswered} service request(s) went unanswered in time (asked again where safe)")
     launcher.dds_warnings = middleware_warnings(run_dir / "logs")
     alarms = alarming(launcher.dds_warnings)
     if alarms:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-GATE_DISARMED, GATE_ARMED, GATE_HOLD, GATE_ESTOP = 0, 2, 3, 4
+GATE_DISARMED, GATE_ARMING, GATE_ARMED, GATE_HOLD, GATE_ESTOP = 0, 1, 2, 3, 4
 HOME_SETTLE_MM = 1.0
 """Both measured link6 positions moved less than this over HOME_SETTLE_S: the arms are home."""
 HOME_SETTLE_S = 0.3
@@ -341,10 +341,13 @@ class TrialRunner:
             while time.monotonic() < deadline and not self.stopped():
                 with self.obs.lock:
                     seen = [(state, detail) for t, state, detail in self.obs.gate_history if t >= t_call - 0.05]
+                # ARMING began before this call when the gate answered "already arming" (a retry
+                # after a late answer): leaving it is then the verdict even without ARMING in `seen`.
+                arming = msg.startswith("already arming") or any(s == GATE_ARMING for s, _ in seen)
                 for state, detail in seen:
                     if state == GATE_ARMED:
                         return True, detail
-                    if state in (GATE_DISARMED, GATE_HOLD, GATE_ESTOP) and any(s == 1 for s, _ in seen):
+                    if state in (GATE_DISARMED, GATE_HOLD, GATE_ESTOP) and arming:
                         return False, detail  # left ARMING without arming
                 time.sleep(0.02)
         return False, msg

@@ -112,3 +112,45 @@ def test_the_policy_is_reset_again_when_arming_comes_long_after_its_reset(deaf_s
     last_reset = max(t for t, name in client.calls if name == "reset")
     arm = next(t for t, name in client.calls if name == "arm")
     assert 0 < arm - last_reset <= RESET_AGE_S + ACTION_SETTLE_S + 0.5, (arm - last_reset, names)
+
+
+class _LateArmClient(_Client):
+    """The gate answers a retried arm "already arming" (ARMING began at the first, late call),
+    then gives ARMING up: DISARMED with why."""
+
+    def trigger(self, name, timeout_s=None):
+        import time
+
+        from egomimic_nodes import topics
+
+        if name != topics.SAFETY_ARM.resolve("/eva"):
+            return super().trigger(name, timeout_s)
+        self.calls.append((time.monotonic(), "arm"))
+        with self.obs.lock:
+            self.obs.gate_history += [(time.time() - 1.0, 1, "arming")]  # before this call
+            self.obs.gate_history += [(time.time() + 0.01, 0, "no command within 10.0 s of arming")]
+        return True, "already arming: waiting for a command"
+
+
+def test_an_arming_given_up_after_already_arming_is_the_verdict_at_once():
+    import time
+
+    from egomimic_launch.trials import ARM_TIMEOUT_S, TrialRunner
+
+    obs = _Observer()
+    runner = TrialRunner(
+        _LateArmClient(obs, 0.0),
+        obs,
+        "eva",
+        [5],
+        expert=False,
+        record=False,
+        timeout_s=0.1,
+        stopped=lambda: False,
+        log=lambda _: None,
+    )
+    runner._reset_at = time.monotonic()  # a fresh reset: the arm call comes first
+    t0 = time.monotonic()
+    ok, detail = runner._arm()
+    assert (ok, detail) == (False, "no command within 10.0 s of arming")
+    assert time.monotonic() - t0 < ARM_TIMEOUT_S / 2, "not waited out to the arm timeout"
