@@ -1,6 +1,6 @@
 """The shipped Fast DDS profile keeps traffic on this machine: no builtin transports, UDP only on
-the loopback interface, shared memory with the sizes the comments state; and every run's
-environment points at it with discovery LOCALHOST."""
+the loopback interface, shared memory with the sizes the comments state, no type propagation;
+and every run's environment points at it with discovery LOCALHOST."""
 
 from __future__ import annotations
 
@@ -27,6 +27,18 @@ def test_the_profile_allows_udp_on_loopback_only_and_no_builtin_transports():
     assert participant.findtext("d:rtps/d:useBuiltinTransports", namespaces=NS) == "false"
     used = [t.text for t in participant.iterfind("d:rtps/d:userTransports/d:transport_id", NS)]
     assert sorted(used) == sorted(transports)
+
+
+def test_the_profile_keeps_types_out_of_discovery():
+    """No TypeLookup service traffic (its reply thread crashed a driver, fc87; a lost reply leaves
+    an endpoint unmatched): types registered locally, matched by name."""
+    root = ET.parse(FASTDDS_PROFILE).getroot()
+    participant = root.find(".//d:participant[@is_default_profile='true']", NS)
+    props = {
+        p.findtext("d:name", namespaces=NS): p.findtext("d:value", namespaces=NS)
+        for p in participant.iterfind("d:rtps/d:propertiesPolicy/d:properties/d:property", NS)
+    }
+    assert props.get("fastdds.type_propagation") == "registration_only", props
 
 
 def test_every_run_gets_localhost_discovery_and_the_profile_unless_set():
