@@ -22,6 +22,10 @@ Why: the recorder's acceptance (a 10-minute recording at 3 cameras x 30 Hz loses
 uses <= 0.2 CPU-seconds per recorded second; recording leaves the action stream's rate and worst
 gap unchanged). The figures are a measurement of this machine: the bench says the load average
 it started at; on the 2-core dev machine other work moves the gaps more than recording does.
+Beside each run, tools/stall_probe.py (SCHED_FIFO 90) says whether the machine itself stood
+still, and whether the action stream's worst gap overlaps such a stall (2026-12-05: a frozen VM
+stopped an off run for 25 s); a run that fails a required check keeps its node logs, summary and
+probe output in out/bench/recorder_failed_<off|on>/ (the work dir itself is removed).
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ from egomimic_launch.process import node_processes
 from egomimic_nodes import topics
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
+from soak import machine_stalls  # noqa: E402  (tools/ is not a package: the soak's own report line)
+
 CPU_TARGET = 0.2
 """CPU-seconds of the recorder process per recorded second (the acceptance bar)."""
 SAMPLE_S = 0.5
@@ -87,6 +94,10 @@ def run(record: bool, seconds: float, domain: int, work: Path) -> dict:
         "--duration",
         str(seconds),
     ]
+    stalls_path = work / f"stalls_{tag}.json"
+    # The machine's own stalls beside the run (tools/stall_probe.py at SCHED_FIFO 90): a frozen VM
+    # stopped every stream of an off run for 25 s once (2026-12-05, kernel: "virtual machine fork").
+    probe = subprocess.Popen([sys.executable, str(REPO / "tools" / "stall_probe.py"), "--out", str(stalls_path)])
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     launcher = psutil.Process(proc.pid)
     watched: dict[str, psutil.Process] = {}
@@ -106,13 +117,36 @@ def run(record: bool, seconds: float, domain: int, work: Path) -> dict:
     finally:
         if proc.poll() is None:
             proc.kill()
+        probe.terminate()
+        try:
+            probe.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            probe.kill()
     data = json.loads(summary.read_text()) if summary.exists() else {}
+    try:
+        stalls = json.loads(stalls_path.read_text())
+    except (OSError, ValueError):  # the probe died or wrote nothing: said where it is printed
+        stalls = None
+    failed = [c["check"] for c in data.get("checks", []) if c.get("kind") == "required" and not c.get("ok")]
+    kept = None
+    if failed or not data:
+        # What the run's nodes said is the only way to its cause: kept outside the work dir
+        # (removed at the end), without the episode.
+        kept = REPO / "out" / "bench" / f"recorder_failed_{tag}"
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.copytree(work / f"run_{tag}", kept, dirs_exist_ok=True)
+        for extra in (summary, stalls_path):
+            if extra.exists():
+                shutil.copy2(extra, kept / extra.name)
     episodes = sorted((work / "episodes").glob("*.zarr")) if record else []
     return {
         "summary": data,
         "cpu_samples": samples["recorder"],
         "camera_cpu_s_per_s": cpu_rate(samples["cameras"][len(samples["cameras"]) // 4 :]),
         "episode": str(episodes[-1]) if episodes else None,
+        "stalls": stalls,
+        "failed": failed,
+        "kept": str(kept) if kept else None,
     }
 
 
@@ -221,6 +255,11 @@ def main() -> None:
         f"recorder CPU: {cpu:.3f} CPU-s per recorded s ({cpu / CPU_TARGET:.2f}x the {CPU_TARGET} target: "
         f"{'met' if cpu <= CPU_TARGET else 'NOT met'}); {ep['recorder_cpu_s_total']:.1f} CPU-s in all, start-up included"
     )
+    for tag, r, act in (("off", off, act_off), ("on", on, act_on)):
+        print(f"run {tag}: {machine_stalls(act, r['stalls']).strip()}")
+        if r["failed"]:
+            states = " -> ".join(s for _t, s in r["summary"].get("gate_history", [])) or "none"
+            print(f"run {tag}: FAILED {'; '.join(r['failed'])} (gate states: {states}); logs kept in {r['kept']}")
     cam_off, cam_on = off["camera_cpu_s_per_s"], on["camera_cpu_s_per_s"]
     print(
         f"cameras process CPU (last 3/4 of each run): off {cam_off:.3f}, on {cam_on:.3f} CPU-s per s "
@@ -241,6 +280,10 @@ def main() -> None:
                 "camera_cpu_s_per_s_on": cam_on,
                 "checks_off": off["summary"].get("checks"),
                 "checks_on": on["summary"].get("checks"),
+                "stalls_off": off["stalls"],
+                "stalls_on": on["stalls"],
+                "gate_history_off": off["summary"].get("gate_history"),
+                "gate_history_on": on["summary"].get("gate_history"),
             },
             indent=2,
             default=str,
