@@ -166,6 +166,8 @@ class Rig:
         self.last_estop_paths: tuple[list[float], list[float]] = ([], [])
         """The last probe run's round trips split at the gate (ms): request path, reply path."""
         """The gate's own handling time of each call of the last estop_latencies()."""
+        self._probe: subprocess.Popen | None = None
+        self._probe_ready = False
 
         self.ctx = rclpy.Context()
         rclpy.init(context=self.ctx, args=["--ros-args", "--disable-external-lib-logs"])
@@ -410,21 +412,51 @@ class Rig:
         r = future.result()
         return bool(r.success), r.message
 
-    def estop_latencies(self, n: int, pause_s: float = 0.02) -> list[float]:
-        """Round trips (s) of `n` safety/estop calls from a probe process of their own
-        (tests/faults/estop_probe.py: what an operator's button sees, without this busy rig's
-        own queueing); an unanswered call counts as 2 s."""
-        import json
-
+    def start_estop_probe(self) -> None:
+        """Start this graph's e-stop probe (tests/faults/estop_probe.py --serve): one process
+        for the graph's life, as an operator console runs long before its e-stop is pressed."""
+        if self._probe is not None and self._probe.poll() is None:
+            return
         probe = Path(__file__).with_name("estop_probe.py")
-        out = subprocess.run(
-            [sys.executable, str(probe), str(n), str(pause_s)],
-            capture_output=True,
+        self._probe = subprocess.Popen(
+            [sys.executable, str(probe), "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
             text=True,
-            timeout=60 + 3 * n,
             env=dict(os.environ),
         )
-        data = json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {"error": out.stderr[-2000:]}
+        self._probe_ready = False
+
+    def _probe_line(self, timeout_s: float) -> dict:
+        """The probe's next JSON line (Fast DDS may print other lines first)."""
+        import json
+        import select
+
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            ready, _, _ = select.select([self._probe.stdout], [], [], max(0.0, deadline - time.time()))
+            if not ready:
+                break
+            line = self._probe.stdout.readline()
+            if not line:
+                return {"error": f"the e-stop probe exited ({self._probe.poll()})"}
+            if line.startswith("{"):
+                return json.loads(line)
+        return {"error": f"no answer from the e-stop probe in {timeout_s:.0f} s"}
+
+    def estop_latencies(self, n: int, pause_s: float = 0.02) -> list[float]:
+        """Round trips (s) of `n` safety/estop calls from this graph's probe process
+        (start_estop_probe: what an operator's button sees, without this busy rig's own
+        queueing); an unanswered call counts as 2 s."""
+        self.start_estop_probe()  # a no-op when wait_ready started it and it still runs
+        if not self._probe_ready:
+            data = self._probe_line(60.0)
+            assert data.get("ready"), f"e-stop probe failed: {data}"
+            self._probe_ready = True
+        self._probe.stdin.write(f"{n} {pause_s}\n")
+        self._probe.stdin.flush()
+        data = self._probe_line(60 + 3 * n)
         assert "latencies_ms" in data, f"e-stop probe failed: {data}"
         from .conftest import ESTOP_RESENDS, ESTOP_SCHEDULING, ESTOP_SETTLE_S
 
@@ -435,6 +467,17 @@ class Rig:
         self.last_estop_gate_s = [x / 1e3 for x in data.get("gate_ms", [])]
         self.last_estop_paths = (list(data.get("request_ms", [])), list(data.get("reply_ms", [])))
         return [x / 1e3 for x in data["latencies_ms"]]
+
+    def stop_estop_probe(self) -> None:
+        if self._probe is None:
+            return
+        try:
+            self._probe.stdin.close()  # EOF: the probe leaves DDS cleanly
+            self._probe.wait(10)
+        except (OSError, subprocess.TimeoutExpired):
+            self._probe.kill()
+            self._probe.wait()
+        self._probe = None
 
     def set_camera_fault(self, value: str) -> bool:
         from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
@@ -481,6 +524,8 @@ class Rig:
             if fresh and self.statuses and self.srv["arm"].service_is_ready():
                 # Arm only once discovery has settled (egomimic_nodes.graph_settle), as the launcher does.
                 settled, _ = wait_settled(self.node, timeout_s=max(0.0, deadline - time.time()))
+                if settled:
+                    self.start_estop_probe()  # its discovery settles while the trials set up
                 return settled
             time.sleep(0.1)
         return False
@@ -602,6 +647,7 @@ class Rig:
         self.stopped_pids.discard(pid)
 
     def close(self) -> None:
+        self.stop_estop_probe()
         self.stop_stream()
         for pid in list(self.stopped_pids):
             try:
