@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from egomimic_bringup.graph import LAUNCH_ARGUMENTS, LaunchArgumentError
 from egomimic_launch import params_check
 from egomimic_launch.dds_log import alarming, describe, middleware_warnings
 from egomimic_launch.environment import apply_to_this_process
-from egomimic_launch.process import NodeProcess, exit_text, safe_print
+from egomimic_launch.process import NodeProcess, exit_text, local_graph_nodes, safe_print
 from egomimic_launch.steps import NODE_START_TIMEOUT_S, estop, wait_for_node
 from egomimic_launch.steps import auto_arm as arm_when_settled
 
@@ -46,6 +47,10 @@ DISCOVERY_WAIT_S = 3.0
 """How long the launcher listens for a previous graph before starting. DDS discovery of running
 nodes takes a few hundred ms on an idle machine, but 1.5 s was once not enough on a loaded one
 (fault battery): a second graph would have started. It returns 0.5 s after the first node seen."""
+DISCOVERY_WAIT_LIVE_S = 10.0
+"""... and, when live participants hold ports of this domain, until the launcher's view of the
+graph is quiet, up to this long: a busy machine once took longer than 3 s to show a running
+graph's nodes (the fault battery's second launch started its own graph)."""
 PORT_CHECK_S = 5.0
 """How often the launcher looks for a node listening on a removed shared-memory port. It reads
 /proc/<pid>/maps of each node: 2.4 ms per process of about 840 map lines on the 2-core machine
@@ -231,12 +236,20 @@ class Launcher:
                 safe_print(f"[launch] {proc.spec.name} stopped (exit {code})")
 
 
-def clean_shared_memory(domain: int) -> str:
+@dataclass(frozen=True)
+class SharedMemoryStart:
+    note: str
+    """What the clean-up did, in one line, for the run's summary."""
+    live_here: bool
+    """A live participant holds a port of this domain: a graph may be running on it."""
+
+
+def clean_shared_memory(domain: int) -> SharedMemoryStart:
     """Remove the Fast DDS shared-memory files of `domain` that no live participant owns
     (egomimic_launch.shm: a stale port reused by a new participant delivered with ~333 ms pauses,
     or was reset as a zombie while the graph started); other domains' ports are not this graph's
-    to judge. Returns what it did, in one line, for the run's summary."""
-    from egomimic_launch.shm import remove_stale
+    to judge."""
+    from egomimic_launch.shm import domain_has_live_ports, remove_stale
 
     done = remove_stale(domains=(domain,))
     if done.unreadable:
@@ -253,7 +266,7 @@ def clean_shared_memory(domain: int) -> str:
             f"[launch] WARNING: process {pid} started while stale Fast DDS files were removed and maps "
             f"{', '.join(names)}: its shared-memory port no longer receives from new writers; restart it"
         )
-    return note
+    return SharedMemoryStart(note, done.unreadable or domain_has_live_ports(done.busy, domain))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -337,11 +350,14 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
     from egomimic_launch.summary import RunMonitor, learned_policy
     from egomimic_nodes import topics
 
-    shm_note = clean_shared_memory(
-        int(env["ROS_DOMAIN_ID"])
-    )  # ports of processes killed earlier (groups no live participant locks)
+    shm = clean_shared_memory(int(env["ROS_DOMAIN_ID"]))  # ports of processes killed earlier
     client = LauncherClient(enclave=graph.launcher_enclave)
-    others = client.graph_nodes_running(graph, DISCOVERY_WAIT_S)
+    names = {spec.name for spec in graph.nodes}
+    others = local_graph_nodes(names, graph.namespace, int(env["ROS_DOMAIN_ID"])) or client.graph_nodes_running(
+        graph, DISCOVERY_WAIT_S, DISCOVERY_WAIT_LIVE_S if shm.live_here else 0.0
+    )
+    if not others and shm.live_here:
+        safe_print(f"[launch] live participants on this domain, none of this graph's nodes ({client.listened})")
     if others:
         safe_print(
             f"egomimic-launch: refusing to start: nodes of another graph are running on namespace "
@@ -356,7 +372,7 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
         client.close()
         return EXIT_USAGE
     launcher = Launcher(graph, run_dir, echo=not ns.quiet)
-    launcher.shm_note = shm_note
+    launcher.shm_note = shm.note
     heartbeats = Heartbeats(client.node, graph)
     policy = graph.args.get("policy")
     monitor = (

@@ -76,3 +76,27 @@ def test_safe_print_survives_a_full_stdout():
         cwd=Path(__file__).resolve().parents[3],
     )
     assert r.returncode == 0 and r.stderr.strip().endswith("ok"), r.stderr
+
+
+def test_a_running_graph_node_on_this_machine_is_found_by_name_namespace_and_domain():
+    """A second launch refuses at once when this machine already runs a node of its graph on its
+    namespace and domain (egomimic_launch.process.local_graph_nodes), without waiting for DDS
+    discovery; another namespace or domain is not its graph."""
+    from egomimic_launch.process import local_graph_nodes
+
+    code = "import sys; sys.stdin.read()"
+    cmd = [sys.executable, "-c", code, "--ros-args", "-r", "__node:=frames", "-r", "__ns:=/eva_local_test"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, env=dict(os.environ, ROS_DOMAIN_ID="77"))
+    try:
+        deadline = time.monotonic() + 10
+        found = []
+        while time.monotonic() < deadline and not found:  # until the child's command line is readable
+            found = local_graph_nodes({"frames", "cameras"}, "eva_local_test", 77)
+            time.sleep(0.02)
+        assert found == ["/eva_local_test/frames"]
+        assert local_graph_nodes({"frames"}, "eva_local_test", 78) == []
+        assert local_graph_nodes({"frames"}, "eva", 77) == []
+        assert local_graph_nodes({"cameras"}, "eva_local_test", 77) == []
+    finally:
+        proc.stdin.close()
+        proc.wait(10)
