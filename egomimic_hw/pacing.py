@@ -23,6 +23,8 @@ class Pacer:
             raise ConfigError(f"rate_hz must be in (0, 1000], got {rate_hz}")
         self.period_s = 1.0 / rate_hz
         self._next = time.monotonic() if start_monotonic is None else start_monotonic
+        self.last_due: float | None = None
+        """The deadline the last successful `wait()` or `take_due()` took (monotonic s)."""
         self._stopped = threading.Event()
 
     def wait_until(self, deadline: float, timeout_s: float) -> bool:
@@ -47,6 +49,7 @@ class Pacer:
         return True
 
     def _advance(self, now: float) -> None:
+        self.last_due = self._next
         self._next += self.period_s
         if self._next < now:
             self._next = now + self.period_s

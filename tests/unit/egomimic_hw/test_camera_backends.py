@@ -110,6 +110,29 @@ def test_synthetic_paces_at_rate_and_follows_the_arm():
     assert cam.read(0.01) is None  # closed
 
 
+def test_synthetic_frames_are_stamped_when_their_exposure_was_due_not_when_rendered():
+    """A render that ends late (a busy host) does not move the capture stamp, as with a hardware
+    camera: the stamp is the pacer's deadline on the stamping clock, however long the render took."""
+    ee = {arm: np.array([0.3, 0.0, 0.3]) for arm in ARMS}
+    clock = iter(range(10**12, 10**12 + 10**10, 10**9))
+    cam = open_camera(
+        "synthetic", CameraSource("front_1", rate_hz=30.0), ee_positions=lambda: ee, clock_ns=lambda: next(clock)
+    )
+    try:
+        frame = cam.read(1.0)
+        due, now = cam._pacer.last_due, time.monotonic()
+        assert due is not None and due <= now
+        late_ns = 50_000_000  # pretend the render ended 50 ms after the deadline
+        cam._pacer.last_due = time.monotonic() - late_ns / 1e9
+        stamp = cam._exposure_ns()
+    finally:
+        cam.close()
+    assert frame.capture_ns <= 10**12  # the first clock read, less the time since the deadline
+    # the clock's next read (10**12 + 1 s) less at least the 50 ms since the deadline; a second
+    # of slack below for a preempted thread between the two clock reads
+    assert 10**12 + 10**9 - late_ns - 10**9 <= stamp <= 10**12 + 10**9 - late_ns
+
+
 # ---- replay -----------------------------------------------------------------------------------
 
 
