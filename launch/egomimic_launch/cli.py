@@ -26,7 +26,6 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -47,10 +46,6 @@ DISCOVERY_WAIT_S = 3.0
 """How long the launcher listens for a previous graph before starting. DDS discovery of running
 nodes takes a few hundred ms on an idle machine, but 1.5 s was once not enough on a loaded one
 (fault battery): a second graph would have started. It returns 0.5 s after the first node seen."""
-DISCOVERY_WAIT_LIVE_S = 10.0
-"""... and, when live participants hold ports of this domain, until the launcher's view of the
-graph is quiet, up to this long: a busy machine once took longer than 3 s to show a running
-graph's nodes (the fault battery's second launch started its own graph)."""
 PORT_CHECK_S = 5.0
 """How often the launcher looks for a node listening on a removed shared-memory port. It reads
 /proc/<pid>/maps of each node: 2.4 ms per process of about 840 map lines on the 2-core machine
@@ -236,20 +231,12 @@ class Launcher:
                 safe_print(f"[launch] {proc.spec.name} stopped (exit {code})")
 
 
-@dataclass(frozen=True)
-class SharedMemoryStart:
-    note: str
-    """What the clean-up did, in one line, for the run's summary."""
-    live_here: bool
-    """A live participant holds a port of this domain: a graph may be running on it."""
-
-
-def clean_shared_memory(domain: int) -> SharedMemoryStart:
+def clean_shared_memory(domain: int) -> str:
     """Remove the Fast DDS shared-memory files of `domain` that no live participant owns
     (egomimic_launch.shm: a stale port reused by a new participant delivered with ~333 ms pauses,
     or was reset as a zombie while the graph started); other domains' ports are not this graph's
-    to judge."""
-    from egomimic_launch.shm import domain_has_live_ports, remove_stale
+    to judge. Returns what it did, in one line, for the run's summary."""
+    from egomimic_launch.shm import remove_stale
 
     done = remove_stale(domains=(domain,))
     if done.unreadable:
@@ -266,7 +253,7 @@ def clean_shared_memory(domain: int) -> SharedMemoryStart:
             f"[launch] WARNING: process {pid} started while stale Fast DDS files were removed and maps "
             f"{', '.join(names)}: its shared-memory port no longer receives from new writers; restart it"
         )
-    return SharedMemoryStart(note, done.unreadable or domain_has_live_ports(done.busy, domain))
+    return note
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -350,14 +337,13 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
     from egomimic_launch.summary import RunMonitor, learned_policy
     from egomimic_nodes import topics
 
-    shm = clean_shared_memory(int(env["ROS_DOMAIN_ID"]))  # ports of processes killed earlier
+    shm_note = clean_shared_memory(int(env["ROS_DOMAIN_ID"]))  # ports of processes killed earlier
     client = LauncherClient(enclave=graph.launcher_enclave)
     names = {spec.name for spec in graph.nodes}
+    # This machine's processes first (no discovery to wait for), then DDS discovery for the rest.
     others = local_graph_nodes(names, graph.namespace, int(env["ROS_DOMAIN_ID"])) or client.graph_nodes_running(
-        graph, DISCOVERY_WAIT_S, DISCOVERY_WAIT_LIVE_S if shm.live_here else 0.0
+        graph, DISCOVERY_WAIT_S
     )
-    if not others and shm.live_here:
-        safe_print(f"[launch] live participants on this domain, none of this graph's nodes ({client.listened})")
     if others:
         safe_print(
             f"egomimic-launch: refusing to start: nodes of another graph are running on namespace "
@@ -372,7 +358,7 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
         client.close()
         return EXIT_USAGE
     launcher = Launcher(graph, run_dir, echo=not ns.quiet)
-    launcher.shm_note = shm.note
+    launcher.shm_note = shm_note
     heartbeats = Heartbeats(client.node, graph)
     policy = graph.args.get("policy")
     monitor = (

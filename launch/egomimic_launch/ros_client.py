@@ -38,8 +38,6 @@ class LauncherClient:
         self._clients_lock = threading.Lock()
         self.unanswered = 0
         """Requests given up for want of a reply (each asked again where that is safe)."""
-        self.listened = ""
-        """What graph_nodes_running saw when it found no running graph, for the log."""
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self._thread = threading.Thread(target=self._spin, name="launcher-spin", daemon=True)
@@ -55,42 +53,24 @@ class LauncherClient:
         ns = "/" + namespace.strip("/") if namespace else "/"
         return (name, ns) in self.node.get_node_names_and_namespaces()
 
-    def graph_nodes_running(self, graph, wait_s: float, live_s: float = 0.0) -> list[str]:
+    def graph_nodes_running(self, graph, wait_s: float) -> list[str]:
         """Nodes of `graph` (by name, in its namespace, companions like `safety_gate_estop`
-        and `safety_gate_state` included) that are already running: listens up to `wait_s` for
-        discovery, and 0.5 s more once one is seen, to name the others too. `live_s` (when live
-        participants hold ports of this domain, so a graph may be running): past `wait_s`, keep
-        listening until this node's view of the graph has been quiet for graph_settle.QUIET_S,
-        up to `live_s` in all. Why: on a busy machine a second launch saw none of a running
-        graph's nodes in 3 s, started its own, and its first lifecycle request reached the
-        running driver_right (which refused it: the graph was left alone, but by luck)."""
-        from egomimic_nodes.graph_settle import QUIET_S, endpoint_view
-
+        and `safety_gate_state` included) that are already running: listens up to `wait_s` for discovery, and 0.5 s
+        more once one is seen, to name the others too."""
         ns = "/" + graph.namespace.strip("/") if graph.namespace.strip("/") else "/"
         names = {spec.name for spec in graph.nodes}
-        t0 = time.monotonic()
+        deadline = time.monotonic() + wait_s
         first_seen = None
-        view, changed = None, t0
         while True:
-            now = time.monotonic()
             found = sorted(
                 f"{n_ns.rstrip('/')}/{n}"
                 for n, n_ns in self.node.get_node_names_and_namespaces()
                 if n_ns == ns and (n in names or n.rsplit("_", 1)[0] in names)
             )
-            if found:
-                if first_seen is None:
-                    first_seen = now  # listen a little longer to name them all
-                if now - first_seen >= 0.5 or now - t0 >= max(wait_s, live_s):
-                    return found
-            elif now - t0 >= wait_s:
-                seen = endpoint_view(self.node)
-                if seen != view:
-                    view, changed = seen, now
-                if now - t0 >= live_s or now - changed >= QUIET_S:
-                    others = len(self.node.get_node_names_and_namespaces()) - 1
-                    self.listened = f"listened {now - t0:.1f} s: {others} other node(s), {len(seen)} topic(s) seen"
-                    return []
+            if found and first_seen is None:
+                first_seen = time.monotonic()  # listen a little longer to name them all
+            if time.monotonic() >= deadline or (first_seen is not None and time.monotonic() - first_seen >= 0.5):
+                return found
             time.sleep(0.05)
 
     def wait_for_node(self, name: str, namespace: str, timeout_s: float, alive=lambda: True) -> bool:

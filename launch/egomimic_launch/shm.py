@@ -217,12 +217,6 @@ def port_domain(base: str) -> int | None:
     return None
 
 
-def domain_has_live_ports(busy: Collection[str], domain: int) -> bool:
-    """Whether any of `busy` (Cleanup.busy: lock files live participants hold) belongs to a port
-    of `domain`: a participant of that domain runs on this machine."""
-    return any(port_domain(_group(name)) == domain for name in busy)
-
-
 def remove_stale(
     shm_dir: Path = SHM_DIR,
     proc: Path = Path("/proc"),

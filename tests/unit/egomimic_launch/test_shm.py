@@ -192,16 +192,6 @@ def test_only_the_callers_domains_ports_are_judged(dirs):
     assert sorted(remove_stale(shm_dir=shm_dir, proc=proc).removed) == sorted(p.name for p in other)
 
 
-def test_a_domain_is_live_only_through_its_own_ports_locks():
-    """The launcher listens longer for a running graph when a live participant holds a port of
-    its domain; a data segment or a port of no domain (participant index alone) says nothing
-    about which domain its owner is on."""
-    busy = ["fastdds_port17911_el", "fastdds_0123456789abcdef_el", "fastdds_port7001_sl"]
-    assert shm.domain_has_live_ports(busy, 42)
-    assert not shm.domain_has_live_ports(busy, 152)
-    assert not shm.domain_has_live_ports(busy[1:], 42)
-
-
 def test_nothing_there_is_nothing_removed(dirs, tmp_path):
     shm_dir, proc = dirs
     assert remove_stale(shm_dir=tmp_path / "absent", proc=proc).removed == []
