@@ -95,6 +95,38 @@ class JointSample:
     """[q0..q5, gripper_norm] as published."""
 
 
+class JsonLines:
+    """The JSON lines a child process prints, read by a thread of their own. Why not select()
+    on the pipe and readline(): readline may buffer a second line, which select then no longer
+    sees (a probe that printed a Fast DDS warning and its "ready" together would seem silent)."""
+
+    def __init__(self, proc: subprocess.Popen):
+        import queue
+
+        self._proc = proc
+        self._lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self._proc.stdout:
+            if line.startswith("{"):
+                self._lines.put(line)
+        self._lines.put(None)  # EOF: the process exited
+
+    def next_json(self, timeout_s: float) -> dict:
+        import json
+        import queue
+
+        try:
+            line = self._lines.get(timeout=timeout_s)
+        except queue.Empty:
+            return {"error": f"no answer from the e-stop probe in {timeout_s:.0f} s"}
+        if line is None:
+            self._lines.put(None)
+            return {"error": f"the e-stop probe exited ({self._proc.poll()})"}
+        return json.loads(line)
+
+
 class Rig:
     def __init__(self, tmp: Path, required_cameras, run_dir: Path | None = None, launch_args: tuple[str, ...] = ()):
         import rclpy
@@ -426,24 +458,8 @@ class Rig:
             text=True,
             env=dict(os.environ),
         )
+        self._probe_lines = JsonLines(self._probe)
         self._probe_ready = False
-
-    def _probe_line(self, timeout_s: float) -> dict:
-        """The probe's next JSON line (Fast DDS may print other lines first)."""
-        import json
-        import select
-
-        deadline = time.time() + timeout_s
-        while time.time() < deadline:
-            ready, _, _ = select.select([self._probe.stdout], [], [], max(0.0, deadline - time.time()))
-            if not ready:
-                break
-            line = self._probe.stdout.readline()
-            if not line:
-                return {"error": f"the e-stop probe exited ({self._probe.poll()})"}
-            if line.startswith("{"):
-                return json.loads(line)
-        return {"error": f"no answer from the e-stop probe in {timeout_s:.0f} s"}
 
     def estop_latencies(self, n: int, pause_s: float = 0.02) -> list[float]:
         """Round trips (s) of `n` safety/estop calls from this graph's probe process
@@ -451,12 +467,12 @@ class Rig:
         queueing); an unanswered call counts as 2 s."""
         self.start_estop_probe()  # a no-op when wait_ready started it and it still runs
         if not self._probe_ready:
-            data = self._probe_line(60.0)
+            data = self._probe_lines.next_json(60.0)
             assert data.get("ready"), f"e-stop probe failed: {data}"
             self._probe_ready = True
         self._probe.stdin.write(f"{n} {pause_s}\n")
         self._probe.stdin.flush()
-        data = self._probe_line(60 + 3 * n)
+        data = self._probe_lines.next_json(60 + 3 * n)
         assert "latencies_ms" in data, f"e-stop probe failed: {data}"
         from .conftest import ESTOP_RESENDS, ESTOP_SCHEDULING, ESTOP_SETTLE_S
 
