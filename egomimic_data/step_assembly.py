@@ -21,7 +21,11 @@ Each other stream contributes its sample nearest the frame's capture stamp (anot
 frames are taken in order, one to one: StepAssembler._pick_frame says why); one further away than
 its tolerance (`image_tolerance_s`, `state_tolerance_s`, `command_tolerance_s`) makes the step
 skipped, counted under that stream, with the reason in `last_skip`. A step is never built from a
-stream that is not live, and never half-built.
+stream that is not live, and never half-built. One dropped camera frame (a late host: the
+synthetic camera's pacer skips a deadline, a UVC camera with one buffer likewise) is bridged with
+that camera's previous frame, counted as recorded twice, so that the other cameras' frames of its
+slot are recorded rather than lost; a dropped head frame gets its slot's step the same way. Two
+or more missing in a row is a stalled camera: those steps are skipped.
 
 The measured pose and joints of a step are one measurement: the driver stamps a tick's
 joint_states and the FK pose of those joints alike, so a pose is paired with the joint sample of
@@ -53,8 +57,10 @@ JOINT_HISTORY = 32
 """joint_states kept for pairing: 320 ms at 100 Hz, far more than a pose's extra hop takes."""
 POSE_HISTORY = 8
 """Poses waiting for their joint sample."""
-SAMPLE_HISTORY = 12
-"""Paired arm states and commands kept per stream (~0.4 s at 30 Hz)."""
+SAMPLE_RATE_MAX_HZ = 40.0
+"""Arm states (33 Hz: a pose every third joint_states tick) and commands (30 Hz) come at most
+this fast: their histories hold hold_back_s of them, plus SAMPLE_HISTORY_EXTRA."""
+SAMPLE_HISTORY_EXTRA = 4
 IMAGE_HISTORY_EXTRA = 3
 """Frames kept beyond those a hold-back can pin (the tick's own period and jitter)."""
 
@@ -247,10 +253,14 @@ class StepAssembler:
         self._period_ns = int(round(NS / c.fps))
         image_depth = math.ceil(c.hold_back_s * c.fps) + IMAGE_HISTORY_EXTRA + 1
         self._images = {cam: _History(image_depth) for cam in c.cameras}
-        self._obs = {arm: _History(SAMPLE_HISTORY) for arm in ARMS}
+        # A step waits up to hold_back_s for a late frame; the states and commands near its stamp
+        # must still be held then (12 samples, 0.36 s, were not: a stalled camera's first step
+        # was skipped for want of an arm state instead of being recorded).
+        sample_depth = math.ceil(c.hold_back_s * SAMPLE_RATE_MAX_HZ) + SAMPLE_HISTORY_EXTRA
+        self._obs = {arm: _History(sample_depth) for arm in ARMS}
         self._pairers = {arm: _Pairer() for arm in ARMS}
-        self._cmd_pose = _History(SAMPLE_HISTORY)
-        self._cmd_joints = {arm: _History(SAMPLE_HISTORY) for arm in ARMS}
+        self._cmd_pose = _History(sample_depth)
+        self._cmd_joints = {arm: _History(sample_depth) for arm in ARMS}
         self.streams: tuple[str, ...] = (
             *(image_stream(cam) for cam in c.cameras),
             *(s for arm in ARMS for s in (obs_joints_stream(arm), obs_pose_stream(arm))),
@@ -265,6 +275,8 @@ class StepAssembler:
         self._span_start_ns: int | None = None
         self._decided_ns = -1
         """Stamp of the newest reference frame whose step was decided (written or skipped)."""
+        self._last_ref: Sample | None = None
+        """The newest reference frame decided in this episode (a dropped one is bridged with it)."""
         self._used: dict[str, set[int]] = {cam: set() for cam in c.cameras}
         self._last_used: dict[str, int] = {}
         self.steps = 0
@@ -368,6 +380,7 @@ class StepAssembler:
         self.last_skip = ""
         self._start_ns = int(start_ns)
         self._span_start_ns = None
+        self._last_ref = None
         self._decided_ns = max(self._decided_ns, self._start_ns - 1)
         self.active = True
 
@@ -442,9 +455,13 @@ class StepAssembler:
             self._decided_ns = frame.stamp_ns
             if self._span_start_ns is None:
                 self._span_start_ns = frame.stamp_ns - self._period_ns // 2
+            bridged = self._bridge_dropped_reference(frame)
+            if bridged is not None:
+                steps.append(bridged)
             step = self._step(frame)
             if step is not None:
                 steps.append(step)
+            self._last_ref = frame
         if not pending:
             newest = ref.newest
             limit = int(self.config.stale_after_s * NS)
@@ -453,6 +470,21 @@ class StepAssembler:
                 age = "no frame yet" if newest is None else f"no frame for {(now_ns - newest.stamp_ns) / 1e6:.0f} ms"
                 self._skip(stream, f"{stream}: {age}")
         return steps
+
+    def _bridge_dropped_reference(self, frame: Sample) -> Step | None:
+        """The step of a slot whose reference frame the camera dropped (its host was late: the
+        synthetic camera's pacer skips a deadline, a UVC camera with one buffer likewise): the
+        previous reference frame stands in (counted as recorded twice), so the other cameras'
+        frames of that slot are recorded, not lost. One missing frame only: a longer gap is a
+        stalled camera, whose slots stay unrecorded."""
+        prev = self._last_ref
+        if prev is None:
+            return None
+        gap = frame.stamp_ns - prev.stamp_ns
+        tolerance_ns = int(self.config.image_tolerance_s * NS)
+        if not self._period_ns + tolerance_ns < gap <= 2 * self._period_ns + tolerance_ns:
+            return None  # the next frame (captured late or early within the tolerance), or a stall
+        return self._step(prev, at_ns=prev.stamp_ns + gap // 2)
 
     def _neighbours_arrived(self, stamp_ns: int) -> bool:
         histories: list[_History] = [h for cam, h in self._images.items() if cam != self.config.reference_camera]
@@ -488,10 +520,18 @@ class StepAssembler:
         keeps the pairing one to one; the half-period escape realigns after a camera dropped a
         frame (one frame recorded twice) instead of pairing every later frame one period late."""
         stream, history = image_stream(cam), self._images[cam]
+        tolerance_ns = int(self.config.image_tolerance_s * NS)
+        nearest = history.nearest(stamp_ns)
+        if nearest is not None and abs(nearest.stamp_ns - stamp_ns) > tolerance_ns:
+            # The camera dropped this slot's frame: its previous one stands in (counted as
+            # recorded twice) when it is at most one period further than the tolerance, i.e.
+            # one frame is missing; else the camera is stalled and the step is skipped.
+            before = [s for s in history if s.stamp_ns <= stamp_ns]
+            if before and stamp_ns - before[-1].stamp_ns <= tolerance_ns + self._period_ns:
+                return before[-1]
         nearest = self._pick(stream, history, stamp_ns, self.config.image_tolerance_s)
         if nearest is None:
             return None
-        tolerance_ns = int(self.config.image_tolerance_s * NS)
         last = self._last_used.get(stream, -1)
         in_order = next((s for s in history if s.stamp_ns > last and abs(s.stamp_ns - stamp_ns) <= tolerance_ns), None)
         if (
@@ -501,8 +541,10 @@ class StepAssembler:
             return in_order
         return nearest
 
-    def _step(self, frame: Sample) -> Step | None:
-        c, t = self.config, frame.stamp_ns
+    def _step(self, frame: Sample, at_ns: int | None = None) -> Step | None:
+        """The step of reference `frame`, stamped `at_ns` (default: the frame's capture stamp;
+        a bridged slot's own stamp when the frame stands in for a dropped one)."""
+        c, t = self.config, frame.stamp_ns if at_ns is None else at_ns
         chosen: dict[str, Sample] = {image_stream(c.reference_camera): frame}
         for cam in c.cameras:
             if cam != c.reference_camera:
