@@ -40,6 +40,9 @@ from egomimic_launch.steps import auto_arm as arm_when_settled
 
 EXIT_OK, EXIT_USAGE, EXIT_SAFE_STOP, EXIT_LOOP_DID_NOT_RUN, EXIT_START_FAILED, EXIT_ALREADY_RUNNING = 0, 2, 3, 4, 5, 6
 EXIT_INTERNAL = 1
+ARMED_WAIT_S = 60.0
+"""--duration-from armed: the longest wait for ARMED after start-up (auto-arming takes 1-6 s on
+the 2-core machine; a minute is a gate that will not arm)."""
 """An error of the launcher itself (a bug): one line, the traceback with --debug; the graph is
 torn down first either way (main's finally)."""
 DISCOVERY_WAIT_S = 3.0
@@ -84,6 +87,14 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
     parser.add_argument("launch_args", nargs="*", metavar="arg:=value")
     parser.add_argument(
         "--duration", type=float, default=0.0, help="stop after this many seconds (0: run until interrupted)"
+    )
+    parser.add_argument(
+        "--duration-from",
+        choices=("up", "armed"),
+        default="up",
+        help="count --duration from when every node is up (default) or from when the gate is first ARMED "
+        f"(needs --summary: a run of so many seconds of control, however long start-up takes; not armed "
+        f"within {ARMED_WAIT_S:.0f} s of start-up stops the run)",
     )
     parser.add_argument(
         "--summary", action="store_true", help="watch the graph, print progress and a summary table at the end"
@@ -275,6 +286,8 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
         kill_spec = _parse_kill(ns.kill_after, graph)
         if not (ns.duration >= 0 and math.isfinite(ns.duration)):
             raise LaunchArgumentError(f"--duration {ns.duration:g}: seconds >= 0 (0: run until interrupted)")
+        if ns.duration_from == "armed" and not (ns.duration > 0 and ns.summary):
+            raise LaunchArgumentError("--duration-from armed needs --duration S and --summary (which sees the gate)")
     except LaunchArgumentError as exc:
         safe_print(f"egomimic-launch: {exc}", err=True)
         return EXIT_USAGE
@@ -419,7 +432,7 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
                 monitor.begin(t_up)
             if ns.trials and monitor:
                 trials_thread = _start_trials(ns, graph, client, monitor, launcher, trials_out)
-            deadline = time.monotonic() + ns.duration if ns.duration > 0 else None
+            deadline = time.monotonic() + ns.duration if ns.duration > 0 and ns.duration_from == "up" else None
             t_start = time.monotonic()
             next_port_check = t_start
             while not launcher.stop_event.wait(0.1):
@@ -445,6 +458,14 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
                     break
                 if monitor:
                     monitor.progress()
+                if ns.duration_from == "armed" and deadline is None:
+                    armed_at = monitor.first_armed()
+                    if armed_at is not None:
+                        deadline = time.monotonic() - (time.time() - armed_at) + ns.duration
+                    elif time.monotonic() - t_start >= ARMED_WAIT_S:
+                        launcher.stop_reason = f"the gate was not ARMED within {ARMED_WAIT_S:.0f} s of start-up"
+                        safe_print(f"[launch] {launcher.stop_reason}", err=True)
+                        break
                 if deadline and time.monotonic() >= deadline:
                     launcher.stop_reason = f"duration {ns.duration:.0f} s elapsed"
                     break

@@ -98,6 +98,11 @@ class RunMonitor:
         self.t_end = t
         self.obs.end_window(t)
 
+    def first_armed(self) -> float | None:
+        """Wall time (s) the gate was first seen ARMED in this run, or None."""
+        with self.obs.lock:
+            return next((t for t, state, _ in self.obs.gate_history if state == GateState.ARMED), None)
+
     def progress(self) -> None:
         """Called about every 0.1 s: account the samples, print a line every 2 s."""
         self.obs.poll()

@@ -128,6 +128,7 @@ def test_bad_launch_arguments_are_refused(args):
         (["--kill-after", "frames:abc"], "'abc' is not a number"),  # was a traceback after a 14 s start-up
         (["--kill-after", "framez:3"], "no node 'framez'"),
         (["--duration", "-5"], "--duration -5"),  # was accepted
+        (["--duration", "5", "--duration-from", "armed"], "needs --duration S and --summary"),  # nothing sees ARMED
         (["inject_latency_ms:=-5"], "inject_latency_ms:=-5"),
         (["--run-dir", "/dev/null/run"], "--run-dir '/dev/null/run': cannot create it"),
         (["security:=true"], "security:=true: "),  # pip wheels: no DDS Security plugins (a ROS install: keystore)
