@@ -33,6 +33,7 @@ pytestmark = pytest.mark.integration
 NS = "eva"
 START = np.array([0.0, 1.0, 1.0, -0.3, 0.0, 0.0])  # SimConfig.initial_joints_rad
 TOL = 1e-6
+PERIOD_NS = 1e9 / 30
 STREAMS = {
     *(f"images.{cam}" for cam in CAMERAS),
     *(f"{arm.value}.{kind}" for arm in ARMS for kind in ("obs_joints", "obs_ee_pose", "cmd_joints")),
@@ -146,16 +147,27 @@ def check_episode(path: str, min_frames: int, task_name: str, transport: str) ->
     assert r.attrs["task_name"] == task_name
     t = r.timestamps_ns
     assert np.all(np.diff(t) > 0), "step stamps increase"
-    np.testing.assert_array_equal(r.image_stamps_ns("front_1"), t)  # the head camera paces the steps
-    for cam in CAMERAS:
-        assert np.max(np.abs(r.image_stamps_ns(cam) - t)) <= 30e6, cam
-        for i in (0, len(r) - 1):
-            assert r.image(cam, i).shape == (480, 640, 3)
+    assert np.all(np.diff(r.array("obs_rgb_timestamps_ns")) > 0), "upstream's RGB clock increases strictly"
     stats = r.attrs[STATS_ATTRIBUTE]
     assert set(stats["streams"]) == STREAMS
+    for cam in CAMERAS:
+        # Each frame is within 30 ms of its step, or it is the camera's previous frame standing in
+        # for one it dropped (step_assembly's bridge: at most a period further, and counted as
+        # recorded twice, so the episode says how many).
+        stamps = r.image_stamps_ns(cam)
+        reused = np.concatenate([[False], np.diff(stamps) == 0])
+        off = np.abs(stamps - t)
+        assert np.all(off[~reused] <= 30e6), (cam, int(np.max(off[~reused])))
+        assert np.all(off[reused] <= 30e6 + PERIOD_NS), (cam, int(np.max(off[reused])))
+        # (at least: a step assembled after the stop, not stored, may have reused one too)
+        assert stats["streams"][f"images.{cam}"]["duplicated"] >= int(np.sum(reused)), cam
+        if cam == "front_1":  # the head camera paces the steps
+            np.testing.assert_array_equal(stamps[~reused], t[~reused])
+        for i in (0, len(r) - 1):
+            assert r.image(cam, i).shape == (480, 640, 3)
     assert stats["image_transport"] == transport, "raw: the recorder encoded; compressed: the cameras' JPEGs"
     assert all(s["received"] > 0 for s in stats["streams"].values()), stats["streams"]
-    assert stats["streams"]["images.front_1"]["duplicated"] == 0 and stats["steps"] >= len(r)
+    assert stats["steps"] >= len(r)
     kin = ArmKinematics()
     for arm in ARMS:
         q = r.array(f"{arm.value}.obs_joints").astype(float)

@@ -55,6 +55,28 @@ def write(path, n, **kw):
     return meta
 
 
+def test_a_reused_reference_frame_keeps_the_rgb_clock_strictly_increasing(tmp_path):
+    """The recorder bridges one dropped front_1 frame with the one before (step_assembly): that
+    step's stamps.front_1 repeats the reused frame's capture stamp (the truth), while upstream's
+    RGB clock, which its readers require strictly increasing, carries the step's own stamp; across
+    a block boundary too (the reused frame is the last of the block before)."""
+    path = tmp_path / "e.zarr"
+    period = 33_333_333
+    reused = {3, 30}  # step 30 opens the second block of 30
+    with EpisodeWriter(path, META, block_steps=30) as w:
+        for t in range(40):
+            head = 900 + (t - 1 if t in reused else t) * period
+            w.add(1_000 + t * period, {c: image(t, c) for c in CAMS}, values(t), dict.fromkeys(CAMS, head))
+    r = EpisodeReader(path)
+    clock, head = r.array("obs_rgb_timestamps_ns"), r.image_stamps_ns("front_1")
+    assert np.all(np.diff(clock) > 0)
+    for t in range(40):
+        if t in reused:
+            assert clock[t] == 1_000 + t * period and head[t] == head[t - 1]
+        else:
+            assert clock[t] == head[t] == 900 + t * period
+
+
 def test_round_trip(tmp_path):
     path = tmp_path / "ep.zarr"
     write(path, 75)
