@@ -426,13 +426,12 @@ class EpisodeWriter:
         in the kernel for 20-80 ms (a SCHED_FIFO 90 probe was late 17-63 times a minute, every
         time during a block write, against 0-2 idle); synced and dropped, 3-4 a minute. Best
         effort: a failure here loses no data, which zarr has already written."""
-        root = Path(self.path)
         block = self.block_steps
         for cam in self.meta.cameras:
             arr = self._arrays[IMAGE_PREFIX + cam]
             for shard in range(start // block, (stop - 1) // block + 1):
                 try:
-                    fd = os.open(root / arr.path / arr.metadata.encode_chunk_key((shard,)), os.O_RDONLY)
+                    fd = os.open(self.path / arr.path / arr.metadata.encode_chunk_key((shard,)), os.O_RDONLY)
                 except OSError:
                     continue
                 try:

@@ -40,11 +40,11 @@ from egomimic_launch.steps import auto_arm as arm_when_settled
 
 EXIT_OK, EXIT_USAGE, EXIT_SAFE_STOP, EXIT_LOOP_DID_NOT_RUN, EXIT_START_FAILED, EXIT_ALREADY_RUNNING = 0, 2, 3, 4, 5, 6
 EXIT_INTERNAL = 1
+"""An error of the launcher itself (a bug): one line, the traceback with --debug; the graph is
+torn down first either way (main's finally)."""
 ARMED_WAIT_S = 60.0
 """--duration-from armed: the longest wait for ARMED after start-up (auto-arming takes 1-6 s on
 the 2-core machine; a minute is a gate that will not arm)."""
-"""An error of the launcher itself (a bug): one line, the traceback with --debug; the graph is
-torn down first either way (main's finally)."""
 DISCOVERY_WAIT_S = 3.0
 """How long the launcher listens for a previous graph before starting. DDS discovery of running
 nodes takes a few hundred ms on an idle machine, but 1.5 s was once not enough on a loaded one
