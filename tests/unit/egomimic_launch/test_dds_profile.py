@@ -22,7 +22,8 @@ def test_the_profile_allows_udp_on_loopback_only_and_no_builtin_transports():
     shm = next(t for t in transports.values() if t.findtext("d:type", namespaces=NS) == "SHM")
     assert int(shm.findtext("d:segment_size", namespaces=NS)) == 8 * 2**20
     assert int(shm.findtext("d:port_queue_capacity", namespaces=NS)) == 2048
-    assert int(shm.findtext("d:healthy_check_timeout_ms", namespaces=NS)) == 5000, "bench/port_death.py"
+    # the port health check off for any run: an opener slept timeout/3 in its send lock (the XML says why)
+    assert int(shm.findtext("d:healthy_check_timeout_ms", namespaces=NS)) == 2**32 - 1
     participant = root.find(".//d:participant[@is_default_profile='true']", NS)
     assert participant.findtext("d:rtps/d:useBuiltinTransports", namespaces=NS) == "false"
     used = [t.text for t in participant.iterfind("d:rtps/d:userTransports/d:transport_id", NS)]
