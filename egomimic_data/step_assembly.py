@@ -24,8 +24,10 @@ skipped, counted under that stream, with the reason in `last_skip`. A step is ne
 stream that is not live, and never half-built. One dropped camera frame (a late host: the
 synthetic camera's pacer skips a deadline, a UVC camera with one buffer likewise) is bridged with
 that camera's previous frame, counted as recorded twice, so that the other cameras' frames of its
-slot are recorded rather than lost; a dropped head frame gets its slot's step the same way. Two
-or more missing in a row is a stalled camera: those steps are skipped.
+slot are recorded rather than lost; a dropped head frame gets its slot's step the same way. Only
+a frame the episode recorded stands in (a previous frame whose own step was skipped, or one from
+before the episode, would be recorded once, a period away from its step). Two or more missing in
+a row is a stalled camera: those steps are skipped.
 
 The measured pose and joints of a step are one measurement: the driver stamps a tick's
 joint_states and the FK pose of those joints alike, so a pose is paired with the joint sample of
@@ -478,8 +480,8 @@ class StepAssembler:
         frames of that slot are recorded, not lost. One missing frame only: a longer gap is a
         stalled camera, whose slots stay unrecorded."""
         prev = self._last_ref
-        if prev is None:
-            return None
+        if prev is None or self._last_used.get(image_stream(self.config.reference_camera)) != prev.stamp_ns:
+            return None  # only a frame this episode recorded stands in (recorded twice, never shifted)
         gap = frame.stamp_ns - prev.stamp_ns
         tolerance_ns = int(self.config.image_tolerance_s * NS)
         if not self._period_ns + tolerance_ns < gap <= 2 * self._period_ns + tolerance_ns:
@@ -526,8 +528,14 @@ class StepAssembler:
             # The camera dropped this slot's frame: its previous one stands in (counted as
             # recorded twice) when it is at most one period further than the tolerance, i.e.
             # one frame is missing; else the camera is stalled and the step is skipped.
+            # Only the frame this episode recorded last stands in: one it never recorded (its step
+            # was skipped) would be recorded once, a period or more away from its step.
             before = [s for s in history if s.stamp_ns <= stamp_ns]
-            if before and stamp_ns - before[-1].stamp_ns <= tolerance_ns + self._period_ns:
+            if (
+                before
+                and stamp_ns - before[-1].stamp_ns <= tolerance_ns + self._period_ns
+                and self._last_used.get(stream) == before[-1].stamp_ns
+            ):
                 return before[-1]
         nearest = self._pick(stream, history, stamp_ns, self.config.image_tolerance_s)
         if nearest is None:

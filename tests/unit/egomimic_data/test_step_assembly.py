@@ -329,3 +329,31 @@ def test_config_refusals_name_the_field():
         AssemblyConfig(hold_back_s=-1.0)
     with pytest.raises(RecordingConfigError, match="fps"):
         AssemblyConfig(fps=float("inf"))
+
+
+def test_a_frame_whose_step_was_skipped_never_stands_in_for_a_dropped_one():
+    """A fresh-clone run's episode began: the head frame A's step was skipped (a wrist frame 41 ms
+    off), the head then dropped frame B, and A stood in for B's slot: recorded once, 43 ms from its
+    step and not counted as a duplicate. Only a frame the episode recorded may stand in."""
+    late = T0 + WARM_UP + 5 * PERIOD  # head frame A: left_wrist drops this frame and the one before
+    g = Graph(3.0)
+    a = StepAssembler()
+
+    def skip(w):
+        return w[0] == "image" and (
+            (w[1] == "left_wrist" and -PERIOD - 20 * MS < w[2] - late < 20 * MS)
+            or (w[1] == "front_1" and abs(w[2] - (late + PERIOD)) < 20 * MS)
+        )
+
+    g.run(a, T0 + WARM_UP - PERIOD, skip=skip)
+    a.begin(T0 + WARM_UP)
+    steps = g.run(a, T0 + 3_000 * MS, skip=skip)
+    counts = a.end()
+    tolerance = a.config.image_tolerance_s * 1e9
+    for cam in CAMERAS:
+        stamps = np.array([s.image_stamps_ns[cam] for s in steps])
+        reused = np.concatenate([[False], np.diff(stamps) == 0])
+        off = np.abs(stamps - np.array([s.stamp_ns for s in steps]))
+        assert np.all(off[~reused] <= tolerance), cam
+        assert counts[image_stream(cam)].duplicated == int(reused.sum()), cam
+    assert all(abs(s.image_stamps_ns["front_1"] - late) > 20 * MS for s in steps), "A's step was skipped"
