@@ -82,6 +82,19 @@ class Stop:
         self.requested = True
 
 
+def _wait_for_subscribers(publishers: dict, timeout_s: float, stop) -> list[str]:
+    """Wait until every publisher has matched a subscriber, at most `timeout_s`; the topics that
+    have none then. Why: a new process's discovery of an existing one took 60 ms or 2.3 s on this
+    machine (bench/join_latency.py), so a fixed delay either wastes time or loses the first
+    seconds of a bag to a subscriber that is about to match."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        unmatched = sorted({p.topic_name for p in publishers.values() if p.get_subscription_count() == 0})
+        if not unmatched or stop.requested or time.monotonic() >= deadline:
+            return unmatched
+        time.sleep(0.02)
+
+
 def play(args) -> int:
     import rclpy
     from rclpy.qos import QoSProfile
@@ -117,6 +130,12 @@ def play(args) -> int:
     played = 0
     wall_start = time.monotonic()
     try:
+        if args.wait_for_subscribers > 0:
+            unmatched = _wait_for_subscribers(publishers, args.wait_for_subscribers, stop)
+            if unmatched:
+                print(
+                    f"egomimic-bag: no subscriber after {args.wait_for_subscribers:g} s on {unmatched}: playing anyway"
+                )
         time.sleep(args.delay)  # discovery: let subscribers match the new publishers
         while not stop.requested:
             wall0 = time.monotonic()
@@ -181,6 +200,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p_play.add_argument(
         "--delay", type=float, default=0.5, metavar="S", help="wait S seconds for subscribers first (default 0.5)"
+    )
+    p_play.add_argument(
+        "--wait-for-subscribers",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="first wait until every played topic has a subscriber, at most S seconds (default 0: do not wait)",
     )
     p_play.add_argument("--node-name", default="egomimic_bag_player", help=argparse.SUPPRESS)
     p_repair = sub.add_parser(

@@ -132,6 +132,8 @@ def test_play_republishes_at_the_recorded_rate_with_clock(recorded, ros_node):
             f"{source}:={target}",
             "--start-offset",
             f"{offset_s:.3f}",
+            "--wait-for-subscribers",  # this process's subscriptions: a new process matched them in 0.06 or 2.3 s
+            "10",
         ],  # fmt: skip
         cwd=REPO_ROOT,
         capture_output=True,
