@@ -137,6 +137,7 @@ bench: $(STAMP) ## benchmarks print ratios and absolute figures and write JSON u
 	$(PY) bench/port_death.py --domain 85 --stops 4
 	$(PY) bench/take_stall.py --domain 83 --stops 150 --load 0
 	$(PY) bench/join_stall.py --domain 89 --joins 15 --load 1
+	$(PY) bench/join_latency.py --domain 81 --trials 8 --out out/bench/join_latency.json
 	$(PY) bench/recorder.py --domain 97 --out out/bench/recorder.json
 	$(PY) bench/observers.py --domain 98 --pairs 3 --out out/bench/observers.json
 
