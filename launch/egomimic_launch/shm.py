@@ -5,7 +5,8 @@ domain and participant index, so the next graph on that domain opens the same na
 a port file it finds there. A port left by a process that was killed (the fault battery, a
 SIGKILLed launcher, a crash) is reused with its old state: its dead listener never pops, the
 ring buffer is never empty, and a push into a non-empty buffer wakes nobody, so the new listener
-sees pushes only at its periodic wake-up, every healthy_check_timeout_ms / 3 = 333 ms. With 140
+sees pushes only at its periodic wake-up, every healthy_check_timeout_ms / 3 (333 ms at Fast DDS's
+default; never with config/fastdds_local.xml, which turns the health check off). With 140
 stale port files in /dev/shm, a process joining the running sim graph paused the gate's inputs
 347-384 ms and latched HOLD in 4 of 6 runs; with them removed, 59-77 ms and no HOLD in 3 runs
 (bench/join_stall.py, one CPU hog). A reused port can also be judged a zombie and reset by its
