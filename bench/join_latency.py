@@ -83,12 +83,6 @@ def udp_only_profile(tmp: Path) -> Path:
     return out
 
 
-def remove_domain_ports(domain: int) -> None:
-    from egomimic_launch.shm import remove_stale
-
-    remove_stale(domains=[domain])
-
-
 def trial(profile: Path, domain: int, idle_s: float, publish_s: float) -> dict:
     env = dict(
         os.environ,
@@ -101,7 +95,7 @@ def trial(profile: Path, domain: int, idle_s: float, publish_s: float) -> dict:
     )
     try:
         assert reader.stdout.readline().strip() == "READY"
-        time.sleep(idle_s)  # the reader idles: its ports get checked by its watchdog meanwhile
+        time.sleep(idle_s)  # the reader has run a while, as a running graph's node has
         writer = subprocess.run(
             [sys.executable, "-c", WRITER, str(publish_s)], env=env, capture_output=True, text=True, timeout=60
         )
@@ -118,6 +112,8 @@ def trial(profile: Path, domain: int, idle_s: float, publish_s: float) -> dict:
 
 
 def main() -> int:
+    from egomimic_launch.shm import remove_stale
+
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -134,7 +130,7 @@ def main() -> int:
             domain = args.domain + i
             runs = []
             for _ in range(args.trials):
-                remove_domain_ports(domain)
+                remove_stale(domains=[domain])  # a dead trial's leftovers would slow the next
                 runs.append(trial(profile, domain, args.idle_s, args.publish_s))
                 print(f"{name}: {runs[-1]}", flush=True)
             slow = [r["slowest_publish_ms"] for r in runs]
