@@ -222,9 +222,7 @@ class Launcher:
         it hears no writer that opened the port after the removal (shm.removed_ports_mapped)."""
         from egomimic_launch.shm import removed_ports_mapped
 
-        pids = {n.spec.name: n.proc.pid for n in self.procs if n.proc.poll() is None}
-        pids["launcher"] = os.getpid()
-        for name, ports in removed_ports_mapped(pids).items():
+        for name, ports in removed_ports_mapped(self.pids()).items():
             new = sorted(set(ports) - set(self.removed_ports.get(name, [])))
             if new:
                 self.removed_ports[name] = sorted({*self.removed_ports.get(name, []), *new})
@@ -233,6 +231,12 @@ class Launcher:
                     "no writer that opened the port since (Fast DDS regenerates a port it judges unhealthy)",
                     err=True,
                 )
+
+    def pids(self) -> dict[str, int]:
+        """{node name: pid} of the running nodes, and "launcher": this process."""
+        pids = {n.spec.name: n.proc.pid for n in self.procs if n.proc.poll() is None}
+        pids["launcher"] = os.getpid()
+        return pids
 
     def teardown(self) -> None:
         for proc in reversed(self.procs):
@@ -429,7 +433,7 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
             heartbeats.start()
             safe_print(f"[launch] all {len(graph.nodes)} nodes up")
             if monitor:
-                monitor.begin(t_up)
+                monitor.begin(t_up, launcher.pids())
             if ns.trials and monitor:
                 trials_thread = _start_trials(ns, graph, client, monitor, launcher, trials_out)
             deadline = time.monotonic() + ns.duration if ns.duration > 0 and ns.duration_from == "up" else None
@@ -475,7 +479,7 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
         if t_up:
             launcher.watch_ports()
         if monitor and t_up:
-            monitor.end(time.time())
+            monitor.end(time.time(), launcher.pids())
         if exit_code == EXIT_OK and not launcher.dead_node:
             # Orderly stop: disarm first so the arms hold while the graph goes down.
             client.trigger(topics.SAFETY_DISARM.resolve(graph.namespace), timeout_s=1.0)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from egomimic_data.recording import RecorderState
 from egomimic_hw.description import ARMS, CAMERAS
+from egomimic_launch.machine_load import CpuLoad, CpuWindow
 from egomimic_launch.observer import TRACK_KEEP_S, GraphObserver
 from egomimic_launch.stats import tracking_stats
 from egomimic_nodes import topics
@@ -88,15 +89,23 @@ class RunMonitor:
         self.obs = GraphObserver(node, namespace, task=task)
         self.t_begin = self.t_end = None
         self._next_progress = 0.0
+        self._cpu = CpuWindow()
+        self.cpu: CpuLoad | None = None
+        """The machine's and each process's CPU from begin() to end() (machine_load)."""
 
-    def begin(self, t_up: float) -> None:
+    def begin(self, t_up: float, pids: dict[str, int] | None = None) -> None:
+        """pids: {name: pid} of the graph's processes and the launcher, for the CPU line."""
         self.t_begin = t_up + SETTLE_S
         self.obs.set_window(self.t_begin)
+        if pids is not None:
+            self._cpu.start(pids)
 
-    def end(self, t: float) -> None:
+    def end(self, t: float, pids: dict[str, int] | None = None) -> None:
         self.obs.poll()
         self.t_end = t
         self.obs.end_window(t)
+        if pids is not None:
+            self.cpu = self._cpu.stop(pids)
 
     def first_armed(self) -> float | None:
         """Wall time (s) the gate was first seen ARMED in this run, or None."""
@@ -223,6 +232,8 @@ class RunMonitor:
             f"{gate_d.get('watchdog_late', '?')} (worst {gate_d.get('watchdog_late_max_ms', '?')} ms), "
             f"policy ticks {policy_d.get('late_ticks', '?')}"
         )
+        if self.cpu is not None:
+            lines += self.cpu.lines()
         if rs is not None:
             lines.append(
                 f"recorder: {RECORDER_STATES.get(rs.state, rs.state)}; episode {rs.episode_path or 'none'}: "
@@ -267,6 +278,10 @@ class RunMonitor:
                 "  WARN: a stream ran below its nominal rate on this machine (a loaded or slow machine; "
                 "the loop's function is judged by the other checks; CPU per node: bench/graph_cpu.py)"
             )
+        held = any(state in (3, 4) for _, state, _ in o.gate_history)
+        note = self.cpu.note(held, rates_nominal) if self.cpu is not None else ""
+        if note:
+            lines.append(f"  NOTE: {note}")
         lines.append(f"loop verdict: {'RAN' if verdict else 'DID NOT RUN AS EXPECTED'}")
         lines.append("=" * 96)
         print("\n".join(lines), flush=True)
@@ -288,6 +303,7 @@ class RunMonitor:
                             "reasons": dict(zip(gs.reason_codes, map(int, gs.reason_counts))),
                         },
                         "drivers": o.driver_diag,
+                        "cpu": None if self.cpu is None else self.cpu.as_dict(),
                         "task": None
                         if o.task is None
                         else {
