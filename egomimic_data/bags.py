@@ -484,13 +484,19 @@ def repair(path: Path | str, definitions: InterfaceDefinitions | None = None) ->
 
 
 def select(
-    source: Path | str, dest: Path | str, topics: Iterable[str], compress: bool = False, since_ns: int = 0
+    source: Path | str,
+    dest: Path | str,
+    topics: Iterable[str],
+    compress: bool = False,
+    since_ns: int = 0,
+    keep: Callable[[str, int, bytes], bool] | None = None,
 ) -> dict[str, int]:
     """Copy the messages of `topics` from the bag `source` into a new complete bag `dest` (each
     topic with its recorded type, definition, hash and QoS; reception stamps kept): a small bag for
     one purpose, e.g. the replay regression's fixtures. `compress`: rosbag2's file compression
     (zstd, `<name>.mcap.zstd`; rosbags and `ros2 bag` read it); `since_ns`: only messages received
-    from then on. Returns messages per topic copied."""
+    from then on; `keep(topic, received_ns, raw)`: False leaves that message out (e.g. the camera
+    frames far from any policy query). Returns messages per topic copied."""
     dest = Path(dest)
     if dest.exists():
         raise BagError(f"{dest} exists already; a bag is never overwritten")
@@ -520,6 +526,8 @@ def select(
             )
         counts = {c.topic: 0 for c in conns}
         for conn, stamp_ns, data in reader.messages(connections=conns, start=since_ns or None):
+            if keep is not None and not keep(conn.topic, stamp_ns, bytes(data)):
+                continue
             writer.write(out[conn.id], stamp_ns, data)
             counts[conn.topic] += 1
         writer.close()

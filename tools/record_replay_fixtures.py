@@ -9,6 +9,12 @@ policy, auto arm) with bag:=true, cut down to the topics the replay reads
   frozen_camera  armed, 2 s later the left wrist camera frozen through the camera node's runtime
                  fault injection (inject_fault freeze:left_wrist): the gate latches HOLD; SIGINT
                  4 s after ARMED (the gate, in HOLD, latches ESTOP on its way out)
+  model_nominal  `make run`'s default policy (the shipped checkpoint MODEL, the box of seed
+                 MODEL_TASK_SEED in view, config/box_policy_eval.yaml) armed for 4 s, with the
+                 camera frames (bag_images:=true): only the frames within reach of a query are
+                 kept (from max_image_age_s + sync_tolerance_s before a chunk's observation stamp
+                 to sync_tolerance_s after it); the synthetic frames compress to a few KiB each
+                 in the bag's zstd file
 Each bag starts 1 s before the gate's first status (the bag node starts first; before that it
 holds only the other nodes starting).
 Beside each bag: replay.yaml, the gate's and the policy's parameters in that run (the deployment
@@ -43,9 +49,15 @@ ATTEMPTS = 3
 """Recordings tried per fixture until its replay reproduces it (module docstring)."""
 LEAD_S = 1.0
 """Kept before the gate's first status (the bag starts first: the rest is the other nodes starting)."""
+MODEL = "policies/sim_box_grasp.ckpt"
+"""The model fixture's policy, relative to the repository (so its replay.yaml names it so)."""
+MODEL_TASK_SEED = 1004
+MODEL_PARAMS = REPO / "config/box_policy_eval.yaml"
+"""`make run`'s params_file for its default policy (its query cadence)."""
 FIXTURES = {
-    "nominal": dict(armed_s=4.0, fault=None),
-    "frozen_camera": dict(armed_s=4.0, fault="freeze:left_wrist"),
+    "nominal": dict(armed_s=4.0, fault=None, model=False),
+    "frozen_camera": dict(armed_s=4.0, fault="freeze:left_wrist", model=False),
+    "model_nominal": dict(armed_s=4.0, fault=None, model=True),
 }
 
 
@@ -117,12 +129,14 @@ def _first_status_ns(bag: Path, topic: str) -> int:
         reader.close()
 
 
-def node_parameters(run_dir: Path, node: str) -> dict:
-    """A node's parameters as it read them: the deployment file, then the launcher's generated one."""
+def node_parameters(run_dir: Path, node: str, params_file: Path | None = None) -> dict:
+    """A node's parameters as it read them: the deployment file, the launcher's generated one,
+    then the run's params_file (the launcher passes them in that order: the last one wins)."""
     from egomimic_launch.replay import node_params
 
     merged: dict = {}
-    for path in (SIM_YAML, *sorted((run_dir / "params").glob(f"{node}*.yaml"))):
+    extra = (params_file,) if params_file is not None else ()
+    for path in (SIM_YAML, *sorted((run_dir / "params").glob(f"{node}*.yaml")), *extra):
         merged.update(node_params(path, node))
     return merged
 
@@ -132,15 +146,51 @@ class NotReproduced(RuntimeError):
     bag does not hold: the gate and the bag received two messages in different orders)."""
 
 
-def record(name: str, armed_s: float, fault: str | None, out: Path, work: Path) -> Path:
+def _query_windows(bag: Path, chunk_topic: str, policy_params: dict) -> list[tuple[int, int]]:
+    """(from, to) stamp windows (ns) around each recorded chunk's observation stamp in which a
+    camera frame could have been in its observation (module docstring)."""
+    from rclpy.serialization import deserialize_message
+
+    from egomimic_data.bags import open_reader
+    from egomimic_msgs.msg import ActionChunk
+    from egomimic_nodes.msg_convert import stamp_to_ns
+    from egomimic_policy.rollout import RolloutConfig
+
+    rollout = RolloutConfig()
+    before = float(policy_params.get("max_image_age_s", rollout.max_image_age_s))
+    tol = float(policy_params.get("sync_tolerance_s", rollout.sync_tolerance_s))
+    reader = open_reader(bag)
+    try:
+        conns = [c for c in reader.connections if c.topic == chunk_topic]
+        stamps = [
+            stamp_to_ns(deserialize_message(bytes(raw), ActionChunk).observation_stamp)
+            for _c, _t, raw in reader.messages(connections=conns)
+        ]
+    finally:
+        reader.close()
+    return [(s - int((before + tol) * 1e9), s + int(tol * 1e9)) for s in stamps]
+
+
+def record(name: str, armed_s: float, fault: str | None, out: Path, work: Path, model: bool = False) -> Path:
     from egomimic_data.bags import select
+    from egomimic_launch.observer import header_stamp_s
     from egomimic_launch.replay import PARAMS_FILE, _Topics, configs_from_params, replay
 
     work.mkdir(parents=True, exist_ok=True)
     run_dir, bag_dir = work / f"{name}_run", work / f"{name}_bags"
+    policy_args = (
+        [
+            f"policy:={REPO / MODEL}",
+            f"task_seed:={MODEL_TASK_SEED}",
+            f"params_file:={MODEL_PARAMS}",
+            "bag_images:=true",
+        ]
+        if model
+        else ["policy:=scripted"]
+    )
     cmd = [
         *LAUNCH,
-        "policy:=scripted",
+        *policy_args,
         "bag:=true",
         f"bag_dir:={bag_dir}",
         "--duration",
@@ -167,25 +217,39 @@ def record(name: str, armed_s: float, fault: str | None, out: Path, work: Path) 
     bags = sorted(bag_dir.glob("rosbag2_*"))
     if len(bags) != 1:
         raise SystemExit(f"[fixtures] {name}: expected one bag under {bag_dir}, found {len(bags)} (launcher exit {rc})")
-    params = node_parameters(run_dir, "safety_gate")
+    params = node_parameters(run_dir, "safety_gate", MODEL_PARAMS if model else None)
     config, _ = configs_from_params(params)
     dest = out / name
     staged = work / name
     names = _Topics(NS, config.required_cameras)
-    topics_kept = names.needed() | names.optional()
+    policy_params = node_parameters(run_dir, "policy", MODEL_PARAMS if model else None)
+    topics_kept = names.needed() | {names.chunk}
+    keep = None
+    if model:
+        topics_kept |= set(names.images)
+        windows = _query_windows(bags[0], names.chunk, policy_params)
+
+        def keep(topic: str, _received_ns: int, raw: bytes) -> bool:
+            if topic not in names.images:
+                return True
+            stamp = int(round(header_stamp_s(raw) * 1e9))
+            return any(lo <= stamp <= hi for lo, hi in windows)
+
+        policy_params["policy"] = MODEL  # the repository's copy, wherever the replay runs
     counts = select(
         bags[0],
         staged,
         topics_kept,
         compress=True,
         since_ns=_first_status_ns(bags[0], names.status) - int(LEAD_S * 1e9),
+        keep=keep,
     )
     (staged / PARAMS_FILE).write_text(
         "# The safety gate's and the policy's parameters while this fixture was recorded (tools/record_replay_fixtures.py)\n"
         + yaml.safe_dump(
             {
                 "/**/safety_gate": {"ros__parameters": params},
-                "/**/policy": {"ros__parameters": node_parameters(run_dir, "policy")},
+                "/**/policy": {"ros__parameters": policy_params},
             },
             sort_keys=True,
         )
@@ -219,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                record(name, spec["armed_s"], spec["fault"], args.out, tmp / f"{name}_try{attempt}")
+                record(name, spec["armed_s"], spec["fault"], args.out, tmp / f"{name}_try{attempt}", spec["model"])
                 break
             except NotReproduced:
                 print(

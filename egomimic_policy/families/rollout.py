@@ -112,6 +112,19 @@ class FamilyRolloutPolicy:
             self._features.clear()
             self._generator.manual_seed(self._seed)
 
+    def sampler_state(self) -> torch.Tensor:
+        """The sampler's noise state now: with restore_sampler_state, the replay regression answers
+        one recorded query from several candidate observations with the noise the node used."""
+        with self._lock:
+            return self._generator.get_state()
+
+    def restore_sampler_state(self, state: torch.Tensor) -> None:
+        """Back to `state` (sampler_state), and the image features cache emptied: candidates of one
+        stamp may hold different frames, which that cache (keyed by stamp) would not tell apart."""
+        with self._lock:
+            self._generator.set_state(state)
+            self._features.clear()
+
     def _frame_features(self, frame: Observation) -> torch.Tensor:
         key = int(frame.stamp_ns)
         if key not in self._features:

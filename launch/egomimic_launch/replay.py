@@ -29,7 +29,8 @@ and the watchdog ticks at the gate's rate between messages. What is compared:
     bag's reader).
 The policy stage (replay_policy.py) recomputes each recorded chunk from its observation and
 each recorded action with the node's chunk executor, where the policy's inputs are in the bag
-(the scripted policy: arm state only); the gate is fed the recorded actions either way, so a
+(the scripted policy: arm state only; a model checkpoint: also the camera frames around each
+query); the gate is fed the recorded actions either way, so a
 policy difference and a gate difference are told apart. Not replayed: the drivers, and the
 gate's publisher checks (the bag has no publisher ids).
 """
@@ -185,10 +186,11 @@ class _Topics:
         self.proposed = topics.COMMAND_PROPOSED.resolve(ns)
         self.status = topics.SAFETY_STATUS.resolve(ns)
         self.chunk = topics.POLICY_CHUNK.resolve(ns)
+        self.images = {topics.IMAGE_RAW.resolve(ns, cam=c): c for c in cameras}
 
     def optional(self) -> set[str]:
-        """Read when the bag has them: the policy stage (replay_policy.py)."""
-        return {self.chunk}
+        """Read when the bag has them: the policy stage (replay_policy.py; a model's camera frames)."""
+        return {self.chunk, *self.images}
 
     def needed(self) -> set[str]:
         return {
@@ -311,6 +313,8 @@ class _GateReplay:
         self.start_ns = start_ns
         self.next_tick_ns = start_ns
         self.outcome = Outcome()
+        self.refusals: list[Difference] = []
+        """Operator requests the live gate accepted and this one refused, with its reason."""
         self._note(start_ns)
 
     def _at(self, ns: int) -> float:
@@ -345,11 +349,16 @@ class _GateReplay:
         self._note(ns)
 
     def propose(self, index: int, command, ns: int) -> None:
+        deferred_before = self.gate.deferred
         decision = self.gate.propose(proposal_from_command(command), ns * 1e-9, ns * 1e-9)
         self._note(ns)
         forwarded = decision.send is Send.FORWARD
         targets = {a.value: tuple(float(v) for v in decision.targets[a]) for a in ARMS} if forwarded else None
         g = self.gate
+        detail = ""
+        if not forwarded:  # a deferral (not validated now, no fault) says why; a fault's is the state's
+            deferred = decision.send is Send.NOTHING and g.deferred > deferred_before
+            detail = f"deferred: {g.last_deferral}; {g.detail}" if deferred else g.detail
         self.outcome.verdicts.append(
             Verdict(
                 index,
@@ -359,7 +368,7 @@ class _GateReplay:
                 targets,
                 g.state.name,
                 g.reason.value if g.reason else "",
-                g.detail if not forwarded else "",
+                detail,
             )
         )
 
@@ -367,7 +376,9 @@ class _GateReplay:
         state, reason = _state_name(status.state), status.reason
         now = ns * 1e-9
         if state == "ARMING" and previous == "DISARMED":
-            self.gate.request_arm(now, now)
+            ok, why = self.gate.request_arm(now, now)
+            if not ok:  # the transitions differ from here; this says why
+                self.refusals.append(Difference(self._at(ns), f"gate: the recorded arm request was refused: {why}"))
         elif state == "ESTOP" and reason == "ESTOP" and self.gate.state != GateState.ESTOP:
             self.gate.estop()
         elif state == "DISARMED" and not reason and previous in ("ARMED", "ARMING"):
@@ -405,7 +416,7 @@ def replay(
     recorded = recorded_outcome(messages, names, start_ns)
     replayed, frames_diffs = _replay(messages, names, config, node_config, start_ns)
     policy = replay_policy(
-        [(m.at_ns, m.topic, m.raw) for m in messages], namespace, node_params(params, "policy"), start_ns
+        [(m.at_ns, m.topic, m.raw) for m in messages], namespace, node_params(params, "policy"), start_ns, bag
     )
     policy_diffs = [Difference(at_s, text) for at_s, text in policy.differences or ()]
     return Report(bag, recorded, replayed, frames_diffs + compare(recorded, replayed) + policy_diffs, policy)
@@ -413,7 +424,14 @@ def replay(
 
 def _replay(messages, names: _Topics, config, node_config, start_ns) -> tuple[Outcome, list[Difference]]:
     gate = _GateReplay(config, node_config, start_ns)
-    actions: dict[int, tuple[int, object]] = {}  # stamp -> (at_ns, policy/action)
+    # stamp -> (at_ns, policy/action), all of them first: the frames node received an action before
+    # it published the command/proposed of its stamp, but the bag's own reception of the two can
+    # come in either order (two ports, two listener threads: seen under load, 8 of 126 in one bag)
+    actions: dict[int, tuple[int, object]] = {}
+    for m in messages:
+        if m.topic == names.action:
+            msg = deserialize_message(m.raw, topics.POLICY_ACTION.type)
+            actions[stamp_to_ns(msg.header.stamp)] = (m.at_ns, msg)
     proposed_stamps: set[int] = set()
     poses_ds: dict[tuple[Arm, int], object] = {}  # (arm, stamp) -> the recording's ee_pose_dataset
     poses_hw: list[tuple[int, Arm, object]] = []
@@ -427,9 +445,6 @@ def _replay(messages, names: _Topics, config, node_config, start_ns) -> tuple[Ou
             gate.measurement(names.joint_states[m.topic], m.raw, m.at_ns)
         elif m.topic in names.health:
             gate.camera(names.health[m.topic], m.raw, m.at_ns)
-        elif m.topic == names.action:
-            msg = deserialize_message(m.raw, topics.POLICY_ACTION.type)
-            actions[stamp_to_ns(msg.header.stamp)] = (m.at_ns, msg)
         elif m.topic == names.proposed:
             live = deserialize_message(m.raw, topics.COMMAND_PROPOSED.type)
             stamp = stamp_to_ns(live.header.stamp)
@@ -482,7 +497,7 @@ def _replay(messages, names: _Topics, config, node_config, start_ns) -> tuple[Ou
         # the last actions of a run may not have reached the bag as proposals before it closed
         if at_ns < messages[-1].at_ns - 200_000_000:
             diffs.append(Difference(at_s, "frames: a policy/action that was refused live is converted by the replay"))
-    return gate.outcome, diffs
+    return gate.outcome, gate.refusals + diffs
 
 
 def _compare_poses(poses_hw, poses_ds, start_ns: int) -> tuple[list[Difference], int]:

@@ -5,12 +5,17 @@ Why separate from replay.py: the gate's replay needs only messages; this stage n
 and its executor as the node ran them (its parameters, beside the bag in replay.yaml), and it
 applies only where the policy's inputs are in the bag.
 
-What it does, for a bag whose policy is `scripted` (its inputs are the arm state only; a model's
-are the camera images, which the fixtures do not hold, 27 MB/s):
+What it does, for a bag whose policy is `scripted` (its inputs are the arm state only) or a
+model checkpoint (a file path: its inputs are also the camera images, so the bag must hold the
+`cameras/<cam>/image_raw` frames around each query; `tools/record_replay_fixtures.py` keeps
+those and drops the rest, which a 640x480 stream at 27 MB/s would not fit in the repository):
   policy/chunk   each chunk's observation is rebuilt from the recorded `<arm>/ee_pose_dataset`
-                 and `<arm>/joint_states` samples of its observation stamp (the synchronizer chose
-                 samples of that stamp: the driver stamps a pose and a joint state alike), the
-                 policy answers it, and the rows must equal the recording's (1e-9);
+                 and `<arm>/joint_states` samples (and, for a model, the camera frames) of its
+                 observation stamp (the synchronizer chose samples of that stamp: the driver
+                 stamps a pose and a joint state alike), the policy answers it, and the rows must
+                 equal the recording's (1e-9 for the scripted policy; MODEL_TOLERANCE for a
+                 model, loaded from its checkpoint with the recorded seed: its sampler's noise
+                 sequence is replayed by answering the chunks in their order);
   policy/action  the node's ChunkScheduler runs on the bag's clock: each chunk (the replayed one)
                  accepted at its recorded arrival, a tick at each recorded action's stamp; each
                  target must equal the recorded action (pose and gripper within 1e-9, the same
@@ -23,6 +28,7 @@ published an action in every case seen here).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 import numpy as np
 from rclpy.serialization import deserialize_message
@@ -31,8 +37,8 @@ from egomimic_hw.description import ARMS, JOINTS_PER_ARM, Arm
 from egomimic_hw.sync import ObservationSynchronizer
 from egomimic_msgs.msg import ActionChunk, BimanualCommand
 from egomimic_nodes import topics
-from egomimic_nodes.msg_convert import pose_to_array, stamp_to_ns
-from egomimic_nodes.policy_node import SYNC_HISTORY, joint_stream, pose_stream
+from egomimic_nodes.msg_convert import image_to_array, pose_to_array, stamp_to_ns
+from egomimic_nodes.policy_node import SYNC_HISTORY, image_stream, joint_stream, pose_stream
 from egomimic_policy.interface import Chunk, Observation
 from egomimic_policy.rollout import ExecutorConfig, RolloutConfig
 from egomimic_policy.rollout.scheduler import ChunkScheduler
@@ -42,7 +48,12 @@ TOLERANCE = 1e-9
 """Chunk rows' and actions' poses against the recording: the same arithmetic on the same doubles."""
 GRIPPER_TOLERANCE = 1e-7
 """Grippers travel as float32 (BimanualCommand): half a float32 step at 1.0 is 6e-8."""
-REPLAYED_POLICIES = ("scripted",)
+MODEL_TOLERANCE = 1e-5
+"""A model's chunk rows (m, quaternion components and gripper): its network computes in float32
+on one torch thread, as the node did (families.rollout: num_threads 1); on the machine that
+recorded it the replay is bit-identical (measured: 0 difference), and a CPU with other vector
+kernels may round the float32 sums differently (1 float32 step is 6e-8 at 1.0), so the margin is
+about 100 steps. A changed model, input, seed or sampler moves rows by millimetres."""
 POSE_KEYS = frozenset(arm.value for arm in ARMS)
 """Keys of the compared rows that hold poses (the others hold grippers)."""
 
@@ -105,29 +116,77 @@ def _worst(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> tuple[float, f
     return pose, gripper
 
 
-def _differs(worst: tuple[float, float]) -> str:
+def _differs(
+    worst: tuple[float, float], tolerance: float = TOLERANCE, gripper_tolerance: float = GRIPPER_TOLERANCE
+) -> str:
     """'' within tolerance, else what differs."""
     pose, gripper = worst
-    if pose <= TOLERANCE and gripper <= GRIPPER_TOLERANCE:
+    if pose <= tolerance and gripper <= gripper_tolerance:
         return ""
-    return f"poses by {pose:.3g} (tolerance {TOLERANCE:g}), grippers by {gripper:.3g} (tolerance {GRIPPER_TOLERANCE:g})"
+    return f"poses by {pose:.3g} (tolerance {tolerance:g}), grippers by {gripper:.3g} (tolerance {gripper_tolerance:g})"
 
 
-def replay_policy(messages, ns: str, params: dict, start_ns: int) -> PolicyOutcome:
-    """`messages`: the bag's (at_ns, topic, raw) in reception order; `params`: the policy node's."""
-    name = str(params.get("policy", RolloutConfig.policy)).strip()
-    if name not in REPLAYED_POLICIES:
-        return PolicyOutcome(skipped=f"policy {name!r} is not replayed (its inputs, camera images, are not in the bag)")
-    rollout = config_from_params(RolloutConfig, params)
-    policy = ScriptedChunkPolicy(
-        config_from_params(ScriptedMotionConfig, params, "scripted."),
-        chunk_length=config_from_params(ScriptedChunkConfig, params, "scripted.").chunk_length,
-        rate_hz=rollout.rate_hz,
+def checkpoint_path(value: str, bag_dir: Path | None = None) -> Path | None:
+    """The checkpoint file a `policy` parameter names, or None when it names none (scripted, a
+    family, a server). A relative path is looked up from the current directory, then from the
+    bag's directory upwards (a fixture names `policies/<name>.ckpt` of the repository it is in)."""
+    value = value.strip()
+    if not value or value in ("scripted", "expert", "none") or "://" in value:
+        return None
+    path = Path(value)
+    if path.is_absolute():
+        return path if path.is_file() else None
+    candidates = [Path.cwd() / path]
+    if bag_dir is not None:
+        candidates += [parent / path for parent in Path(bag_dir).resolve().parents]
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def _model_policy(path: Path, params: dict):
+    """The model as the node loaded it (egomimic_policy.loading.load_policy): on the CPU, with the
+    recorded seed and config pin."""
+    from egomimic_policy.loading import load_policy
+
+    return load_policy(
+        str(path),
+        cache_dir=str(params.get("cache_dir", "")) or None,
+        seed=int(params.get("seed", 0)),
+        device="cpu",
+        pin_config_sha256=str(params.get("config_sha256", "")),
     )
+
+
+def replay_policy(messages, ns: str, params: dict, start_ns: int, bag_dir: Path | None = None) -> PolicyOutcome:
+    """`messages`: the bag's (at_ns, topic, raw) in reception order; `params`: the policy node's;
+    `bag_dir`: where a relative checkpoint path is also looked up (checkpoint_path)."""
+    name = str(params.get("policy", RolloutConfig.policy)).strip()
+    rollout = config_from_params(RolloutConfig, params)
+    tolerance, gripper_tolerance = TOLERANCE, GRIPPER_TOLERANCE
+    if name == "scripted":
+        policy = ScriptedChunkPolicy(
+            config_from_params(ScriptedMotionConfig, params, "scripted."),
+            chunk_length=config_from_params(ScriptedChunkConfig, params, "scripted.").chunk_length,
+            rate_hz=rollout.rate_hz,
+        )
+    else:
+        path = checkpoint_path(name, bag_dir)
+        if path is None:
+            return PolicyOutcome(
+                skipped=f"policy {name!r} is not replayed (only the scripted policy and a checkpoint file are; "
+                "a server's, the expert's privileged or a family's untrained model's inputs are not all in the bag)"
+            )
+        policy = _model_policy(path, params)
+        tolerance = gripper_tolerance = MODEL_TOLERANCE
+    cameras = tuple(policy.spec.cameras)
+    image_topics = {topics.IMAGE_RAW.resolve(ns, cam=c): c for c in cameras}
     executor = config_from_params(ExecutorConfig, params, "executor.", rate_hz=rollout.rate_hz)
     pose_topics = {topics.EE_POSE_DATASET.resolve(ns, arm=a): a for a in ARMS}
     joint_topics = {topics.JOINT_STATES.resolve(ns, arm=a): a for a in ARMS}
     chunk_topic, action_topic = topics.POLICY_CHUNK.resolve(ns), topics.POLICY_ACTION.resolve(ns)
+    if cameras and not any(topic in image_topics for _, topic, _ in messages):
+        return PolicyOutcome(
+            skipped=f"policy {name!r} reads cameras {list(cameras)}: the bag holds none of their frames"
+        )
     samples: list[tuple[int, str, np.ndarray]] = []  # (stamp, the node's stream name, value)
     chunks: list[tuple[float, ActionChunk]] = []
     actions: list[tuple[float, BimanualCommand]] = []
@@ -135,11 +194,18 @@ def replay_policy(messages, ns: str, params: dict, start_ns: int) -> PolicyOutco
         at_s = (at_ns - start_ns) * 1e-9
         if topic in pose_topics:
             msg = deserialize_message(raw, topics.EE_POSE_DATASET.type)
-            samples.append((stamp_to_ns(msg.header.stamp), pose_stream(pose_topics[topic]), pose_to_array(msg.pose)))
+            samples.append(
+                (stamp_to_ns(msg.header.stamp), pose_stream(pose_topics[topic]), pose_to_array(msg.pose), at_ns)
+            )
         elif topic in joint_topics:
             msg = deserialize_message(raw, topics.JOINT_STATES.type)
             value = np.array(msg.position[: JOINTS_PER_ARM + 1], float)
-            samples.append((stamp_to_ns(msg.header.stamp), joint_stream(joint_topics[topic]), value))
+            samples.append((stamp_to_ns(msg.header.stamp), joint_stream(joint_topics[topic]), value, at_ns))
+        elif topic in image_topics:
+            msg = deserialize_message(raw, topics.IMAGE_RAW.type)
+            samples.append(
+                (stamp_to_ns(msg.header.stamp), image_stream(image_topics[topic]), image_to_array(msg), at_ns)
+            )
         elif topic == chunk_topic:
             chunks.append((at_s, deserialize_message(raw, ActionChunk)))
         elif topic == action_topic:
@@ -158,56 +224,104 @@ def replay_policy(messages, ns: str, params: dict, start_ns: int) -> PolicyOutco
     stamps = np.array([x[0] for x in samples], dtype=np.int64)
     for at_s, msg in chunks:
         stamp = stamp_to_ns(msg.observation_stamp)
-        observation = _observation(samples, stamps, stamp, rollout)
-        if observation is None:
+        candidates = _observations(samples, stamps, stamp, rollout, cameras)
+        if not candidates:
             out.differences.append(
-                (at_s, f"policy: chunk {msg.chunk_id}: no arm state in the bag builds an observation of its stamp")
+                (at_s, f"policy: chunk {msg.chunk_id}: no input in the bag builds an observation of its stamp")
             )
             return out
-        chunk = policy.infer(observation)
-        differs = _differs(_worst(_chunk_rows(chunk), _rows(msg)))
+        chunk, differs = _answer(policy, candidates, _rows(msg), tolerance, gripper_tolerance)
         if differs:
             out.differences.append((at_s, f"policy: chunk {msg.chunk_id} differs from the recording: {differs}"))
         replayed.append((stamp_to_ns(msg.header.stamp), chunk))
         out.chunks += 1
-    out.actions, more = _replay_executor(executor, replayed, actions, start_ns)
+    out.actions, more = _replay_executor(executor, replayed, actions, start_ns, tolerance, gripper_tolerance)
     out.differences += more
     return out
 
 
-def _observation(samples, stamps: np.ndarray, stamp_ns: int, rollout: RolloutConfig) -> Observation | None:
-    """The observation the node built with stamp `stamp_ns`: its own synchronizer fed the arm
-    state known by a cut-off, the first cut-off (in stamp order, around the stamp) whose build
-    has that stamp. Why a search: the stamp is the newest of the chosen samples, the two arms'
-    drivers tick out of phase, and which samples the node had at its query is not recorded."""
-    window = int(rollout.sync_tolerance_s * 1e9) + int(rollout.max_input_age_s * 1e9)
+def _answer(policy, candidates: list[Observation], recorded: dict, tolerance: float, gripper_tolerance: float):
+    """The policy's chunk for the first candidate observation that reproduces `recorded`, or for the
+    first candidate with what differs. A sampling policy answers each candidate with the same noise
+    (sampler_state / restore_sampler_state), so the candidates count as one query."""
+    state = policy.sampler_state() if hasattr(policy, "sampler_state") else None
+    first: tuple[Chunk, str] | None = None
+    for i, observation in enumerate(candidates):
+        if i and state is not None:
+            policy.restore_sampler_state(state)
+        chunk = policy.infer(observation)
+        differs = _differs(_worst(_chunk_rows(chunk), recorded), tolerance, gripper_tolerance)
+        if not differs:
+            return chunk, ""
+        if first is None:
+            first = (
+                chunk,
+                differs + (f" ({len(candidates)} candidate observations tried)" if len(candidates) > 1 else ""),
+            )
+    assert first is not None  # candidates is never empty here
+    if state is not None and len(candidates) > 1:  # the noise as after one query, whichever answered
+        policy.restore_sampler_state(state)
+        first = (policy.infer(candidates[0]), first[1])
+    return first
+
+
+def _observations(
+    samples, stamps: np.ndarray, stamp_ns: int, rollout: RolloutConfig, cameras: tuple[str, ...] = ()
+) -> list[Observation]:
+    """The observations the node may have built with stamp `stamp_ns`, distinct by the samples
+    they hold: its own synchronizer fed the inputs known by a cut-off, each cut-off whose build
+    has that stamp; first the cut-offs in stamp order, then in the order the bag received the
+    samples (the node's own arrival order is the closer of the two, but a bag under load receives
+    late). `samples`: (stamp, stream, value, received) sorted by stamp. Why a search: the stamp is
+    the newest of the chosen samples, the two arms' drivers tick out of phase, and which samples
+    the node had at its query is not recorded: a later arm-state sample can change which one is
+    nearest a frame's capture without changing the stamp (seen with the model fixture: 3 of 9
+    chunks were the second candidate's, exactly)."""
+    window = int(rollout.sync_tolerance_s * 1e9) + int(max(rollout.max_input_age_s, rollout.max_image_age_s) * 1e9)
     lo = int(np.searchsorted(stamps, stamp_ns - window))
     hi = int(np.searchsorted(stamps, stamp_ns + int(rollout.sync_tolerance_s * 1e9), side="right"))
     ages = {name: rollout.max_input_age_s for arm in ARMS for name in (pose_stream(arm), joint_stream(arm))}
-    for cut in range(max(lo, 1), hi + 1):
-        now_ns = int(stamps[cut - 1])
+    ages.update({image_stream(cam): rollout.max_image_age_s for cam in cameras})
+    found: list[Observation] = []
+    seen: set[tuple] = set()
+    by_stamp = samples[lo:hi]
+    by_arrival = sorted(by_stamp, key=lambda x: x[3])
+    cuts = [(by_stamp, cut, by_stamp[cut - 1][0]) for cut in range(1, len(by_stamp) + 1)]
+    cuts += [(by_arrival, cut, by_arrival[cut - 1][3]) for cut in range(1, len(by_arrival) + 1)]
+    for ordered, cut, now_ns in cuts:
         if now_ns < stamp_ns:
             continue
         sync = ObservationSynchronizer(ages, rollout.sync_tolerance_s, history_depth=SYNC_HISTORY)
-        for sample_stamp, stream, value in samples[lo:cut]:
+        for sample_stamp, stream, value, _received in ordered[:cut]:
             sync.update(stream, sample_stamp, value)
-        result = sync.build(now_ns)
-        if result.ok and result.stamp_ns == stamp_ns:
+        result = sync.build(int(now_ns))
+        key = tuple(sorted(result.stamps.items())) if result.ok else None
+        if result.ok and result.stamp_ns == stamp_ns and key not in seen:
+            seen.add(key)
             v = result.values
-            return Observation(
-                stamp_ns=stamp_ns,
-                images={},
-                left_pose=v[pose_stream(Arm.LEFT)],
-                right_pose=v[pose_stream(Arm.RIGHT)],
-                left_gripper=float(v[joint_stream(Arm.LEFT)][JOINTS_PER_ARM]),
-                right_gripper=float(v[joint_stream(Arm.RIGHT)][JOINTS_PER_ARM]),
-                left_joints=v[joint_stream(Arm.LEFT)][:JOINTS_PER_ARM],
-                right_joints=v[joint_stream(Arm.RIGHT)][:JOINTS_PER_ARM],
+            found.append(
+                Observation(
+                    stamp_ns=stamp_ns,
+                    images={cam: v[image_stream(cam)] for cam in cameras},
+                    left_pose=v[pose_stream(Arm.LEFT)],
+                    right_pose=v[pose_stream(Arm.RIGHT)],
+                    left_gripper=float(v[joint_stream(Arm.LEFT)][JOINTS_PER_ARM]),
+                    right_gripper=float(v[joint_stream(Arm.RIGHT)][JOINTS_PER_ARM]),
+                    left_joints=v[joint_stream(Arm.LEFT)][:JOINTS_PER_ARM],
+                    right_joints=v[joint_stream(Arm.RIGHT)][:JOINTS_PER_ARM],
+                )
             )
-    return None
+    return found
 
 
-def _replay_executor(config: ExecutorConfig, chunks: list[tuple[int, Chunk]], actions, start_ns: int):
+def _replay_executor(
+    config: ExecutorConfig,
+    chunks: list[tuple[int, Chunk]],
+    actions,
+    start_ns: int,
+    tolerance: float = TOLERANCE,
+    gripper_tolerance: float = GRIPPER_TOLERANCE,
+):
     """The ChunkScheduler on the bag's clock: chunks accepted at their arrival, ticks at the
     recorded actions' stamps; each target against its recorded action."""
     scheduler = ChunkScheduler(config)
@@ -244,7 +358,7 @@ def _replay_executor(config: ExecutorConfig, chunks: list[tuple[int, Chunk]], ac
             "left_gripper": [recorded.left_gripper],
             "right_gripper": [recorded.right_gripper],
         }
-        differs = _differs(_worst(mine, theirs))
+        differs = _differs(_worst(mine, theirs), tolerance, gripper_tolerance)
         if differs or (target.chunk_id, target.row) != (recorded.chunk_id, recorded.row):
             diffs.append(
                 (

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from egomimic_data.bags import BagError, open_reader, select
@@ -68,14 +69,14 @@ def test_a_changed_frame_conversion_is_caught(monkeypatch):
     assert any("ee_pose_dataset differs" in t for t in texts), texts[:3]
 
 
-def _with_policy_params(tmp_path, **changes) -> Path:
-    """A copy of the nominal fixture whose replay.yaml gives the policy node other parameters."""
+def _with_policy_params(tmp_path, fixture: str = "nominal", **changes) -> Path:
+    """A copy of a fixture whose replay.yaml gives the policy node other parameters."""
     import shutil
 
     import yaml
 
-    bag = tmp_path / "nominal"
-    shutil.copytree(FIXTURES / "nominal", bag)
+    bag = tmp_path / fixture
+    shutil.copytree(FIXTURES / fixture, bag)
     data = yaml.safe_load((bag / PARAMS_FILE).read_text())
     data["/**/policy"]["ros__parameters"].update(changes)
     (bag / PARAMS_FILE).write_text(yaml.safe_dump(data))
@@ -99,6 +100,57 @@ def test_a_changed_policy_or_executor_parameter_is_caught(tmp_path):
     assert not report.ok
     assert any(d.text.startswith("policy: action at") for d in report.differences), report.text()
     assert not any(d.text.startswith("policy: chunk") for d in report.differences), "the chunks are the same"
+
+
+def test_the_model_run_replays_identically_from_its_camera_frames():
+    """`make run`'s default policy (the shipped checkpoint) recomputed from the recorded frames and
+    arm state: every chunk and action within MODEL_TOLERANCE, every gate decision identical."""
+    report = replay(FIXTURES / "model_nominal")
+    assert report.ok, report.text()
+    assert not report.policy.skipped, report.policy.skipped
+    assert report.policy.chunks >= 5 and report.policy.actions >= 100, report.policy
+    assert report.policy.actions == len(report.recorded.verdicts), "every recorded action re-executed"
+    assert sum(v.forwarded for v in report.replayed.verdicts) >= 100
+
+
+def test_a_model_change_or_other_frames_are_caught(tmp_path, monkeypatch):
+    """Another sampler seed moves the first chunk; so do other camera frames (a black right wrist
+    image): the model stage reads the recorded frames, not only the arm state."""
+    report = replay(_with_policy_params(tmp_path, "model_nominal", seed=1))
+    assert not report.ok
+    texts = [d.text for d in report.differences]
+    assert any(t.startswith("policy: chunk 1 differs from the recording: poses by") for t in texts), report.text()
+    assert all(t.startswith("policy: ") for t in texts), "the gate is fed the recorded actions: only the policy differs"
+
+    from egomimic_launch import replay_policy
+
+    recorded = replay_policy.image_to_array
+
+    def black_right_wrist(msg):
+        rgb = recorded(msg)
+        return np.zeros_like(rgb) if msg.header.frame_id.startswith("right_wrist") else rgb
+
+    monkeypatch.setattr(replay_policy, "image_to_array", black_right_wrist)
+    report = replay(FIXTURES / "model_nominal")
+    assert any(d.text.startswith("policy: chunk 1 differs") for d in report.differences), report.text()
+
+
+def test_a_model_is_replayed_only_with_its_frames_and_its_checkpoint(tmp_path, monkeypatch):
+    from egomimic_launch.replay_policy import checkpoint_path
+
+    repo = FIXTURES.parents[2]
+    with monkeypatch.context() as m:
+        m.chdir(tmp_path)  # not found from here: from the bag's directory upwards
+        assert checkpoint_path("policies/sim_box_grasp.ckpt", FIXTURES / "model_nominal") == (
+            repo / "policies" / "sim_box_grasp.ckpt"
+        )
+        assert checkpoint_path("policies/sim_box_grasp.ckpt") is None
+    assert [checkpoint_path(v) for v in ("scripted", "expert", "tcp://127.0.0.1:5555", "fold", "")] == [None] * 5
+    monkeypatch.chdir(repo)
+    report = replay(_with_policy_params(tmp_path / "a", policy="policies/sim_box_grasp.ckpt"))
+    assert report.ok and "holds none of their frames" in report.policy.skipped, report.policy
+    report = replay(_with_policy_params(tmp_path / "b", policy="tcp://127.0.0.1:5555"))
+    assert report.ok and "is not replayed" in report.policy.skipped, report.policy
 
 
 def test_the_cli_exits_0_when_identical_and_3_with_the_diff(capsys):
@@ -133,6 +185,14 @@ def test_select_keeps_types_hashes_and_counts(tmp_path):
     assert counts == {topic: original[topic][2]}
     with pytest.raises(BagError, match="exists"):
         select(FIXTURES / "nominal", tmp_path / "one", [topic])
+    # keep(): only the messages it accepts (the model fixture keeps the frames near its queries)
+    first_ns = next(t for _c, t, _raw in open_reader(FIXTURES / "nominal").messages())
+    cut = first_ns + 2_000_000_000
+    counts = select(FIXTURES / "nominal", tmp_path / "two", [topic], keep=lambda _topic, t, _raw: t < cut)
+    assert 0 < counts[topic] < original[topic][2]
+    kept = open_reader(tmp_path / "two")
+    assert all(t < cut for _c, t, _raw in kept.messages())
+    kept.close()
 
 
 def test_gate_parameters_are_checked_as_the_node_checks_them():

@@ -98,7 +98,7 @@ def joint_stream(arm: Arm) -> str:
     return topics.JOINT_STATES.name(arm)
 
 
-def _image_stream(camera: str) -> str:
+def image_stream(camera: str) -> str:
     return topics.IMAGE_RAW.name(cam=camera)
 
 
@@ -146,7 +146,7 @@ class PolicyNode(Node):
         self.cameras = tuple(spec.cameras)
         self._image_hw = tuple(spec.image_size)
         ages = {s: config.max_input_age_s for arm in ARMS for s in (pose_stream(arm), joint_stream(arm))}
-        ages.update({_image_stream(cam): config.max_image_age_s for cam in self.cameras})
+        ages.update({image_stream(cam): config.max_image_age_s for cam in self.cameras})
         self.sync = ObservationSynchronizer(ages, config.sync_tolerance_s, history_depth=SYNC_HISTORY)
         self._bad_images = 0
 
@@ -162,7 +162,7 @@ class PolicyNode(Node):
                 )
         self._take_lock = threading.Lock()
         for cam in self.cameras:  # only what the policy needs: scripted subscribes to none
-            self.create_subscription(Image, _image_stream(cam), self._image_cb(cam), qos.SENSOR_READER)
+            self.create_subscription(Image, image_stream(cam), self._image_cb(cam), qos.SENSOR_READER)
         quiet = quiet_middleware_for_images(len(self.cameras))
         if quiet:
             self.get_logger().info(f"middleware log: {quiet}")
@@ -239,7 +239,7 @@ class PolicyNode(Node):
                     cb(msg)
 
     def _image_cb(self, camera: str):
-        stream = _image_stream(camera)
+        stream = image_stream(camera)
 
         def cb(msg: Image) -> None:
             try:
@@ -275,7 +275,7 @@ class PolicyNode(Node):
         state = {arm: v[joint_stream(arm)] for arm in ARMS}
         return Observation(
             stamp_ns=result.stamp_ns,
-            images={cam: v[_image_stream(cam)] for cam in self.cameras},
+            images={cam: v[image_stream(cam)] for cam in self.cameras},
             left_pose=v[pose_stream(Arm.LEFT)],
             right_pose=v[pose_stream(Arm.RIGHT)],
             left_gripper=float(state[Arm.LEFT][JOINTS_PER_ARM]),
