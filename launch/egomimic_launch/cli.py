@@ -433,7 +433,7 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
             heartbeats.start()
             safe_print(f"[launch] all {len(graph.nodes)} nodes up")
             if monitor:
-                monitor.begin(t_up, launcher.pids())
+                monitor.begin(t_up, launcher.pids)
             if ns.trials and monitor:
                 trials_thread = _start_trials(ns, graph, client, monitor, launcher, trials_out)
             deadline = time.monotonic() + ns.duration if ns.duration > 0 and ns.duration_from == "up" else None
@@ -479,7 +479,7 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
         if t_up:
             launcher.watch_ports()
         if monitor and t_up:
-            monitor.end(time.time(), launcher.pids())
+            monitor.end(time.time())
         if exit_code == EXIT_OK and not launcher.dead_node:
             # Orderly stop: disarm first so the arms hold while the graph goes down.
             client.trigger(topics.SAFETY_DISARM.resolve(graph.namespace), timeout_s=1.0)

@@ -101,7 +101,10 @@ class CpuLoad:
 
 class CpuWindow:
     """start() and stop() with the watched processes ({name: pid}); stop() returns the CpuLoad.
-    A process that started after start() counts from its own start; one gone by stop() is left out."""
+    A process that started after start() (or a name that maps to another pid by then) counts from
+    its own start; one gone by stop() is left out, its CPU then among the other processes'. The
+    machine's share is of all its cores: with cores pinned (control_cpus, stack_cpus) a saturated
+    pair of cores can hide in a machine that is not busy overall."""
 
     def __init__(self):
         self._t0: float | None = None

@@ -46,10 +46,17 @@ import yaml
 from rclpy.serialization import deserialize_message
 
 from egomimic_data.bags import BagError, open_reader
-from egomimic_hw.description import ARMS, Arm
+from egomimic_hw.description import ARMS, CAMERAS, Arm
 from egomimic_hw.errors import PoseError
 from egomimic_hw.kinematics import ArmKinematics
-from egomimic_launch.replay_policy import PolicyOutcome, replay_policy
+from egomimic_launch.replay_policy import (
+    PolicyOutcome,
+    checkpoint_path,
+    frame_windows,
+    header_stamp_ns,
+    in_windows,
+    replay_policy,
+)
 from egomimic_msgs.msg import GateStatus
 from egomimic_nodes import topics
 from egomimic_nodes.frames_node import command_hw_from_ds, pose_ds_from_hw_msg
@@ -186,11 +193,13 @@ class _Topics:
         self.proposed = topics.COMMAND_PROPOSED.resolve(ns)
         self.status = topics.SAFETY_STATUS.resolve(ns)
         self.chunk = topics.POLICY_CHUNK.resolve(ns)
-        self.images = {topics.IMAGE_RAW.resolve(ns, cam=c): c for c in cameras}
+        self.images = {topics.IMAGE_RAW.resolve(ns, cam=c): c for c in CAMERAS}
+        """Every camera's frames: a model reads those its spec names, whichever the gate requires."""
 
     def optional(self) -> set[str]:
-        """Read when the bag has them: the policy stage (replay_policy.py; a model's camera frames)."""
-        return {self.chunk, *self.images}
+        """Read when the bag has them: the policy stage (replay_policy.py). The camera frames are
+        read only for a model, and only near its queries (_frames_near_queries)."""
+        return {self.chunk}
 
     def needed(self) -> set[str]:
         return {
@@ -205,12 +214,18 @@ class _Topics:
         }
 
 
-def _messages(bag: Path, wanted: set[str]) -> tuple[list[_Message], set[str]]:
+def _messages(bag: Path, wanted: set[str], keep=None) -> tuple[list[_Message], set[str]]:
+    """The bag's messages of `wanted`, in reception order; `keep(topic, raw)`: False leaves one out
+    (it never reaches memory: a bag with images holds 83 MB/s of them)."""
     reader = open_reader(bag)
     try:
         present = {c.topic for c in reader.connections}
         conns = [c for c in reader.connections if c.topic in wanted]
-        out = [_Message(t, c.topic, bytes(raw)) for c, t, raw in reader.messages(connections=conns)]
+        out = [
+            _Message(t, c.topic, bytes(raw))
+            for c, t, raw in reader.messages(connections=conns)
+            if keep is None or keep(c.topic, raw)
+        ]
     finally:
         reader.close()
     out.sort(key=lambda m: m.at_ns)  # stable: the file's order among equal stamps
@@ -406,7 +421,12 @@ def replay(
     merged = {**gate_params(params), **(overrides or {})}
     config, node_config = configs_from_params(merged)
     names = _Topics(namespace, config.required_cameras)
-    messages, present = _messages(bag, names.needed() | names.optional())
+    policy_params = node_params(params, "policy")
+    wanted, keep = names.needed() | names.optional(), None
+    if checkpoint_path(str(policy_params.get("policy", "")), bag) is not None:
+        wanted |= set(names.images)
+        keep = _frames_near_queries(bag, names, policy_params)
+    messages, present = _messages(bag, wanted, keep)
     missing = sorted(t for t in names.needed() if t not in present)
     if missing:
         raise BagError(f"{bag}: the replay needs these topics, which the bag lacks: {missing}")
@@ -415,11 +435,21 @@ def replay(
     start_ns = messages[0].at_ns
     recorded = recorded_outcome(messages, names, start_ns)
     replayed, frames_diffs = _replay(messages, names, config, node_config, start_ns)
-    policy = replay_policy(
-        [(m.at_ns, m.topic, m.raw) for m in messages], namespace, node_params(params, "policy"), start_ns, bag
-    )
+    policy = replay_policy([(m.at_ns, m.topic, m.raw) for m in messages], namespace, policy_params, start_ns, bag)
     policy_diffs = [Difference(at_s, text) for at_s, text in policy.differences or ()]
     return Report(bag, recorded, replayed, frames_diffs + compare(recorded, replayed) + policy_diffs, policy)
+
+
+def _frames_near_queries(bag: Path, names: _Topics, policy_params: dict):
+    """keep() for _messages: every message but the camera frames outside the windows in which a
+    recorded chunk's observation could hold them (replay_policy.frame_windows)."""
+    chunks, _ = _messages(bag, {names.chunk})
+    windows = frame_windows([m.raw for m in chunks], policy_params)
+
+    def keep(topic: str, raw) -> bool:
+        return topic not in names.images or in_windows(header_stamp_ns(raw), windows)
+
+    return keep
 
 
 def _replay(messages, names: _Topics, config, node_config, start_ns) -> tuple[Outcome, list[Difference]]:

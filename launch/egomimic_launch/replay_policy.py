@@ -18,15 +18,24 @@ those and drops the rest, which a 640x480 stream at 27 MB/s would not fit in the
                  sequence is replayed by answering the chunks in their order);
   policy/action  the node's ChunkScheduler runs on the bag's clock: each chunk (the replayed one)
                  accepted at its recorded arrival, a tick at each recorded action's stamp; each
-                 target must equal the recorded action (pose and gripper within 1e-9, the same
-                 chunk id and row).
-Not replayed: when the worker queried (the recorded chunks are the queries that happened) and
+                 target must equal the recorded action (pose and gripper within the chunks'
+                 tolerance, the same chunk id and row).
+Which samples the node held at a query is not recorded: each chunk is answered from the distinct
+observations of its stamp that the recorded inputs build at their cut-offs in stamp order and in
+the bag's arrival order (_observations), each with the policy's state before the query, and the
+first that reproduces the recording counts; when none does, the closest one is reported.
+Not replayed: when the worker queried (the recorded chunks are the queries that happened),
 ticks that published nothing (a chunk merges at the first tick after it arrived, which
-published an action in every case seen here).
+published an action in every case seen here), and, for a model, a query that drew noise without
+publishing a chunk (after a policy/reset, a refused, failed or discarded answer: every later
+chunk then differs) and models or executors whose inputs are not all in the bag (an observation
+history, obs_steps > 1; blend `inpaint`'s committed prefix): those are skipped with the reason.
 """
 
 from __future__ import annotations
 
+import copy
+import struct
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -53,7 +62,8 @@ MODEL_TOLERANCE = 1e-5
 on one torch thread, as the node did (families.rollout: num_threads 1); on the machine that
 recorded it the replay is bit-identical (measured: 0 difference), and a CPU with other vector
 kernels may round the float32 sums differently (1 float32 step is 6e-8 at 1.0), so the margin is
-about 100 steps. A changed model, input, seed or sampler moves rows by millimetres."""
+about 100 steps (not measured on another CPU: a sampler's steps can grow a rounding difference).
+A changed model, input, seed or sampler moves rows by millimetres."""
 POSE_KEYS = frozenset(arm.value for arm in ARMS)
 """Keys of the compared rows that hold poses (the others hold grippers)."""
 
@@ -126,6 +136,31 @@ def _differs(
     return f"poses by {pose:.3g} (tolerance {tolerance:g}), grippers by {gripper:.3g} (tolerance {gripper_tolerance:g})"
 
 
+_STAMP = struct.Struct("<iI")
+
+
+def header_stamp_ns(raw: bytes) -> int:
+    """header.stamp of a CDR (little-endian) message whose first field is a Header, without
+    deserializing it (a 900 KB frame is read only when it is used)."""
+    sec, nsec = _STAMP.unpack_from(raw, 4)
+    return sec * 1_000_000_000 + nsec
+
+
+def frame_windows(chunk_raws, params: dict) -> list[tuple[int, int]]:
+    """(from, to) stamp windows (ns) in which a camera frame could be in the observation of a
+    recorded chunk (its raw ActionChunk bytes): max_image_age_s + sync_tolerance_s before its
+    observation stamp to sync_tolerance_s after (the policy node's `params`)."""
+    rollout = config_from_params(RolloutConfig, params)
+    before = int((rollout.max_image_age_s + rollout.sync_tolerance_s) * 1e9)
+    after = int(rollout.sync_tolerance_s * 1e9)
+    stamps = [stamp_to_ns(deserialize_message(raw, ActionChunk).observation_stamp) for raw in chunk_raws]
+    return [(s - before, s + after) for s in sorted(stamps)]
+
+
+def in_windows(stamp_ns: int, windows: list[tuple[int, int]]) -> bool:
+    return any(lo <= stamp_ns <= hi for lo, hi in windows)
+
+
 def checkpoint_path(value: str, bag_dir: Path | None = None) -> Path | None:
     """The checkpoint file a `policy` parameter names, or None when it names none (scripted, a
     family, a server). A relative path is looked up from the current directory, then from the
@@ -177,9 +212,15 @@ def replay_policy(messages, ns: str, params: dict, start_ns: int, bag_dir: Path 
             )
         policy = _model_policy(path, params)
         tolerance = gripper_tolerance = MODEL_TOLERANCE
+    executor = config_from_params(ExecutorConfig, params, "executor.", rate_hz=rollout.rate_hz)
+    if policy.spec.obs_steps > 1 or executor.blend == "inpaint":
+        return PolicyOutcome(
+            skipped=f"policy {name!r}: its queries also held "
+            + ("an observation history (obs_steps > 1)" if policy.spec.obs_steps > 1 else "blend inpaint's prefix")
+            + ", which the replay does not rebuild"
+        )
     cameras = tuple(policy.spec.cameras)
     image_topics = {topics.IMAGE_RAW.resolve(ns, cam=c): c for c in cameras}
-    executor = config_from_params(ExecutorConfig, params, "executor.", rate_hz=rollout.rate_hz)
     pose_topics = {topics.EE_POSE_DATASET.resolve(ns, arm=a): a for a in ARMS}
     joint_topics = {topics.JOINT_STATES.resolve(ns, arm=a): a for a in ARMS}
     chunk_topic, action_topic = topics.POLICY_CHUNK.resolve(ns), topics.POLICY_ACTION.resolve(ns)
@@ -215,9 +256,7 @@ def replay_policy(messages, ns: str, params: dict, start_ns: int, bag_dir: Path 
     chunks.sort(key=lambda c: c[1].chunk_id)
     ids = [c.chunk_id for _, c in chunks]
     if ids != list(range(1, len(ids) + 1)):
-        return PolicyOutcome(
-            skipped=f"chunk ids {ids[:5]}... are not 1, 2, 3, ...: the policy was reset or started before the bag"
-        )
+        return PolicyOutcome(skipped=f"chunk ids {ids[:5]}... are not 1, 2, 3, ...: the policy started before the bag")
     out = PolicyOutcome(differences=[])
     replayed: list[tuple[int, Chunk]] = []
     samples.sort(key=lambda x: x[0])
@@ -230,7 +269,7 @@ def replay_policy(messages, ns: str, params: dict, start_ns: int, bag_dir: Path 
                 (at_s, f"policy: chunk {msg.chunk_id}: no input in the bag builds an observation of its stamp")
             )
             return out
-        chunk, differs = _answer(policy, candidates, _rows(msg), tolerance, gripper_tolerance)
+        policy, chunk, differs = _answer(policy, candidates, _rows(msg), tolerance, gripper_tolerance)
         if differs:
             out.differences.append((at_s, f"policy: chunk {msg.chunk_id} differs from the recording: {differs}"))
         replayed.append((stamp_to_ns(msg.header.stamp), chunk))
@@ -241,28 +280,32 @@ def replay_policy(messages, ns: str, params: dict, start_ns: int, bag_dir: Path 
 
 
 def _answer(policy, candidates: list[Observation], recorded: dict, tolerance: float, gripper_tolerance: float):
-    """The policy's chunk for the first candidate observation that reproduces `recorded`, or for the
-    first candidate with what differs. A sampling policy answers each candidate with the same noise
-    (sampler_state / restore_sampler_state), so the candidates count as one query."""
+    """(policy, chunk, what differs) for the first candidate observation whose answer reproduces
+    `recorded` ("" differs), else for the closest one. Each candidate is answered from the policy's
+    state before the query: a sampling model's noise (sampler_state / restore_sampler_state: one
+    draw, whichever candidate), any other policy (the scripted one anchors on its first query) on
+    a copy, of which the answering one is returned to go on with."""
     state = policy.sampler_state() if hasattr(policy, "sampler_state") else None
-    first: tuple[Chunk, str] | None = None
+    closest: tuple[float, object, Chunk, str] | None = None
     for i, observation in enumerate(candidates):
-        if i and state is not None:
-            policy.restore_sampler_state(state)
-        chunk = policy.infer(observation)
-        differs = _differs(_worst(_chunk_rows(chunk), recorded), tolerance, gripper_tolerance)
+        if state is not None:
+            if i:
+                policy.restore_sampler_state(state)
+            trial = policy
+        else:
+            trial = copy.deepcopy(policy)
+        chunk = trial.infer(observation)
+        worst = _worst(_chunk_rows(chunk), recorded)
+        differs = _differs(worst, tolerance, gripper_tolerance)
         if not differs:
-            return chunk, ""
-        if first is None:
-            first = (
-                chunk,
-                differs + (f" ({len(candidates)} candidate observations tried)" if len(candidates) > 1 else ""),
-            )
-    assert first is not None  # candidates is never empty here
-    if state is not None and len(candidates) > 1:  # the noise as after one query, whichever answered
-        policy.restore_sampler_state(state)
-        first = (policy.infer(candidates[0]), first[1])
-    return first
+            return trial, chunk, ""
+        if closest is None or max(worst) < closest[0]:
+            closest = (max(worst), trial, chunk, differs)
+    assert closest is not None  # candidates is never empty here
+    _, trial, chunk, differs = closest
+    if len(candidates) > 1:
+        differs += f" (the closest of {len(candidates)} candidate observations)"
+    return trial, chunk, differs
 
 
 def _observations(
@@ -286,15 +329,14 @@ def _observations(
     seen: set[tuple] = set()
     by_stamp = samples[lo:hi]
     by_arrival = sorted(by_stamp, key=lambda x: x[3])
-    cuts = [(by_stamp, cut, by_stamp[cut - 1][0]) for cut in range(1, len(by_stamp) + 1)]
-    cuts += [(by_arrival, cut, by_arrival[cut - 1][3]) for cut in range(1, len(by_arrival) + 1)]
-    for ordered, cut, now_ns in cuts:
-        if now_ns < stamp_ns:
-            continue
+    builds = []  # the build at each cut-off: one synchronizer per order, fed one sample at a time
+    for ordered, clock in ((by_stamp, 0), (by_arrival, 3)):
         sync = ObservationSynchronizer(ages, rollout.sync_tolerance_s, history_depth=SYNC_HISTORY)
-        for sample_stamp, stream, value, _received in ordered[:cut]:
-            sync.update(stream, sample_stamp, value)
-        result = sync.build(int(now_ns))
+        for sample in ordered:
+            sync.update(sample[1], sample[0], sample[2])
+            if sample[clock] >= stamp_ns:
+                builds.append(sync.build(int(sample[clock])))
+    for result in builds:
         key = tuple(sorted(result.stamps.items())) if result.ok else None
         if result.ok and result.stamp_ns == stamp_ns and key not in seen:
             seen.add(key)

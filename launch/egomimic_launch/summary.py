@@ -90,22 +90,29 @@ class RunMonitor:
         self.t_begin = self.t_end = None
         self._next_progress = 0.0
         self._cpu = CpuWindow()
+        self._cpu_started = False
+        self._pids = None
         self.cpu: CpuLoad | None = None
-        """The machine's and each process's CPU from begin() to end() (machine_load)."""
+        """The machine's and each process's CPU over the rate window (machine_load)."""
 
-    def begin(self, t_up: float, pids: dict[str, int] | None = None) -> None:
-        """pids: {name: pid} of the graph's processes and the launcher, for the CPU line."""
+    def begin(self, t_up: float, pids=None) -> None:
+        """pids: a callable returning {name: pid} of the graph's processes and the launcher, for
+        the CPU line (measured over the same window as the rates: from SETTLE_S after t_up)."""
         self.t_begin = t_up + SETTLE_S
         self.obs.set_window(self.t_begin)
-        if pids is not None:
-            self._cpu.start(pids)
+        self._pids = pids
 
-    def end(self, t: float, pids: dict[str, int] | None = None) -> None:
+    def _start_cpu_window(self) -> None:
+        if self._pids is not None and not self._cpu_started and time.time() >= (self.t_begin or 0.0):
+            self._cpu.start(self._pids())
+            self._cpu_started = True
+
+    def end(self, t: float) -> None:
         self.obs.poll()
         self.t_end = t
         self.obs.end_window(t)
-        if pids is not None:
-            self.cpu = self._cpu.stop(pids)
+        if self._cpu_started:
+            self.cpu = self._cpu.stop(self._pids())
 
     def first_armed(self) -> float | None:
         """Wall time (s) the gate was first seen ARMED in this run, or None."""
@@ -115,6 +122,7 @@ class RunMonitor:
     def progress(self) -> None:
         """Called about every 0.1 s: account the samples, print a line every 2 s."""
         self.obs.poll()
+        self._start_cpu_window()
         now = time.monotonic()
         if now < self._next_progress:
             return
@@ -278,7 +286,7 @@ class RunMonitor:
                 "  WARN: a stream ran below its nominal rate on this machine (a loaded or slow machine; "
                 "the loop's function is judged by the other checks; CPU per node: bench/graph_cpu.py)"
             )
-        held = any(state in (3, 4) for _, state, _ in o.gate_history)
+        held = any(state == GateState.HOLD for _, state, _ in o.gate_history)  # not ESTOP: a request or a dead node
         note = self.cpu.note(held, rates_nominal) if self.cpu is not None else ""
         if note:
             lines.append(f"  NOTE: {note}")

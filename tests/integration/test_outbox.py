@@ -5,6 +5,7 @@ the real block: a subscriber stopped inside its shared-memory port's lock)."""
 from __future__ import annotations
 
 import ctypes
+import gc
 import threading
 import time
 
@@ -25,6 +26,7 @@ def node():
     finally:
         n.destroy_node()
         rclpy.try_shutdown(context=ctx)
+        gc.collect()  # the participant goes with the test (conftest.ros_node says why)
 
 
 def test_the_subscriber_receives_exactly_the_message(node):

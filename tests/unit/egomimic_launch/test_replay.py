@@ -116,11 +116,13 @@ def test_the_model_run_replays_identically_from_its_camera_frames():
 def test_a_model_change_or_other_frames_are_caught(tmp_path, monkeypatch):
     """Another sampler seed moves the first chunk; so do other camera frames (a black right wrist
     image): the model stage reads the recorded frames, not only the arm state."""
+    monkeypatch.chdir(FIXTURES.parents[2])  # the copy's checkpoint path is the repository's
     report = replay(_with_policy_params(tmp_path, "model_nominal", seed=1))
     assert not report.ok
     texts = [d.text for d in report.differences]
     assert any(t.startswith("policy: chunk 1 differs from the recording: poses by") for t in texts), report.text()
     assert all(t.startswith("policy: ") for t in texts), "the gate is fed the recorded actions: only the policy differs"
+    assert "the closest of" in texts[-1] or "differs" in texts[-1]
 
     from egomimic_launch import replay_policy
 
@@ -151,6 +153,14 @@ def test_a_model_is_replayed_only_with_its_frames_and_its_checkpoint(tmp_path, m
     assert report.ok and "holds none of their frames" in report.policy.skipped, report.policy
     report = replay(_with_policy_params(tmp_path / "b", policy="tcp://127.0.0.1:5555"))
     assert report.ok and "is not replayed" in report.policy.skipped, report.policy
+
+
+def test_a_refused_arm_request_and_a_deferral_say_why():
+    """A camera age limit under the cameras' period: the recorded arm request is refused in the
+    replay, and the diff says with what reason."""
+    report = replay(FIXTURES / "nominal", overrides={"max_camera_age_s": 0.005})
+    texts = [d.text for d in report.differences]
+    assert texts and texts[0].startswith("gate: the recorded arm request was refused: cannot arm: camera"), texts[:3]
 
 
 def test_the_cli_exits_0_when_identical_and_3_with_the_diff(capsys):
