@@ -154,7 +154,8 @@ class NotReproduced(RuntimeError):
 def record(name: str, armed_s: float, fault: str | None, out: Path, work: Path, model: bool = False) -> Path:
     from egomimic_data.bags import open_reader, select
     from egomimic_launch.replay import PARAMS_FILE, _Topics, configs_from_params, replay
-    from egomimic_launch.replay_policy import frame_windows, header_stamp_ns, in_windows
+    from egomimic_launch.replay_policy import frame_windows, in_windows
+    from egomimic_nodes.serialized import read_header
 
     work.mkdir(parents=True, exist_ok=True)
     run_dir, bag_dir = work / f"{name}_run", work / f"{name}_bags"
@@ -215,7 +216,7 @@ def record(name: str, armed_s: float, fault: str | None, out: Path, work: Path, 
             reader.close()
 
         def keep(topic: str, _received_ns: int, raw: bytes) -> bool:
-            return topic not in names.images or in_windows(header_stamp_ns(raw), windows)
+            return topic not in names.images or in_windows(read_header(raw)[0], windows)
 
         policy_params["policy"] = MODEL  # the repository's copy, wherever the replay runs
     counts = select(

@@ -53,7 +53,6 @@ from egomimic_launch.replay_policy import (
     PolicyOutcome,
     checkpoint_path,
     frame_windows,
-    header_stamp_ns,
     in_windows,
     replay_policy,
 )
@@ -62,6 +61,7 @@ from egomimic_nodes import topics
 from egomimic_nodes.frames_node import command_hw_from_ds, pose_ds_from_hw_msg
 from egomimic_nodes.gate_node import camera_report, measurement_from_joint_state, proposal_from_command
 from egomimic_nodes.msg_convert import pose_to_array, stamp_to_ns
+from egomimic_nodes.serialized import read_header
 from egomimic_safety.config import GateConfig, GateNodeConfig
 from egomimic_safety.gate import GateState, SafetyGate, Send
 
@@ -447,7 +447,7 @@ def _frames_near_queries(bag: Path, names: _Topics, policy_params: dict):
     windows = frame_windows([m.raw for m in chunks], policy_params)
 
     def keep(topic: str, raw) -> bool:
-        return topic not in names.images or in_windows(header_stamp_ns(raw), windows)
+        return topic not in names.images or in_windows(read_header(raw)[0], windows)
 
     return keep
 

@@ -35,7 +35,6 @@ history, obs_steps > 1; blend `inpaint`'s committed prefix): those are skipped w
 from __future__ import annotations
 
 import copy
-import struct
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -134,16 +133,6 @@ def _differs(
     if pose <= tolerance and gripper <= gripper_tolerance:
         return ""
     return f"poses by {pose:.3g} (tolerance {tolerance:g}), grippers by {gripper:.3g} (tolerance {gripper_tolerance:g})"
-
-
-_STAMP = struct.Struct("<iI")
-
-
-def header_stamp_ns(raw: bytes) -> int:
-    """header.stamp of a CDR (little-endian) message whose first field is a Header, without
-    deserializing it (a 900 KB frame is read only when it is used)."""
-    sec, nsec = _STAMP.unpack_from(raw, 4)
-    return sec * 1_000_000_000 + nsec
 
 
 def frame_windows(chunk_raws, params: dict) -> list[tuple[int, int]]:
