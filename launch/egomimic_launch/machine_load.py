@@ -113,6 +113,10 @@ class CpuWindow:
         self._machine0 = (0, 0)
         self._proc0: dict[str, tuple[int, float]] = {}
 
+    @property
+    def started(self) -> bool:
+        return self._t0 is not None
+
     def start(self, pids: dict[str, int]) -> None:
         self._t0 = time.monotonic()
         self._machine0 = _machine_ticks()

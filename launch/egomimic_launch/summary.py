@@ -90,7 +90,6 @@ class RunMonitor:
         self.t_begin = self.t_end = None
         self._next_progress = 0.0
         self._cpu = CpuWindow()
-        self._cpu_started = False
         self._pids = None
         self.cpu: CpuLoad | None = None
         """The machine's and each process's CPU over the rate window (machine_load)."""
@@ -103,15 +102,14 @@ class RunMonitor:
         self._pids = pids
 
     def _start_cpu_window(self) -> None:
-        if self._pids is not None and not self._cpu_started and time.time() >= (self.t_begin or 0.0):
+        if self._pids is not None and not self._cpu.started and time.time() >= (self.t_begin or 0.0):
             self._cpu.start(self._pids())
-            self._cpu_started = True
 
     def end(self, t: float) -> None:
         self.obs.poll()
         self.t_end = t
         self.obs.end_window(t)
-        if self._cpu_started:
+        if self._cpu.started:
             self.cpu = self._cpu.stop(self._pids())
 
     def first_armed(self) -> float | None:
