@@ -447,7 +447,12 @@ def _frames_near_queries(bag: Path, names: _Topics, policy_params: dict):
     windows = frame_windows([m.raw for m in chunks], policy_params)
 
     def keep(topic: str, raw) -> bool:
-        return topic not in names.images or in_windows(read_header(raw)[0], windows)
+        if topic not in names.images:
+            return True
+        try:
+            return in_windows(read_header(raw)[0], windows)
+        except ValueError as exc:  # a damaged frame: said as the bag's fault, not a traceback
+            raise BagError(f"{bag}: a message on {topic} is not a readable Image: {exc}") from exc
 
     return keep
 
