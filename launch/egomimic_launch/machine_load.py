@@ -25,21 +25,51 @@ cores at 75 % busy: about 2 in 3 wake-ups wait), and a run's average hides its b
 93 % busy; runs that passed at 71 and 84 %."""
 
 
-def cpu_ticks(stat_text: str) -> tuple[int, int]:
-    """(busy, total) clock ticks of all cores since boot from /proc/stat's first line: idle and
-    iowait are not busy; user, nice, system, irq, softirq and steal are."""
+OTHERS_SHOWN = 3
+"""How many of the busiest other processes the summary names."""
+OTHER_MIN_PCT = 2.0
+"""An other process below this (% of one core) is not named."""
+
+
+@dataclass(frozen=True)
+class Ticks:
+    """Clock ticks of all cores since boot, from /proc/stat's first line."""
+
+    busy: int
+    """user, nice, system, irq, softirq and steal (idle and iowait are not busy)."""
+    total: int
+    steal: int
+    """Time the hypervisor ran something else while this virtual machine had work: a core this
+    machine did not get. Counted as busy (nothing of ours could run), and shown on its own, since
+    on a virtual machine it is the one share no process here can explain."""
+
+
+def cpu_ticks(stat_text: str) -> Ticks:
     first = stat_text.splitlines()[0].split()
     if first[0] != "cpu":
         raise ValueError(f"not /proc/stat: first line starts with {first[0]!r}")
     values = [int(v) for v in first[1:9]] + [0] * (8 - len(first[1:9]))
     user, nice, system, idle, iowait, irq, softirq, steal = values[:8]
     busy = user + nice + system + irq + softirq + steal
-    return busy, busy + idle + iowait
+    return Ticks(busy=busy, total=busy + idle + iowait, steal=steal)
 
 
-def _machine_ticks() -> tuple[int, int]:
+def _machine_ticks() -> Ticks:
     with open("/proc/stat") as f:
         return cpu_ticks(f.read())
+
+
+def _all_processes_cpu_s() -> dict[int, tuple[float, str, float]]:
+    """{pid: (start time, name, user + system CPU seconds)} of every process this user may read
+    (the start time tells a reused pid from the process that had it)."""
+    import psutil
+
+    found = {}
+    for proc in psutil.process_iter(["create_time", "name", "cpu_times"]):
+        times = proc.info["cpu_times"]
+        if times is not None:
+            found[proc.pid] = (proc.info["create_time"], proc.info["name"] or "?", times.user + times.system)
+    return found
 
 
 def _process_cpu_s(pid: int) -> float | None:
@@ -61,6 +91,10 @@ class CpuLoad:
     """Of all cores: 100 = every core busy the whole window."""
     by_process_pct: dict[str, float] = field(default_factory=dict)
     """Each watched process (a node, the launcher) in % of one core."""
+    steal_pct: float = 0.0
+    """Of all cores, like machine_busy_pct (and part of it): time the hypervisor gave away."""
+    top_others: list[tuple[str, float]] = field(default_factory=list)
+    """The busiest processes outside the graph ("name (pid)", % of one core), busiest first."""
 
     @property
     def others_pct(self) -> float:
@@ -74,9 +108,13 @@ class CpuLoad:
     def lines(self) -> list[str]:
         ours = sum(self.by_process_pct.values())
         nodes = ", ".join(f"{n} {p:.0f}" for n, p in sorted(self.by_process_pct.items(), key=lambda kv: -kv[1]))
+        others = [f"{n} {p:.0f}" for n, p in self.top_others]
+        if self.steal_pct >= 0.5:
+            others.insert(0, f"hypervisor steal {self.steal_pct * self.cores:.0f}")
         return [
             f"CPU over {self.window_s:.0f} s: machine {self.machine_busy_pct:.0f} % busy ({self.cores} cores); "
-            f"this graph {ours:.0f} % of one core, other processes {self.others_pct:.0f} %",
+            f"this graph {ours:.0f} % of one core, other processes {self.others_pct:.0f} %"
+            + (f" ({', '.join(others)})" if others else ""),
             f"    by process (% of one core): {nodes}",
         ]
 
@@ -98,6 +136,8 @@ class CpuLoad:
             "machine_busy_pct": self.machine_busy_pct,
             "by_process_pct": self.by_process_pct,
             "others_pct": self.others_pct,
+            "steal_pct": self.steal_pct,
+            "top_others": [{"process": n, "pct": p} for n, p in self.top_others],
         }
 
 
@@ -110,8 +150,9 @@ class CpuWindow:
 
     def __init__(self):
         self._t0: float | None = None
-        self._machine0 = (0, 0)
+        self._machine0 = Ticks(0, 0, 0)
         self._proc0: dict[str, tuple[int, float]] = {}
+        self._all0: dict[int, tuple[float, str, float]] = {}
 
     @property
     def started(self) -> bool:
@@ -121,15 +162,15 @@ class CpuWindow:
         self._t0 = time.monotonic()
         self._machine0 = _machine_ticks()
         self._proc0 = {n: (pid, s) for n, pid in pids.items() if (s := _process_cpu_s(pid)) is not None}
+        self._all0 = _all_processes_cpu_s()
 
     def stop(self, pids: dict[str, int]) -> CpuLoad | None:
         """None when start() was not called or no time passed."""
         if self._t0 is None:
             return None
         window = time.monotonic() - self._t0
-        busy1, total1 = _machine_ticks()
-        busy0, total0 = self._machine0
-        if window <= 0 or total1 <= total0:
+        t1, t0 = _machine_ticks(), self._machine0
+        if window <= 0 or t1.total <= t0.total:
             return None
         by_process = {}
         for name, pid in pids.items():
@@ -139,9 +180,20 @@ class CpuWindow:
             before = self._proc0.get(name)
             base = before[1] if before is not None and before[0] == pid else 0.0
             by_process[name] = 100.0 * (used - base) / window
+        ours = set(pids.values())
+        others = []
+        for pid, (started, name, used) in _all_processes_cpu_s().items():
+            before = self._all0.get(pid)
+            base = before[2] if before is not None and before[0] == started else 0.0
+            pct = 100.0 * (used - base) / window
+            if pid not in ours and pct >= OTHER_MIN_PCT:
+                others.append((f"{name} ({pid})", pct))
+        span = t1.total - t0.total
         return CpuLoad(
             window_s=window,
             cores=os.cpu_count() or 1,  # /proc/stat's first line sums every online core
-            machine_busy_pct=100.0 * (busy1 - busy0) / (total1 - total0),
+            machine_busy_pct=100.0 * (t1.busy - t0.busy) / span,
             by_process_pct=by_process,
+            steal_pct=100.0 * (t1.steal - t0.steal) / span,
+            top_others=sorted(others, key=lambda kv: -kv[1])[:OTHERS_SHOWN],
         )
