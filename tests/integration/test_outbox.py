@@ -94,3 +94,38 @@ def test_a_blocked_send_holds_up_only_its_own_thread(node):
     assert box.flush(5.0)
     box.close()
     assert box.sent == 2 and box.dropped == spins - 1 and box.slowest_s >= 0.4
+
+
+def test_close_all_waits_once_for_every_blocked_sender(node):
+    """Three outboxes, each blocked in a 2 s send: close_all(timeout_s=0.5) returns after about
+    0.5 s in all, not 0.5 s per outbox (a driver's three behind a dead subscriber's port), and
+    each thread still finishes its send and ends on its own."""
+    from std_msgs.msg import Header
+
+    from egomimic_nodes.outbox import Outbox, close_all
+
+    usleep = ctypes.CDLL(None).usleep
+    usleep.argtypes = [ctypes.c_uint]
+    entered = threading.Semaphore(0)
+
+    def blocking_send(_publisher, _data):
+        entered.release()
+        usleep(2_000_000)
+        return True
+
+    boxes = []
+    for i in range(3):
+        box = Outbox(node.create_publisher(Header, f"/outbox_test/c{i}", 10))
+        box.send = blocking_send
+        box.publish(Header())
+        boxes.append(box)
+    for _ in boxes:
+        assert entered.acquire(timeout=5.0)
+    t0 = time.monotonic()
+    close_all(boxes, timeout_s=0.5)
+    took = time.monotonic() - t0
+    assert 0.45 <= took < 1.2, f"close_all took {took:.2f} s for three blocked senders (0.5 s deadline)"
+    assert all(b._thread.is_alive() for b in boxes)  # still inside the blocked send
+    for box in boxes:
+        box._thread.join(10.0)
+        assert not box._thread.is_alive() and box.sent == 1

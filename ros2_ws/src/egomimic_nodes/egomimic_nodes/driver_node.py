@@ -68,7 +68,7 @@ from egomimic_hw.pacing import Pacer
 from egomimic_msgs.msg import GateStatus
 from egomimic_nodes import diagnostics, qos, topics
 from egomimic_nodes.msg_convert import pose_stamped
-from egomimic_nodes.outbox import Outbox
+from egomimic_nodes.outbox import Outbox, close_all
 from egomimic_nodes.params import declare_config
 from egomimic_nodes.serialized import SerializedJointState
 from egomimic_nodes.sources import SourceCheck, node_fqn
@@ -483,8 +483,8 @@ class DriverNode(LifecycleNode):
         if self._srv is not None:
             self.destroy_service(self._srv)
             self._srv = None
+        close_all(boxes)
         for box in boxes:
-            box.close()
             self.destroy_lifecycle_publisher(box.publisher)  # also a plain publisher (the diagnostics')
 
 

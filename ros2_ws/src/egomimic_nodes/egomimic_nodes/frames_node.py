@@ -25,7 +25,7 @@ from egomimic_hw.frames import pose_ds_from_hw, pose_hw_from_ds
 from egomimic_msgs.msg import BimanualCommand
 from egomimic_nodes import diagnostics, topics
 from egomimic_nodes.msg_convert import array_to_pose, pose_to_array
-from egomimic_nodes.outbox import Outbox
+from egomimic_nodes.outbox import Outbox, close_all, flush_all
 from egomimic_nodes.spin import run_node
 
 EXIT_FLUSH_S = 0.2
@@ -139,9 +139,9 @@ class FramesNode(Node):
 
     def on_exit(self) -> None:
         """Hand what is queued to the middleware (briefly), then stop the sending threads."""
-        for box in (self._pub_cmd, *self._pub_pose_ds.values(), self._pub_diag):
-            box.flush(EXIT_FLUSH_S)
-            box.close()
+        boxes = (self._pub_cmd, *self._pub_pose_ds.values(), self._pub_diag)
+        flush_all(boxes, EXIT_FLUSH_S)
+        close_all(boxes)
 
 
 def main(args=None) -> int:

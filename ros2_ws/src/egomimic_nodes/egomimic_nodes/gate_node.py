@@ -87,7 +87,7 @@ from egomimic_hw.kinematics import ArmKinematics
 from egomimic_msgs.msg import BimanualCommand, CameraHealth, GateStatus
 from egomimic_nodes import diagnostics, topics
 from egomimic_nodes.msg_convert import pose_to_array, stamp_to_s
-from egomimic_nodes.outbox import Outbox
+from egomimic_nodes.outbox import Outbox, close_all
 from egomimic_nodes.params import declare_config
 from egomimic_nodes.serialized import read_header, read_joint_state
 from egomimic_nodes.sources import SourceCheck, node_fqn
@@ -553,9 +553,7 @@ class GateNode(Node):
 
     def destroy_node(self) -> None:
         self._stop_decisions()
-        for box in (*self._pub_cmd.values(), self._pub_status, self._pub_diag):
-            if isinstance(box, Outbox):
-                box.close()
+        close_all([b for b in (*self._pub_cmd.values(), self._pub_status, self._pub_diag) if isinstance(b, Outbox)])
         self._estop_executor.shutdown(timeout_sec=0.5)
         self._estop_node.destroy_node()
         self._taken.destroy()

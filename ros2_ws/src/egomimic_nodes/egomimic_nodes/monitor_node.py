@@ -33,7 +33,7 @@ from egomimic_msgs.msg import ActionChunk, BimanualCommand, GateStatus
 from egomimic_nodes import diagnostics, topics
 from egomimic_nodes.markers import MarkerSpec, SceneState, scene
 from egomimic_nodes.msg_convert import pose_to_array
-from egomimic_nodes.outbox import Outbox
+from egomimic_nodes.outbox import Outbox, close_all
 from egomimic_nodes.params import declare_config, field_meta
 from egomimic_nodes.spin import run_node
 from egomimic_safety.gate import GateState
@@ -223,8 +223,7 @@ class MonitorNode(Node):
         )
 
     def on_exit(self) -> None:
-        for box in (self._pub, self._pub_diag):
-            box.close()
+        close_all((self._pub, self._pub_diag))
 
 
 def main(args=None) -> int:

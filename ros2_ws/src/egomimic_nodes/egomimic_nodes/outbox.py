@@ -32,6 +32,29 @@ from egomimic_nodes.rcl_ctypes import Allocator, SerializedMessage, loaded_libra
 _RCL = None
 
 
+def flush_all(boxes, timeout_s: float) -> bool:
+    """flush() each of `boxes` within one deadline of `timeout_s` for all; False if one timed out."""
+    deadline = time.monotonic() + timeout_s
+    done = True
+    for box in boxes:
+        if box is not None:
+            done &= box.flush(max(deadline - time.monotonic(), 0.0))
+    return done
+
+
+def close_all(boxes, timeout_s: float = 0.5) -> None:
+    """Stop the sending threads of `boxes` together, waiting at most `timeout_s` for all of them
+    (a send blocked in the middleware finishes on its own: the threads are daemons). One
+    deadline, not one per box: a driver closing its three one after the other behind a dead
+    subscriber's port took 1.5 s of the 3 s a node has to leave once its launcher is gone."""
+    boxes = [b for b in boxes if b is not None]
+    for box in boxes:
+        box._stop()
+    deadline = time.monotonic() + timeout_s
+    for box in boxes:
+        box._thread.join(max(deadline - time.monotonic(), 0.0))
+
+
 def _rcl():
     global _RCL
     if _RCL is None:
@@ -104,10 +127,12 @@ class Outbox:
         }
 
     def close(self, timeout_s: float = 0.5) -> None:
+        close_all([self], timeout_s)
+
+    def _stop(self) -> None:
         with self._cv:
             self._closed = True
             self._cv.notify()
-        self._thread.join(timeout_s)  # a send blocked in the middleware finishes on its own (daemon)
 
     def _run(self) -> None:
         while True:

@@ -51,7 +51,7 @@ from egomimic_hw.sync import ObservationSynchronizer
 from egomimic_msgs.msg import ActionChunk, BimanualCommand
 from egomimic_nodes import diagnostics, qos, topics
 from egomimic_nodes.msg_convert import array_to_pose, image_to_array, ns_to_stamp, pose_to_array, stamp_to_ns
-from egomimic_nodes.outbox import Outbox
+from egomimic_nodes.outbox import Outbox, close_all, flush_all
 from egomimic_nodes.params import declare_config
 from egomimic_nodes.spin import lower_this_thread, quiet_middleware_for_images, run_node
 from egomimic_nodes.stall_dump import StallDump
@@ -435,12 +435,10 @@ class PolicyNode(Node):
         close = getattr(self.policy, "close", None)
         if close is not None:
             close()
-        for box in (self._pub_action, self._pub_chunk, self._pub_diag):
-            box.flush(EXIT_FLUSH_S)
+        flush_all((self._pub_action, self._pub_chunk, self._pub_diag), EXIT_FLUSH_S)
 
     def destroy_node(self) -> None:
-        for box in (self._pub_action, self._pub_chunk, self._pub_diag):
-            box.close()
+        close_all((self._pub_action, self._pub_chunk, self._pub_diag))
         self._taken.destroy()
         super().destroy_node()
 

@@ -66,7 +66,7 @@ from egomimic_hw.description import ARMS, JOINTS_PER_ARM, Arm
 from egomimic_msgs.msg import BimanualCommand, RecorderStatus
 from egomimic_nodes import diagnostics, topics
 from egomimic_nodes.msg_convert import pose_to_array, stamp_to_ns
-from egomimic_nodes.outbox import Outbox
+from egomimic_nodes.outbox import Outbox, close_all, flush_all
 from egomimic_nodes.params import declare_config
 from egomimic_nodes.serialized import JointStateLayout, read_compressed_image, read_image, read_pose_stamped
 from egomimic_nodes.spin import lower_this_thread, run_node
@@ -501,13 +501,11 @@ class RecorderNode(Node):
             self._take_all()
             self._finish("shutdown")
         self._status_box.publish(self._status_msg())
-        for box in (self._status_box, self._pub_diag):
-            box.flush(EXIT_FLUSH_S)
+        flush_all((self._status_box, self._pub_diag), EXIT_FLUSH_S)
         self._pub_status.wait_for_all_acked(Duration(nanoseconds=int(EXIT_FLUSH_S * 1e9)))
 
     def destroy_node(self) -> None:
-        for box in (self._status_box, self._pub_diag):
-            box.close()
+        close_all((self._status_box, self._pub_diag))
         self._taken.destroy()
         super().destroy_node()
 
