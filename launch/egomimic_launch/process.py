@@ -166,11 +166,16 @@ def node_command(spec: NodeSpec, launch_params: Path) -> list[str]:
     return cmd
 
 
-def node_environment(spec: NodeSpec, env: dict[str, str]) -> dict[str, str]:
+def node_environment(spec: NodeSpec, env: dict[str, str], log_file: Path | None = None) -> dict[str, str]:
     """A node's environment: the launcher's (the DDS settings of egomimic_launch.environment) and
     what the node reads at start: its launcher's pid (it exits when that dies: spin.py), its
-    priority tier and its CPU list. The ROS 2 launch file sets the same (additional_env)."""
-    return dict(env, EGOMIMIC_LAUNCHER_PID=str(os.getpid()), EGOMIMIC_PRIORITY=spec.priority, EGOMIMIC_CPUS=spec.cpus)
+    priority tier and its CPU list. The ROS 2 launch file sets the same (additional_env). With
+    `log_file`, the file this launcher writes the node's output to: a node whose launcher died
+    appends its last lines there itself (its output pipe died with the launcher)."""
+    out = dict(env, EGOMIMIC_LAUNCHER_PID=str(os.getpid()), EGOMIMIC_PRIORITY=spec.priority, EGOMIMIC_CPUS=spec.cpus)
+    if log_file is not None:
+        out["EGOMIMIC_LOG_FILE"] = str(log_file)
+    return out
 
 
 class NodeProcess:
@@ -196,7 +201,7 @@ class NodeProcess:
         try:
             self.proc = subprocess.Popen(
                 self.cmd,
-                env=node_environment(spec, env),
+                env=node_environment(spec, env, self.log_path),
                 stdin=subprocess.DEVNULL,
                 stdout=w,
                 stderr=w,

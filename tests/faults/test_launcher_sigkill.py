@@ -89,6 +89,17 @@ def wait_exited(procs: list[psutil.Process], timeout_s: float) -> tuple[dict[str
     return gone_at, running
 
 
+def own_last_lines(run_dir, name: str) -> list[str]:
+    """What node `name` wrote to its log itself once its launcher was gone (spin.output_to_log_file):
+    from the line that says so to the end."""
+    try:
+        lines = (run_dir / "logs" / f"{name}.log").read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    start = next((i for i, line in enumerate(lines) if "this node's last words, written by itself" in line), None)
+    return [] if start is None else lines[start:]
+
+
 def node_name(proc: psutil.Process) -> str:
     try:
         return next((a.split(":=", 1)[1] for a in proc.cmdline() if a.startswith("__node:=")), str(proc.pid))
@@ -117,10 +128,15 @@ def test_launcher_sigkill_stops_the_whole_graph_safely(tmp_path):
             rig.launcher.wait()
             gone_at, alive = wait_exited(nodes, 3.0)
             t_gone = max(gone_at.values(), default=time.time())
-            names = [" ".join(p.cmdline()[-4:]) for p in alive]
+            names = [node_name(p) for p in alive]
             for p in alive:
                 p.kill()
-            assert not alive, f"launcher_sigkill: nodes alive 3 s after the launcher died: {names}"
+            assert not alive, (
+                f"launcher_sigkill: nodes alive 3 s after the launcher died: {names}; their own last lines: "
+                f"{ {n: own_last_lines(rig.run_dir, n) for n in names} }"
+            )
+            silent = [n for n in gone_at if n.isidentifier() and not own_last_lines(rig.run_dir, n)]
+            assert not silent, f"launcher_sigkill: nodes that left no line of their own after the kill: {silent}"
             rig.stop_stream()
             estop = rig.wait_state({"ESTOP"}, t_fault - 0.001, 1.0)
             assert estop is not None, f"launcher_sigkill: the gate did not announce ESTOP: {rig.statuses[-1]}"

@@ -21,6 +21,8 @@ Nodes die with their launcher: `egomimic-launch` sets EGOMIMIC_LAUNCHER_PID for 
 Such a node asks the kernel for SIGTERM when its parent dies (prctl PR_SET_PDEATHSIG) and also
 checks its parent pid on every spin, so a SIGKILLed launcher never leaves an armed, unsupervised
 graph: the gate latches ESTOP and sends its hold, the drivers hold, and every node exits.
+Its output pipe died with the launcher, so such a node writes its last words (why it stopped,
+how long its exit took) to its log file itself (LOG_FILE_ENV).
 
 The exit is bounded: a node's own `on_exit()` (the gate's hold, the recorder's commit) runs to
 its end, then the middleware's teardown gets TEARDOWN_DEADLINE_S before the process leaves with
@@ -34,11 +36,13 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
+import functools
 import gc
 import os
 import signal
 import sys
 import threading
+import time
 
 import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
@@ -49,6 +53,11 @@ from egomimic_nodes.graph_refresh import GraphRefresh
 
 LAUNCHER_PID_ENV = "EGOMIMIC_LAUNCHER_PID"
 DDS_LOG_ENV = "EGOMIMIC_DDS_LOG"
+LOG_FILE_ENV = "EGOMIMIC_LOG_FILE"
+"""The file the launcher writes this node's output to (egomimic_launch.process). Once the launcher
+is gone, so is the pipe it read: the node appends its last lines (why it stopped, how long its
+exit took) to that file itself (output_to_log_file), or a SIGKILLed launcher's run would end
+every node's log at the kill, with nothing to say which node was slow to leave (fc116)."""
 """`warning` (default), `error` (Fast DDS's own default) or `info`: what the middleware logs."""
 DDS_LOG_LEVELS = {"info": 20, "warning": 30, "error": 40}
 """rmw_log_severity_t values (rmw/types.h)."""
@@ -192,6 +201,19 @@ def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
     except (OSError, ValueError):
         pass
+
+
+def output_to_log_file(path: str) -> bool:
+    """Send this process's stdout and stderr (file descriptors 1 and 2: Python's prints, rcl's
+    console logging, faulthandler) to the end of `path`; False when it cannot be opened."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError:
+        return False
+    for target in (1, 2):
+        os.dup2(fd, target)
+    os.close(fd)
+    return True
 
 
 def launcher_pid() -> int | None:
@@ -425,6 +447,7 @@ def run_node(factory, args=None) -> int:
         say(f"[FATAL] {type(exc).__name__}: {exc}")
         code = 1
     finally:
+        t_exit = time.monotonic()
         if node is not None:
             on_exit = getattr(node, "on_exit", None)
             if on_exit is not None:
@@ -432,6 +455,7 @@ def run_node(factory, args=None) -> int:
                     on_exit()
                 except Exception as exc:  # noqa: BLE001
                     say(f"[ERROR] on_exit: {exc}")
+        t_on_exit = time.monotonic() - t_exit
         if refresh is not None:
             refresh.close(REFRESH_JOIN_S)
             if refresh.slowest_s >= SLOW_REFRESH_S or refresh.skipped or refresh.failed:
@@ -440,7 +464,8 @@ def run_node(factory, args=None) -> int:
                     f"still running), {refresh.failed} failed, slowest {refresh.slowest_s * 1e3:.0f} ms (off the "
                     "spin loop)"
                 )
-        guard = TeardownGuard(code)
+        last_words = functools.partial(_orphan_report, parent, stop.reason, t_exit, t_on_exit)
+        guard = TeardownGuard(code, on_expire=last_words)
         try:
             # Errors only from here on: the teardown's own warnings ("Type ... is in use") are
             # routine and would bury a run's real ones (dds_log.ROUTINE).
@@ -450,15 +475,63 @@ def run_node(factory, args=None) -> int:
             rclpy.try_shutdown()
         finally:
             guard.cancel()
+        last_words(f"exiting {code}")
     return code
+
+
+ORPHAN_CONFIRM_S = 0.5
+"""How long a node that stopped on SIGTERM waits, after its exit, for its launcher's death to be
+complete before it decides that the launcher is alive (and its output pipe read)."""
+
+
+def _orphan_report(parent: int | None, reason: str, t_exit: float, t_on_exit: float, outcome: str) -> None:
+    """When the launcher is gone, say in the node's own log file how this node left (see
+    LOG_FILE_ENV). Called once the exit is done, not at the signal: a SIGKILLed launcher's
+    threads die one by one, and the first death already sends the parent-death SIGTERM while
+    getppid() still names the launcher and its other threads still hold the pipe open. Also
+    ignores a second SIGTERM from now on (the kernel sends one more when the launcher's last
+    thread is gone), so that it cannot end the interpreter's own shutdown with status 143.
+    After a SIGTERM (the launcher itself stops nodes with SIGINT) it waits up to
+    ORPHAN_CONFIRM_S for the launcher's death to complete."""
+    if parent is None:
+        return
+    deadline = time.monotonic() + (ORPHAN_CONFIRM_S if reason == "SIGTERM" else 0.0)
+    while os.getppid() == parent and not _output_pipe_closed():
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.01)
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    except ValueError:  # not the main thread (TeardownGuard's timer): the process leaves at once anyway
+        pass
+    if output_to_log_file(os.environ.get(LOG_FILE_ENV, "")):
+        say(
+            f"[INFO] the launcher (pid {parent}) is gone; this node's last words, written by itself: stopped because "
+            f"{reason or 'the spin loop ended'}; on_exit took {t_on_exit * 1e3:.0f} ms; {outcome} "
+            f"{(time.monotonic() - t_exit) * 1e3:.0f} ms after the spin loop ended (wall clock {time.time():.3f})"
+        )
+
+
+def _output_pipe_closed() -> bool:
+    """True when stderr is a pipe whose reader is gone (poll reports POLLERR for it)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(2, select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 class TeardownGuard:
     """Ends the process with `code` if the teardown has not finished within `deadline_s`
     (see TEARDOWN_DEADLINE_S): a daemon timer, cancelled when the teardown returns."""
 
-    def __init__(self, code: int, deadline_s: float | None = None):
+    def __init__(self, code: int, deadline_s: float | None = None, on_expire=None):
         self.code = code
+        self.on_expire = on_expire
+        """Called with a word on the outcome before the process leaves (run_node's last words)."""
         self.deadline_s = TEARDOWN_DEADLINE_S if deadline_s is None else deadline_s
         self._timer = threading.Timer(self.deadline_s, self._expire)
         self._timer.daemon = True
@@ -472,4 +545,6 @@ class TeardownGuard:
             f"[WARN] the middleware's teardown did not finish within {self.deadline_s:.1f} s (a publish into the "
             "shared-memory port of a process that died holding it?); leaving without it"
         )
+        if self.on_expire is not None:
+            self.on_expire(f"left without the teardown (after {self.deadline_s:.1f} s), exiting {self.code}")
         os._exit(self.code)
