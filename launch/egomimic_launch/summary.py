@@ -126,7 +126,7 @@ class RunMonitor:
             return
         self._next_progress = now + 2.0
         o = self.obs
-        cams = " ".join(f"{o.recent_rate(topics.IMAGE_RAW.resolve(self.ns, cam=c)):4.1f}" for c in CAMERAS)
+        cams = " ".join(f"{o.recent_rate(topics.CAMERA_INFO.resolve(self.ns, cam=c)):4.1f}" for c in CAMERAS)
         joints = " ".join(f"{o.recent_rate(topics.JOINT_STATES.resolve(self.ns, arm=a)):5.1f}" for a in ARMS)
         cmds = " ".join(f"{o.recent_rate(topics.JOINT_COMMAND.resolve(self.ns, arm=a)):4.1f}" for a in ARMS)
         gate = GATE_STATES.get(o.gate_status.state, "?") if o.gate_status else "no status"
@@ -144,7 +144,7 @@ class RunMonitor:
         gs = o.gate_status
         checks = []  # (what, ok, kind): REQUIRED, RATE or OUTCOME (module docstring)
         for s in streams:
-            if o.topic_of[s.topic] in (topics.IMAGE_RAW, topics.JOINT_STATES, topics.POLICY_ACTION):
+            if o.topic_of[s.topic] in (topics.CAMERA_INFO, topics.JOINT_STATES, topics.POLICY_ACTION):
                 checks.append((f"{s.topic} at {s.nominal_hz:.0f} Hz (+-5 %)", s.rate_error <= RATE_TOLERANCE, RATE))
         for arm in (a.value for a in ARMS):
             applied = int(o.driver_diag.get(arm, {}).get("commands_applied", "0"))
