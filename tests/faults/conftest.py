@@ -51,6 +51,8 @@ class TrialResult:
 RESULTS: list[TrialResult] = []
 HICCUPS: list[str] = []
 ESTOP_RESENDS: list[int] = []
+RIG_RESENT_CALLS: list[str] = []
+"""The rig's service calls sent again from a new client after no answer (rig.Rig.call)."""
 """Per probe run: e-stop requests sent again (tests/faults/estop_probe.py)."""
 ESTOP_SCHEDULING: set[str] = set()
 ESTOP_SETTLE_S: list[float] = []
@@ -188,6 +190,11 @@ def pytest_terminal_summary(terminalreporter):
     slowest = [f"{r['fault']} {r['estop_max_ms']:.1f}/{r['estop_gate_max_ms']:.1f}" for r in rows if r["estop_calls"]]
     tr.write_line(f"slowest e-stop round trip / gate answer per row (ms): {', '.join(slowest) or '-'}")
     tr.write_line(f"test-rig hiccups (re-run, not gate failures): {len(HICCUPS)}")
+    if RIG_RESENT_CALLS:
+        tr.write_line(
+            f"rig service calls unanswered within 3 s and sent again from a new client: {len(RIG_RESENT_CALLS)} "
+            f"({', '.join(RIG_RESENT_CALLS)})"
+        )
     tr.write_line(
         f"e-stop requests re-sent by the probe (no answer within 15 ms): {sum(ESTOP_RESENDS)} "
         f"of {sum(len(r.estop_ms) for r in RESULTS)} calls; probe scheduling: {', '.join(sorted(ESTOP_SCHEDULING)) or '-'}; "

@@ -62,6 +62,8 @@ class Status:
     detail: str
 
 
+IDEMPOTENT_CALLS = ("reset", "disarm", "estop")
+"""Services whose second request is harmless when the first did arrive ("nothing to reset")."""
 POLL_PERIOD_S = 0.005
 """How often the rig takes joint states and health reports (their times are DDS reception times)."""
 
@@ -433,7 +435,22 @@ class Rig:
 
     # -- services ------------------------------------------------------------------------------
     def call(self, name: str, timeout_s: float = 3.0) -> tuple[bool, str]:
-        client = self.srv[name]
+        """Call safety/<name>. A request that asks for a state the gate may already be in
+        (IDEMPOTENT_CALLS) is sent once more, from a new client, when the first got no answer
+        within timeout_s: fresh clones fc118-119 lost a `reset` twice in a row from this rig's
+        client (both 3 s timeouts; the gate answered the e-stop probe's calls meanwhile), as
+        the probe loses one request in about a hundred and re-sends it. Listed in the battery's
+        summary (conftest.RIG_RESENT_CALLS)."""
+        ok, msg = self._call_once(self.srv[name], timeout_s)
+        if msg == "timeout" and name in IDEMPOTENT_CALLS:
+            from .conftest import RIG_RESENT_CALLS
+
+            RIG_RESENT_CALLS.append(name)
+            self.srv[name] = self.node.create_client(self._Trigger, f"/eva/safety/{name}")
+            ok, msg = self._call_once(self.srv[name], timeout_s)
+        return ok, msg
+
+    def _call_once(self, client, timeout_s: float) -> tuple[bool, str]:
         if not client.wait_for_service(timeout_sec=timeout_s):
             return False, "no service"
         done = threading.Event()
