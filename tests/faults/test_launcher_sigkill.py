@@ -96,7 +96,9 @@ def own_last_lines(run_dir, name: str) -> list[str]:
         lines = (run_dir / "logs" / f"{name}.log").read_text(errors="replace").splitlines()
     except OSError:
         return []
-    start = next((i for i, line in enumerate(lines) if "this node's last words, written by itself" in line), None)
+    from egomimic_nodes.spin import LAST_WORDS
+
+    start = next((i for i, line in enumerate(lines) if LAST_WORDS in line), None)
     return [] if start is None else lines[start:]
 
 

@@ -53,12 +53,12 @@ from egomimic_nodes.graph_refresh import GraphRefresh
 
 LAUNCHER_PID_ENV = "EGOMIMIC_LAUNCHER_PID"
 DDS_LOG_ENV = "EGOMIMIC_DDS_LOG"
+"""`warning` (default), `error` (Fast DDS's own default) or `info`: what the middleware logs."""
 LOG_FILE_ENV = "EGOMIMIC_LOG_FILE"
 """The file the launcher writes this node's output to (egomimic_launch.process). Once the launcher
 is gone, so is the pipe it read: the node appends its last lines (why it stopped, how long its
 exit took) to that file itself (output_to_log_file), or a SIGKILLed launcher's run would end
 every node's log at the kill, with nothing to say which node was slow to leave (fc116)."""
-"""`warning` (default), `error` (Fast DDS's own default) or `info`: what the middleware logs."""
 DDS_LOG_LEVELS = {"info": 20, "warning": 30, "error": 40}
 """rmw_log_severity_t values (rmw/types.h)."""
 SPIN_TIMEOUT_S = 0.1
@@ -479,6 +479,8 @@ def run_node(factory, args=None) -> int:
     return code
 
 
+LAST_WORDS = "this node's last words, written by itself"
+"""The phrase that opens what a node whose launcher is gone writes to its log (_orphan_report)."""
 ORPHAN_CONFIRM_S = 0.5
 """How long a node that stopped on SIGTERM waits, after its exit, for its launcher's death to be
 complete before it decides that the launcher is alive (and its output pipe read)."""
@@ -506,7 +508,7 @@ def _orphan_report(parent: int | None, reason: str, t_exit: float, t_on_exit: fl
         pass
     if output_to_log_file(os.environ.get(LOG_FILE_ENV, "")):
         say(
-            f"[INFO] the launcher (pid {parent}) is gone; this node's last words, written by itself: stopped because "
+            f"[INFO] the launcher (pid {parent}) is gone; {LAST_WORDS}: stopped because "
             f"{reason or 'the spin loop ended'}; on_exit took {t_on_exit * 1e3:.0f} ms; {outcome} "
             f"{(time.monotonic() - t_exit) * 1e3:.0f} ms after the spin loop ended (wall clock {time.time():.3f})"
         )
