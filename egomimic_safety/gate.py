@@ -21,7 +21,8 @@ Contract:
   or failed camera, an implausible state, a silent command stream). Lateness never hides a
   fault it cannot excuse (checks.check_before_deferring): before deferring, the workspace and
   the rate vs the previous command are checked, and the target is judged against the late
-  measurement with what the arm could have moved since at its speed limits;
+  measurement with what the arm could have moved since at its speed limits; an arm whose state
+  is fresh (only the command or a camera is late) gets every check, IK and joint limits included;
 - the watchdog `tick()` catches silence (no command, no state, no camera health) when no
   message arrives;
 - a measured state is checked before it is trusted (egomimic_safety.plausibility: finite,
@@ -593,10 +594,27 @@ class SafetyGate:
     ) -> Decision:
         """Defer a late command (or one on a late camera), unless it fails a check that
         lateness cannot excuse (checks.check_before_deferring: a jump from wherever the arms
-        can be now, the workspace, the rate vs the previous command): that is a fault, late or not."""
+        can be now, the workspace, the rate vs the previous command): that is a fault, late or not.
+        An arm whose state is fresh (the command or a camera is what is late) gets every check
+        of a forwarded command too (check_arm: IK and the joint limits, the gripper): a target
+        outside the joint limits proposed while a camera is late is a JOINT_LIMIT fault, not a
+        deferral that hides it (a fault-battery run saw exactly that)."""
         dt_s = float(proposal.stamp_s) - self._prev_stamp_s if self._prev_stamp_s is not None else float("inf")
         for arm in ARMS:
             silent_s = mono_s - self._meas_rx_mono.get(arm, -np.inf)
+            verdict = check_arm(
+                arm,
+                proposal.arms[arm],
+                self._measured(arm),
+                self._prev_pose.get(arm),
+                dt_s,
+                now_s,
+                silent_s,
+                self.config,
+                self._kin[arm],
+            )
+            if not verdict.ok and not verdict.transient:  # transient: this arm's state is late
+                return self._reject(verdict.reason or Reason.INTERNAL_ERROR, verdict.detail, mono_s)
             problem = deferral_problem(
                 arm,
                 proposal.arms[arm],

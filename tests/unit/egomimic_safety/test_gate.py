@@ -656,6 +656,29 @@ def test_a_half_turn_on_a_late_camera_is_a_jump_not_a_deferral(kin):
     assert gate.state == GateState.HOLD and gate.reason.value == "ROTATION_JUMP"
 
 
+def test_a_joint_limit_target_on_a_late_camera_is_a_fault_not_a_deferral(kin):
+    """State fresh, a camera late: the target is judged in full (IK, joint limits) before it is
+    deferred. A one-shot target outside the joint limits is JOINT_LIMIT at once; an ordinary
+    command on the same late camera is still only deferred."""
+    q_near = Q.copy()
+    q_near[5] = 1.97  # wrist roll 30 mrad inside its 2.0 rad limit
+    gate = SafetyGate(GateConfig(shadow_commands=1, required_cameras=("front_1",)), kin)
+    measure(gate, kin, 0.0, q=q_near)
+    cameras_ok(gate, 0.0)
+    assert gate.request_arm(0.0, 0.0)[0]
+    gate.propose(proposal(kin, 0.01, q=q_near), 0.01, 0.01)
+    assert gate.state == GateState.ARMED
+    measure(gate, kin, 0.12, mono=0.12, q=q_near)  # fresh state; the camera's last report is from 0.0
+    assert gate.propose(proposal(kin, 0.12, q=q_near), 0.12, 0.12).send is Send.NOTHING
+    assert gate.state == GateState.ARMED and gate.deferred_counts["STALE_CAMERA"] == 1
+    q_over = q_near.copy()
+    q_over[5] = 2.02
+    decision = gate.propose(proposal(kin, 0.13, q=q_over), 0.13, 0.13)
+    assert gate.state == GateState.HOLD and gate.reason.value == "JOINT_LIMIT" and decision.send is Send.HOLD, (
+        gate.detail
+    )
+
+
 def test_a_step_the_arm_could_have_made_while_state_was_late_is_deferred(kin):
     """Beyond the jump limit from the late measurement, but within what the arm could have moved
     since at its speed limit: not provably a jump, so deferred (no fault). (The rate vs the
