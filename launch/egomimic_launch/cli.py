@@ -2,7 +2,8 @@
 
     egomimic-launch eva_bimanual.launch.py [arg:=value ...] [--duration S] [--summary]
 
-Runs until SIGINT/SIGTERM (or --duration), then tears down in reverse start order (exit 0).
+Runs until SIGINT/SIGTERM (or --duration), then tears down in reverse start order, the recorder
+first (Graph.stop_order; exit 0).
 A required node that exits takes the system to a SAFE STOP: the gate is told to latch an
 e-stop (it then commands the joints measured at that moment: the arms hold, motors on), the
 remaining nodes stop in reverse order with the drivers last (they hold the measured position
@@ -239,7 +240,10 @@ class Launcher:
         return pids
 
     def teardown(self) -> None:
-        for proc in reversed(self.procs):
+        """Stop the started nodes in the graph's stop order (Graph.stop_order: the recorder
+        first, then reverse start order)."""
+        rank = {spec.name: i for i, spec in enumerate(self.graph.stop_order())}
+        for proc in sorted(self.procs, key=lambda p: rank[p.spec.name]):
             if proc.poll() is None:
                 code = proc.stop()
                 self.killed_any |= code == -signal.SIGKILL

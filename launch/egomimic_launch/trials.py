@@ -261,8 +261,8 @@ class TrialRunner:
         """Before arming: until the recorder hears every stream but the commanded joints (which
         flow only while the gate is armed), asking recorder/start, whose refusal names the first
         stream missing in a fixed order, the commanded joints last (step_assembly.waiting_for).
-        Why: the recorder starts last, and a first trial armed while its readers were still
-        matching the policy's writer (a loaded machine: more than 2 s) ran unrecorded. An
+        Why: the recorder's readers match the policy's writer only once the policy is up, and a
+        first trial armed while they were still matching it (a loaded machine: more than 2 s) ran unrecorded. An
         episode that starts here (fresh commanded joints of a trial just ended) is kept."""
         from egomimic_data.step_assembly import cmd_joints_stream
         from egomimic_hw.description import ARMS

@@ -18,7 +18,8 @@ def test_bag_node_starts_first_and_is_not_required(tmp_path):
     first = graph.nodes[0]
     assert first.name == "bag" and first.module == "egomimic_nodes.bag_node" and not first.required
     assert first.parameters == {"bag_dir": str(Path("rel/bags").resolve()), "images": True}
-    assert graph.nodes[-1].name == "recorder", "teardown: the recorder first, the bag last"
+    stop = [n.name for n in graph.stop_order()]
+    assert stop[0] == "recorder" and stop[-1] == "bag", "teardown: the recorder first, the bag last"
     assert all(n.name != "bag" for n in build_graph({}).nodes), "off by default"
     with pytest.raises(LaunchArgumentError):
         build_graph({"bag": "true", "bag_dir": " "})

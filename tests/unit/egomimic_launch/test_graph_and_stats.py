@@ -36,9 +36,9 @@ def test_an_external_camera_driver_replaces_the_camera_node_and_the_gate_reads_i
 def test_viz_adds_tf_and_markers_off_the_control_path_before_arming():
     graph = build_graph({"viz": "true", "record": "true"})
     names = [n.name for n in graph.nodes]
-    # before the gate (arming waits for their discovery to settle); the recorder stays last
-    assert names[names.index("safety_gate") - 2 : names.index("safety_gate")] == ["robot_state", "monitor"]
-    assert names[-1] == "recorder"
+    # before the gate (arming waits for their discovery to settle), then the recorder
+    assert names[names.index("safety_gate") - 3 : names.index("safety_gate")] == ["robot_state", "monitor", "recorder"]
+    assert graph.stop_order()[0].name == "recorder"
     for name in ("robot_state", "monitor"):
         node = next(n for n in graph.nodes if n.name == name)
         assert not node.required and node.priority == "" and node.cpus == "", f"{name} is off the control path"
@@ -64,11 +64,18 @@ def test_arx5_backend_does_not_auto_arm_and_policy_none_drops_the_node():
     assert "policy" not in [n.name for n in graph.nodes]
 
 
-def test_record_adds_the_recorder_last_at_the_stack_tier_with_an_absolute_record_dir(tmp_path, monkeypatch):
+def test_record_starts_the_recorder_before_arming_and_stops_it_first(tmp_path, monkeypatch):
+    """Nothing starts up while the gate is ARMED but the policy (its first command is the one
+    checked against the start pose); the recorder still stops first, so its episode ends while
+    every stream is live."""
     monkeypatch.chdir(tmp_path)
     graph = build_graph({"record": "true", "record_dir": "eps", "task_name": "fold_towel"})
-    rec = graph.nodes[-1]
-    assert rec.name == "recorder" and rec.module == "egomimic_nodes.recorder_node"
+    names = [n.name for n in graph.nodes]
+    assert names[-3:] == ["recorder", "safety_gate", "policy"]
+    stop = [n.name for n in graph.stop_order()]
+    assert stop == ["recorder", "policy", "safety_gate", "cameras", "frames", "driver_right", "driver_left"]
+    rec = graph.nodes[names.index("recorder")]
+    assert rec.name == "recorder" and rec.module == "egomimic_nodes.recorder_node" and rec.stop_first
     assert not rec.required and rec.priority == "stack", "a dead recorder must not stop the arms"
     assert rec.parameters == {
         "auto_start": True,

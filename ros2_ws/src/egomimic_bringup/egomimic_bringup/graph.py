@@ -5,11 +5,15 @@ NodeSpecs directly; `launch/eva_bimanual.launch.py` maps the same NodeSpecs one-
 launch_ros actions under a real ROS 2 install. Nothing about the graph is decided elsewhere.
 
 Start order is dependency order: drivers first (the arms must be held by their own watchdog
-before anything can command them), then the frames node, the safety gate (armed here when
-auto_arm is set: it then waits in ARMING for the first command), cameras, the policy, and the
-recorder last (record:=true). Teardown runs in reverse, so the recorder commits its episode
-while every stream still runs, then the policy stops, and the drivers last. The bag node
-(bag:=true) comes before all of them, so it records the start-up and stops after everything.
+before anything can command them), then the frames node, the cameras, the observers and the
+recorder (record:=true), the safety gate (armed here when auto_arm is set: it then waits in
+ARMING for the first command), and the policy last. Every process that is not on the command
+path starts before arming: a Python process starting up takes a core for a second or two, and
+one that started while the gate was ARMED starved the cameras past the gate's limit. Teardown
+runs in reverse start order, except that the nodes marked `stop_first` (the recorder) stop
+before all others (Graph.stop_order), so the episode is committed while every stream still
+runs; the drivers stop last. The bag node (bag:=true) comes before all of them, so it records
+the start-up and stops after everything.
 """
 
 from __future__ import annotations
@@ -199,6 +203,9 @@ class NodeSpec:
     starts, so the policy's first command is the one checked against the start pose)."""
     required: bool = True
     """A required node that exits takes the whole system to a safe stop."""
+    stop_first: bool = False
+    """Teardown stops this node before every other (Graph.stop_order), whatever its place in
+    the start order: the recorder, so that its episode ends while every stream is still live."""
     priority: str = ""
     """With the `realtime` launch argument: "fifo" (the gate: SCHED_FIFO where permitted), "nice"
     (the drivers, frames and policy: niceness -5) or "stack" (cameras, recorder, bag: niceness -2);
@@ -250,6 +257,12 @@ class Graph:
         """The enclave of the launcher's own participant and of its steps (arm, e-stop, waits):
         with Enforce, a participant without one cannot join. "" without security:=true."""
         return enclave_of(self.namespace, LAUNCHER_ENCLAVE) if self.secured else ""
+
+    def stop_order(self) -> tuple[NodeSpec, ...]:
+        """The order teardown stops the nodes in: those marked `stop_first`, then every other
+        node, each group in reverse start order."""
+        backwards = self.nodes[::-1]
+        return tuple(n for n in backwards if n.stop_first) + tuple(n for n in backwards if not n.stop_first)
 
     def enclaves(self) -> list[str]:
         """Every enclave the keystore must hold for this graph, in start order, the launcher's last."""
@@ -504,6 +517,34 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                 description=f"web view (Foxglove WebSocket) on ws://{args['web_host']}:{args['web_port']}",
             )
         )
+    if args["record"] == "true":
+        # Before the gate, like the observers: its start-up (imports, three image readers joining
+        # the graph) once ran while the gate was ARMED and starved the cameras past the gate's
+        # 100 ms limit (a STALE_CAMERA HOLD within 2.5 s of arming in four of six fresh-clone
+        # make runs). auto_start opens the episode once the policy's stream is live, and
+        # stop_first ends it while every stream still runs. Not required: a recorder that dies
+        # must not stop the arms mid-task (the summary and the launcher's log say it exited).
+        # Stack tier: it must never delay the command path.
+        nodes.append(
+            NodeSpec(
+                "recorder",
+                f"{NODE_PACKAGE}.recorder_node",
+                ns,
+                {
+                    "auto_start": True,
+                    "image_transport": "compressed" if jpeg_once else "raw",
+                    "record_dir": args["record_dir"],
+                    "task_name": args["task_name"],
+                    "task_description": args["task_description"],
+                },
+                **yaml_files,
+                required=False,
+                stop_first=True,
+                priority="stack" if args["realtime"] == "true" else "",
+                cpus=args["stack_cpus"],
+                description=f"episode recorder -> {args['record_dir']}",
+            )
+        )
     # The gate starts after the cameras and drivers, so arming (which needs fresh state and
     # camera health) can succeed at once; before the policy, so ARMING sees its first command.
     nodes.append(
@@ -544,29 +585,6 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                 priority="nice" if args["realtime"] == "true" else "",
                 cpus=args["stack_cpus"],
                 description=f"policy ({args['policy']})",
-            )
-        )
-    if args["record"] == "true":
-        # Last, so that teardown (in reverse) stops it first and the episode ends while every
-        # stream is live. Not required: a recorder that dies must not stop the arms mid-task (the summary and
-        # the launcher's log say it exited). Stack tier: it must never delay the command path.
-        nodes.append(
-            NodeSpec(
-                "recorder",
-                f"{NODE_PACKAGE}.recorder_node",
-                ns,
-                {
-                    "auto_start": True,
-                    "image_transport": "compressed" if jpeg_once else "raw",
-                    "record_dir": args["record_dir"],
-                    "task_name": args["task_name"],
-                    "task_description": args["task_description"],
-                },
-                **yaml_files,
-                required=False,
-                priority="stack" if args["realtime"] == "true" else "",
-                cpus=args["stack_cpus"],
-                description=f"episode recorder -> {args['record_dir']}",
             )
         )
     if args["security"] == "true":
