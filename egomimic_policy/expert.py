@@ -183,6 +183,7 @@ class ExpertChunkPolicy:
             rate_hz=rate_hz,
             cameras=(),
             extra={"task_seed": str(config.task_seed)},
+            clock_driven=True,  # rows are the motion at their own times
         )
         self.plan: ExpertPlan | None = None
         self._anchor_ns = 0

@@ -93,6 +93,11 @@ class PolicySpec:
     """Frames in the model's observation window (current included): the observer keeps
     obs_steps - 1 past ticks in Observation.history."""
     extra: dict[str, str] = field(default_factory=dict)
+    clock_driven: bool = False
+    """Rows are functions of the clock since the policy's anchor (the scripted motion, the
+    expert): a chunk's rows keep their times however long the arm stood still. A learned
+    policy's plan starts where the arm stands (False: the executor delays a chunk merged after
+    the arm stood still, rollout/scheduler.py)."""
 
 
 @runtime_checkable

@@ -162,6 +162,7 @@ class ScriptedChunkPolicy:
             chunk_length=chunk_length,
             rate_hz=rate_hz,
             cameras=(),
+            clock_driven=True,  # rows are the motion at their own times
         )
         self._motion: ScriptedMotion | None = None
         self._anchor_ns = 0

@@ -242,6 +242,7 @@ def spec_to_dict(spec: PolicySpec) -> dict:
         "image_size": list(spec.image_size),
         "obs_steps": int(spec.obs_steps),
         "extra": {str(k): str(v) for k, v in spec.extra.items()},
+        "clock_driven": bool(spec.clock_driven),
     }
 
 
@@ -267,6 +268,7 @@ def spec_from_dict(d: dict) -> PolicySpec:
             image_size=_image_size(d["image_size"]),
             obs_steps=int(d.get("obs_steps", 1)),
             extra={str(k): str(v) for k, v in dict(d.get("extra", {})).items()},
+            clock_driven=bool(d.get("clock_driven", False)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise WireError(f"malformed policy spec: {exc!r}") from None

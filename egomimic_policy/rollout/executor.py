@@ -49,7 +49,7 @@ class AsyncChunkExecutor:
         self.config = config
         self._observe = observe
         self._clock_ns = clock_ns
-        self._scheduler = ChunkScheduler(config)
+        self._scheduler = ChunkScheduler(config, delay_after_rest=not policy.spec.clock_driven)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()

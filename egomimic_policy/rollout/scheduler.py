@@ -27,7 +27,14 @@ Merging: a chunk that arrives is merged by the next tick, at that tick's `now` (
 merge per tick: if two answers arrive between ticks, the one for the newer observation wins and
 the other is counted as superseded; two crossfades started at one instant would compound into a
 steeper one). Row i is for `observation_stamp + i * period`; rows whose time has passed are
-counted as dropped (one is kept only to interpolate up to `now`). Only the first `commit_rows`
+counted as dropped (one is kept only to interpolate up to `now`). After rest
+(`delay_after_rest`, on for every policy that is not clock-driven: PolicySpec.clock_driven): a
+chunk merged into an empty queue (the start, a reset) or one that ran dry is first delayed by
+the time the arm stood still since its observation (from the later of the observation and the
+queue's last row, to `now`). Rows for that time were planned as motion that never happened:
+skipping them starts the plan where the model expected the arm to be a latency later, not where
+it stands (a first inference of 400 ms under load started 39 mm away: the gate refused
+START_TOO_FAR). A clock-driven policy's rows are functions of the clock and stay where they are. Only the first `commit_rows`
 rows of a chunk are used (0 = all). The queue keeps its rows before the new chunk's first row;
 from there on the new chunk replaces it, blended (`blend`):
 - none: switch at once (a jump at the seam when the chunks disagree).
@@ -261,8 +268,11 @@ class ChunkScheduler:
     """Queue, cadence, alignment, blending and dry handling. Not thread-safe: the executor
     serializes calls with its lock."""
 
-    def __init__(self, config: ExecutorConfig):
+    def __init__(self, config: ExecutorConfig, delay_after_rest: bool = False):
+        """`delay_after_rest`: delay a chunk merged after the arm stood still (module docstring);
+        the executor turns it on for a policy that is not clock-driven."""
         self.config = config
+        self._delay_after_rest = delay_after_rest
         self._period_ns = config.period_ns
         self._queue = Trajectory.empty()
         self._generation = 0
@@ -430,6 +440,8 @@ class ChunkScheduler:
             return
         chunk_id, chunk, new, received_ns, prefix_end_ns = self._pending
         self._pending = None
+        if self._delay_after_rest:
+            new = new.delayed(self._still_ns(int(chunk.observation_stamp_ns), now_ns))
         c = self.counters
         late = int(np.count_nonzero(new.t_ns < now_ns))
         c.rows_dropped_late += late
@@ -449,6 +461,15 @@ class ChunkScheduler:
             self._queue = tj.concat(prefix, new)
         else:
             self._queue = new
+
+    def _still_ns(self, observation_stamp_ns: int, now_ns: int) -> int:
+        """How long the arm has stood still since the observation: from the later of the
+        observation and the queue's last row (the target held once it ran dry) to `now`; 0 while
+        the queue still covers `now` (the arm is moving along it)."""
+        if len(self._queue) and int(self._queue.t_ns[-1]) >= now_ns:
+            return 0
+        still_from = max(observation_stamp_ns, int(self._queue.t_ns[-1])) if len(self._queue) else observation_stamp_ns
+        return max(now_ns - still_from, 0)
 
     def _weights_old(
         self, new: Trajectory, old: Trajectory, now_ns: int, prefix_end_ns: int | None = None

@@ -15,6 +15,7 @@ arm can resolve; blends of two chunks use the same nlerp, so one formula serves 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +47,10 @@ class Trajectory:
     def take(self, index) -> Trajectory:
         """A sub-trajectory (a slice or index array) with every field taken alike."""
         return Trajectory(*(getattr(self, f)[index] for f in _FIELDS))
+
+    def delayed(self, dt_ns: int) -> Trajectory:
+        """The same rows, each meant for `dt_ns` later (provenance unchanged)."""
+        return dataclasses.replace(self, t_ns=self.t_ns + np.int64(dt_ns))
 
     @staticmethod
     def empty() -> Trajectory:

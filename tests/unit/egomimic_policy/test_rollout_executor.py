@@ -105,6 +105,40 @@ def test_tick_returns_while_the_model_is_inside_infer(rig):
     assert ex.stats(clock.now_ns)["rows_dropped_late"] == 20
 
 
+def test_a_learned_policys_first_chunk_starts_where_the_arm_stands():
+    """A policy that is not clock-driven (every learned family): the first answer, 0.5 s after
+    its observation, starts at its row 0 (the arm stood still meanwhile), not 15 rows in; the
+    scripted policy above keeps its rows on the clock."""
+    from dataclasses import replace
+
+    clock = Clock()
+    policy = GatedPolicy()
+    policy.spec = replace(policy.spec, clock_driven=False)
+    ex = AsyncChunkExecutor(
+        policy,
+        ExecutorConfig(cadence="every_n", query_every_n_ticks=1000),
+        lambda now_ns: Observation(now_ns, {}, LEFT0, RIGHT0, 0.5, 0.5),
+        clock,
+    )
+    try:
+        assert ex.tick(T0).status is TickStatus.WAITING
+        assert policy.inside.wait(5)
+        clock.now_ns = T0 + 15 * P_NS + 1
+        policy.gate.release()
+        assert wait_until(lambda: ex.stats(clock.now_ns)["chunks"] == 1)
+        r = ex.tick(clock.now_ns)
+        assert r.status is TickStatus.RUNNING and r.target.row == 0 and r.new_chunks[0].late_rows == 0
+        assert np.allclose(
+            r.target.left_pose,
+            ScriptedChunkPolicy(ScriptedMotionConfig(ramp_s=0.0))
+            .infer(Observation(T0, {}, LEFT0, RIGHT0, 0.5, 0.5))
+            .left_pose[0],
+        )
+    finally:
+        policy.gate.release()
+        ex.stop()
+
+
 def test_stale_observation_is_never_queried(rig):
     ex, policy, clock, fresh = rig
     fresh["ok"] = False

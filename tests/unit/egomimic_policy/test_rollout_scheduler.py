@@ -45,6 +45,48 @@ def test_rows_are_aligned_to_their_observation_and_late_rows_dropped():
         assert r.target.row == max(i for i in range(30) if row_ns(i) <= now)
 
 
+def test_after_rest_a_chunk_starts_at_its_first_row_where_the_arm_stands():
+    """delay_after_rest (a policy that is not clock-driven): the first chunk, answered 400 ms
+    after its observation while the arm stood still, is delayed by those 400 ms: the first
+    target is row 0 (the observed pose), nothing is dropped, and the rows follow one period apart."""
+    s = ChunkScheduler(ExecutorConfig(cadence="every_n", query_every_n_ticks=1000, blend="none"), delay_after_rest=True)
+    policy = ScriptedChunkPolicy(MOTION, chunk_length=30)
+    arrive = T0 + 12 * P_NS  # 400 ms
+    chunk = policy.infer(obs(T0))
+    s.accept(s.query_started(T0), chunk, arrive)
+    first = s.tick(arrive)
+    assert first.status is TickStatus.RUNNING and first.target.row == 0 and s.counters.rows_dropped_late == 0
+    assert np.allclose(first.target.left_pose, chunk.left_pose[0])
+    later = s.tick(arrive + row_ns(5) - T0)
+    assert later.target.row == 5 and np.allclose(later.target.left_pose[:3], chunk.left_pose[5, :3], atol=1e-9)
+
+
+def test_after_rest_a_dry_queue_delays_by_the_time_held_only():
+    """The queue ran dry at its last row (the arm held there) 200 ms before the answer to an
+    observation made 100 ms after that: the chunk is delayed by the 100 ms since its observation
+    (the later of the two), not by the whole 200 ms; while the queue still covers now, nothing is
+    delayed (the arm was moving along it)."""
+    cfg = ExecutorConfig(cadence="every_n", query_every_n_ticks=1000, blend="none", max_dry_s=1.0)
+    s = ChunkScheduler(cfg, delay_after_rest=True)
+    policy = ScriptedChunkPolicy(MOTION, chunk_length=10)
+    s.accept(s.query_started(T0), policy.infer(obs(T0)), T0)
+    assert s.tick(T0).target.row == 0  # merged at once: nothing to delay
+    end = row_ns(9)
+    assert s.tick(end).target.row == 9
+    obs_ns, arrive = end + 3 * P_NS, end + 6 * P_NS
+    chunk = policy.infer(obs(obs_ns))
+    s.accept(s.query_started(obs_ns), chunk, arrive)
+    r = s.tick(arrive)
+    assert r.target.chunk_id == 2 and r.target.row == 0
+    moving = ChunkScheduler(cfg, delay_after_rest=True)
+    moving.accept(moving.query_started(T0), policy.infer(obs(T0)), T0)
+    moving.tick(T0)
+    later_obs = T0 + 2 * P_NS
+    moving.accept(moving.query_started(later_obs), policy.infer(obs(later_obs)), later_obs + 100_000_000)
+    r = moving.tick(later_obs + 100_000_000)  # row 3's time exactly
+    assert r.target.chunk_id == 2 and r.target.row == 3, "aligned: the queue covered now"
+
+
 def test_running_dry_holds_then_stops_and_counts():
     cfg = ExecutorConfig(cadence="every_n", query_every_n_ticks=1000, max_dry_s=0.2, blend="none")
     s = ChunkScheduler(cfg)
