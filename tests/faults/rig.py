@@ -129,6 +129,23 @@ class JsonLines:
         return json.loads(line)
 
 
+class _Injection:
+    """One faulty command for the stream (Rig.inject_once): the mutation, then when it went out."""
+
+    def __init__(self, mutate):
+        self._mutate = mutate
+        self.sent = threading.Event()
+        self.sent_s = float("nan")
+
+    def __call__(self, msg):
+        self._mutate(msg)
+        return msg
+
+    def published(self, t_s: float) -> None:
+        self.sent_s = t_s
+        self.sent.set()
+
+
 class Rig:
     def __init__(self, tmp: Path, required_cameras, run_dir: Path | None = None, launch_args: tuple[str, ...] = ()):
         import rclpy
@@ -618,20 +635,15 @@ class Rig:
             self.publish_times.append(self.last_publish_s)
 
     def inject_once(self, mutate) -> float:
-        """The next streamed command is `mutate(msg)`; returns its publication time."""
-        done = threading.Event()
-        box = {}
-
-        def wrapped(msg):
-            mutate(msg)
-            box["t"] = time.time()
-            done.set()
-            return msg
-
+        """The next streamed command is `mutate(msg)`; returns its publication time: the instant
+        its publish returned, when the gate can first have it. (Taken before the publish, a rig
+        descheduled between building and sending the command counted its own lateness against
+        the gate: fc118's NaN held 146 ms after that instant.)"""
+        injection = _Injection(mutate)
         with self.lock:
-            self._mutate = wrapped
-        done.wait(1.0)
-        return box.get("t", float("nan"))
+            self._mutate = injection
+        injection.sent.wait(1.0)
+        return injection.sent_s
 
     def _stream_loop(self) -> None:
         """30 Hz, each command stamped with its tick (as the policy's executor stamps them): a
@@ -645,6 +657,8 @@ class Rig:
             if mutate is not None:
                 msg = mutate(msg)
             self.send(msg)
+            if mutate is not None:
+                mutate.published(self.last_publish_s)
             self.stream_stamps.append(next_t + offset)
             next_t += PERIOD_S
             delay = next_t - time.monotonic()
