@@ -155,6 +155,26 @@ def arm_and_stream(rig: Rig, rng) -> dict[Arm, np.ndarray]:
     return anchor
 
 
+DEAF_DETAILS = {
+    "STALE_COMMAND": re.compile(r"(?:HOLD: )?no command for (\d+) ms"),
+    "STALE_CAMERA": re.compile(
+        r"(?:HOLD: )?camera \S+: (?:newest frame is (\d+) ms old|no health report for (\d+) ms).*"
+    ),
+}
+"""The gate's details that say how long it has heard nothing of a stream (gate.py)."""
+
+
+def deaf_since_s(status) -> float | None:
+    """When the stream named in a STALE_COMMAND or STALE_CAMERA HOLD last reached the gate, by the
+    gate's own detail (its decision stamp minus the silence it names), or None for any other."""
+    pattern = DEAF_DETAILS.get(status.reason)
+    m = pattern.fullmatch(status.detail) if pattern is not None else None
+    if m is None:
+        return None
+    silent_ms = next(int(g) for g in m.groups() if g is not None)
+    return status.stamp_s - silent_ms / 1e3
+
+
 def conclude(
     rig: Rig,
     fault: str,
@@ -191,24 +211,20 @@ def conclude(
                 f"{fault}: the gate held for {status.reason} ({status.detail}) and this rig saw {', '.join(silent)} "
                 f"silent for that whole window too: the machine stalled, the injected fault was not what was measured"
             )
-        silence = re.fullmatch(r"(?:HOLD: )?no command for (\d+) ms", status.detail)
-        if (
-            stopped
-            and status.reason == "STALE_COMMAND"
-            and status.reason not in reasons
-            and silence
-            and status.stamp_s - int(silence.group(1)) / 1e3 >= t_fault - PERIOD_S
-        ):
-            # The gate's silence began at the stop, and this rig kept sending (else `silent`
-            # above): the gate heard none of it. A writer stopped while it holds a reader's
-            # shared-memory port mutex (Fast DDS try_push) leaves that reader deaf to every
-            # writer until it runs again (bench/deaf_reader.py: 2 of 150 stops of a 1 kHz
-            # writer). The gate held all the same, on its command timeout, but the staleness
-            # under test was not what it measured: re-run, listed.
+        deaf_since = deaf_since_s(status)
+        if stopped and status.reason not in reasons and deaf_since is not None and deaf_since >= t_fault - PERIOD_S:
+            # The gate's silence began at the stop, and the stream it names went on (this rig
+            # kept sending, or received the camera's reports itself: else `silent` above): the
+            # gate heard none of it. A writer stopped while it holds a reader's shared-memory
+            # port mutex (Fast DDS try_push) leaves that reader deaf to every writer until it
+            # runs again (bench/deaf_reader.py: 2 of 150 stops of a 1 kHz writer). The gate held
+            # all the same, on the first stream to go stale (its command timeout, or a camera's
+            # 300 ms: fc125 saw front_1 "307 ms old" beside a SIGSTOPped driver, 36 ms before the
+            # state bound), but the staleness under test was not what it measured: re-run, listed.
             bad = [c for c in rig.commands_since(t_start) if c.violations]
             assert not bad, f"{fault}: commands outside limits reached the drivers: {bad[0].violations}"
             raise RigHiccup(
-                f"{fault}: the gate held for {status.reason} ({status.detail}) while this rig kept sending: the "
+                f"{fault}: the gate held for {status.reason} ({status.detail}) while that stream went on: the "
                 f"stopped {stopped} held the gate's shared-memory port lock (the gate heard no writer until it ran)"
             )
         assert status.reason in reasons, f"{fault}: reason {status.reason} ({status.detail}), expected {reasons}"
