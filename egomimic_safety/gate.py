@@ -602,34 +602,15 @@ class SafetyGate:
         dt_s = float(proposal.stamp_s) - self._prev_stamp_s if self._prev_stamp_s is not None else float("inf")
         for arm in ARMS:
             silent_s = mono_s - self._meas_rx_mono.get(arm, -np.inf)
-            verdict = check_arm(
-                arm,
-                proposal.arms[arm],
-                self._measured(arm),
-                self._prev_pose.get(arm),
-                dt_s,
-                now_s,
-                silent_s,
-                self.config,
-                self._kin[arm],
-            )
+            cmd, meas, prev = proposal.arms[arm], self._measured(arm), self._prev_pose.get(arm)
+            verdict = check_arm(arm, cmd, meas, prev, dt_s, now_s, silent_s, self.config, self._kin[arm])
             if not verdict.ok and not verdict.transient:  # transient: this arm's state is late
                 return self._reject(verdict.reason or Reason.INTERNAL_ERROR, verdict.detail, mono_s)
-            problem = deferral_problem(
-                arm,
-                proposal.arms[arm],
-                self._measured(arm),
-                self._prev_pose.get(arm),
-                dt_s,
-                now_s,
-                silent_s,
-                self.config,
-            )
+            problem = deferral_problem(arm, cmd, meas, prev, dt_s, now_s, silent_s, self.config)
             if problem:
                 return self._reject(problem[0], problem[1], mono_s)
-            meas = self._measured(arm)
             if self.state == GateState.ARMING and not self._start_checked and meas is not None:
-                far = self._start_too_far_from_late_state(arm, proposal.arms[arm], meas, now_s, silent_s)
+                far = self._start_too_far_from_late_state(arm, cmd, meas, now_s, silent_s)
                 if far:
                     return self._reject(Reason.START_TOO_FAR, far, mono_s)
         return self._defer(reason, detail, mono_s)
