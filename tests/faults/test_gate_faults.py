@@ -158,7 +158,7 @@ def arm_and_stream(rig: Rig, rng) -> dict[Arm, np.ndarray]:
 DEAF_DETAILS = {
     "STALE_COMMAND": re.compile(r"(?:HOLD: )?no command for (\d+) ms"),
     "STALE_CAMERA": re.compile(
-        r"(?:HOLD: )?camera \S+: (?:newest frame is (\d+) ms old|no health report for (\d+) ms).*"
+        r"(?:HOLD: )?camera (\S+): (?:newest frame is (\d+) ms old|no health report for (\d+) ms).*"
     ),
 }
 """The gate's details that say how long it has heard nothing of a stream (gate.py)."""
@@ -171,8 +171,29 @@ def deaf_since_s(status) -> float | None:
     m = pattern.fullmatch(status.detail) if pattern is not None else None
     if m is None:
         return None
-    silent_ms = next(int(g) for g in m.groups() if g is not None)
+    silent_ms = next(int(g) for g in m.groups() if g is not None and g.isdigit())
     return status.stamp_s - silent_ms / 1e3
+
+
+HEALTH_STATES = {
+    CameraHealth.OK: "OK",
+    CameraHealth.STALLED: "STALLED",
+    CameraHealth.FROZEN: "FROZEN",
+    CameraHealth.STARTING: "STARTING",
+    CameraHealth.ERROR: "ERROR",
+}
+
+
+def camera_frames_after(rig: Rig, status, since_s: float) -> tuple[int, list[int]]:
+    """For a STALE_CAMERA decision: (frames of the named camera this rig received before the
+    decision stamped after `since_s`, the states of every report it received in that window).
+    The camera sends one OK report per frame, stamped with the frame's capture time, so frames
+    the rig got and the gate did not mean the gate was deaf; none means the camera stopped."""
+    m = DEAF_DETAILS["STALE_CAMERA"].fullmatch(status.detail)
+    if m is None:
+        return 0, []
+    window = [(s, st) for (r, s, st) in list(rig.health.get(m.group(1), [])) if since_s < s and r <= status.recv_s]
+    return sum(1 for _, st in window if st == CameraHealth.OK), [st for _, st in window]
 
 
 def conclude(
@@ -212,14 +233,21 @@ def conclude(
                 f"silent for that whole window too: the machine stalled, the injected fault was not what was measured"
             )
         deaf_since = deaf_since_s(status)
-        if stopped and status.reason not in reasons and deaf_since is not None and deaf_since >= t_fault - PERIOD_S:
-            # The gate's silence began at the stop, and the stream it names went on (this rig
-            # kept sending, or received the camera's reports itself: else `silent` above): the
-            # gate heard none of it. A writer stopped while it holds a reader's shared-memory
-            # port mutex (Fast DDS try_push) leaves that reader deaf to every writer until it
-            # runs again (bench/deaf_reader.py: 2 of 150 stops of a 1 kHz writer). The gate held
-            # all the same, on the first stream to go stale (its command timeout, or a camera's
-            # 300 ms: fc125 saw front_1 "307 ms old" beside a SIGSTOPped driver, 36 ms before the
+        missed, states_seen = (
+            camera_frames_after(rig, status, deaf_since + 0.002) if deaf_since is not None else (0, [])
+        )
+        deaf = (status.reason == "STALE_COMMAND" and deaf_since is not None and deaf_since >= t_fault - PERIOD_S) or (
+            status.reason == "STALE_CAMERA" and missed >= 2
+        )
+        if stopped and status.reason not in reasons and deaf:
+            # The stream the gate names went on, and the gate heard none of it: its command
+            # silence began at the stop while this rig kept sending (else `silent` above), or
+            # this rig received frames of the camera, stamped after the gate's newest one, before
+            # the decision. A writer stopped while it holds a reader's shared-memory port mutex
+            # (Fast DDS try_push) leaves that reader deaf to every writer until it runs again
+            # (bench/deaf_reader.py: 2 of 150 stops of a 1 kHz writer). The gate held all the
+            # same, on the first stream to go stale (its command timeout, or a camera's 300 ms:
+            # fc125 and fc126 saw front_1 "307 ms old" beside a SIGSTOPped driver, before the
             # state bound), but the staleness under test was not what it measured: re-run, listed.
             bad = [c for c in rig.commands_since(t_start) if c.violations]
             assert not bad, f"{fault}: commands outside limits reached the drivers: {bad[0].violations}"
@@ -227,7 +255,16 @@ def conclude(
                 f"{fault}: the gate held for {status.reason} ({status.detail}) while that stream went on: the "
                 f"stopped {stopped} held the gate's shared-memory port lock (the gate heard no writer until it ran)"
             )
-        assert status.reason in reasons, f"{fault}: reason {status.reason} ({status.detail}), expected {reasons}"
+        camera_view = (
+            f"; this rig got {missed} frame(s) of that camera after the gate's newest, and these reports: "
+            f"{[HEALTH_STATES.get(st, st) for st in states_seen][:12]}"
+            if status.reason == "STALE_CAMERA" and deaf_since is not None
+            else ""
+        )
+        assert status.reason in reasons, (
+            f"{fault}: reason {status.reason} ({status.detail}), expected {reasons}; "
+            f"fault at {t_fault:.3f}, decision {status.stamp_s - t_fault:+.3f} s after it{camera_view}"
+        )
     if keep_streaming and rig._stream_thread is None:
         rig.start_stream({a: rig.measured_pose(a) for a in ARMS})
     time.sleep(NO_RESUME_S)  # valid commands keep coming: nothing may resume
