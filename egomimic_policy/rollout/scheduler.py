@@ -466,10 +466,10 @@ class ChunkScheduler:
         """How long the arm has stood still since the observation: from the later of the
         observation and the queue's last row (the target held once it ran dry) to `now`; 0 while
         the queue still covers `now` (the arm is moving along it)."""
-        if len(self._queue) and int(self._queue.t_ns[-1]) >= now_ns:
-            return 0
-        still_from = max(observation_stamp_ns, int(self._queue.t_ns[-1])) if len(self._queue) else observation_stamp_ns
-        return max(now_ns - still_from, 0)
+        if not len(self._queue):
+            return max(now_ns - observation_stamp_ns, 0)
+        end_ns = int(self._queue.t_ns[-1])
+        return 0 if end_ns >= now_ns else max(now_ns - max(observation_stamp_ns, end_ns), 0)
 
     def _weights_old(
         self, new: Trajectory, old: Trajectory, now_ns: int, prefix_end_ns: int | None = None
