@@ -35,7 +35,7 @@ from egomimic_bringup.graph import LAUNCH_ARGUMENTS, LaunchArgumentError
 from egomimic_launch import params_check
 from egomimic_launch.dds_log import alarming, describe, middleware_warnings
 from egomimic_launch.environment import apply_to_this_process
-from egomimic_launch.process import NodeProcess, exit_text, local_graph_nodes, safe_print
+from egomimic_launch.process import GraphAutogroup, NodeProcess, exit_text, local_graph_nodes, safe_print
 from egomimic_launch.steps import NODE_START_TIMEOUT_S, estop, wait_for_node
 from egomimic_launch.steps import auto_arm as arm_when_settled
 
@@ -398,12 +398,17 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
         else None
     )
     trials_thread, trials_out = None, []
+    autogroup = GraphAutogroup()
     if graph.args.get("realtime") == "true":
-        from egomimic_nodes.spin import raise_middleware_threads
+        from egomimic_nodes.spin import GRAPH_NICENESS, raise_middleware_threads
 
         # This process subscribes to the command path (observer, heartbeats): its DDS listener
         # must not be what a frames or gate writer waits for (spin.raise_middleware_threads).
         done = raise_middleware_threads()
+        if done and not ns.quiet:
+            safe_print(f"[launch] scheduling: {done}")
+        # The nodes run in this session: its autogroup is the graph's (process.GraphAutogroup).
+        done = autogroup.raise_to(GRAPH_NICENESS)
         if done and not ns.quiet:
             safe_print(f"[launch] scheduling: {done}")
 
@@ -490,6 +495,7 @@ def _run(ns: argparse.Namespace, overrides: dict[str, str]) -> int:
     finally:
         stall = StopStallDump(run_dir / STOP_STALL_FILE)
         launcher.teardown()
+        autogroup.restore()
         client.close()
         if launcher.killed_any or launcher.dead_node:
             clean_shared_memory(int(env["ROS_DOMAIN_ID"]))

@@ -23,7 +23,7 @@ from egomimic_launch import dds_log
 
 
 def stop_process_group(proc: subprocess.Popen, timeout_s: float = 5.0) -> int:
-    """Stop a child started in its own session: SIGINT (a node's clean shutdown: the driver
+    """Stop a child started in a process group of its own: SIGINT (a node's clean shutdown: the driver
     holds, the gate latches), then SIGTERM, then SIGKILL, each to the whole process group."""
     for sig, wait_s in ((signal.SIGINT, timeout_s), (signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0)):
         if proc.poll() is not None:
@@ -37,6 +37,57 @@ def stop_process_group(proc: subprocess.Popen, timeout_s: float = 5.0) -> int:
         except subprocess.TimeoutExpired:
             continue
     return proc.wait()
+
+
+AUTOGROUP_PATH = "/proc/self/autogroup"
+
+
+class GraphAutogroup:
+    """Give the launcher's session (its autogroup: every node runs in it) a niceness while the
+    graph runs, and give the session its own niceness back after.
+
+    Why one group for the graph: with CONFIG_SCHED_AUTOGROUP (Ubuntu's default, and the 2-core
+    VM's) the kernel first shares the CPU between autogroups, one per session, and a thread's
+    niceness only ranks it inside its group. With every node a session of its own (until
+    2026-12-06), the tiers of spin.py ranked nothing inside the graph: the policy's model worker
+    "at the stack tier" ran in the policy's group at -5, above the cameras' whole group at -2, and
+    the recorder's writer thread alike. In one group the nodes' own niceness ranks them against
+    each other as the tiers say, and the group's niceness ranks the graph against the rest of
+    the machine (a browser, a training run, a CPU hog in another session). Measured on the
+    2-core VM, make run's graph (trained policy, recording), 40 s runs alternated: camera stall
+    reports 13-24 in four of five runs with one group, against 53-176 in five with a group per node.
+
+    Lowering a group's niceness needs CAP_SYS_NICE, as the nodes' own; without it the session
+    keeps its niceness and the log says so."""
+
+    def __init__(self, path: str = AUTOGROUP_PATH):
+        self.path = path
+        self._before: int | None = None
+
+    def raise_to(self, niceness: int) -> str:
+        """Set the session's niceness; what it did, for the launcher's log ("" without autogroups)."""
+        try:
+            with open(self.path) as f:
+                before = int(f.read().split()[-1])
+            with open(self.path, "w") as f:
+                f.write(str(int(niceness)))
+        except FileNotFoundError:
+            return ""  # a kernel without autogroups: each process's niceness is all there is
+        except (OSError, ValueError, IndexError) as exc:
+            return f"the graph's autogroup niceness unchanged ({getattr(exc, 'strerror', None) or exc})"
+        self._before = before
+        return f"the graph's autogroup (this session) at niceness {niceness} (was {before})"
+
+    def restore(self) -> None:
+        """Give the session back the niceness it had (best effort: the graph is down by then)."""
+        if self._before is None:
+            return
+        try:
+            with open(self.path, "w") as f:
+                f.write(str(self._before))
+        except OSError:
+            pass
+        self._before = None
 
 
 LOG_CAP_BYTES = 20 * 1024 * 1024
@@ -205,7 +256,11 @@ class NodeProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=w,
                 stderr=w,
-                start_new_session=True,  # our SIGINT reaches it only when we forward it, in order
+                # A process group of its own: a terminal's Ctrl-C reaches the launcher only, which
+                # forwards it to the nodes in order. The launcher's session all the same: one
+                # autogroup for the whole graph (GraphAutogroup), so the nodes' niceness ranks them
+                # against each other, not each alone in a group of its own.
+                process_group=0,
             )
         finally:
             os.close(w)

@@ -100,3 +100,46 @@ def test_a_running_graph_node_on_this_machine_is_found_by_name_namespace_and_dom
     finally:
         proc.stdin.close()
         proc.wait(10)
+
+
+def test_a_node_runs_in_the_launchers_session_and_leads_its_own_process_group(tmp_path):
+    """One autogroup for the graph (process.GraphAutogroup): the node shares this process's
+    session, so the nodes' niceness ranks them against each other; its own process group, so a
+    terminal's Ctrl-C (sent to the launcher's group) reaches it only when the launcher forwards it."""
+    (tmp_path / "where.py").write_text("import os\nprint('ids', os.getpid(), os.getsid(0), os.getpgid(0))\n")
+    run_dir = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), PYTHONUNBUFFERED="1")
+    proc = NodeProcess(NodeSpec("where", "where", ""), run_dir, env, echo=False)
+    assert proc.proc.wait(timeout=60) == 0
+    proc._reader.join(timeout=10)
+    line = next(x for x in (run_dir / "logs" / "where.log").read_text().splitlines() if "ids" in x)
+    pid, sid, pgid = (int(v) for v in line.split()[-3:])
+    assert pid == proc.proc.pid
+    assert sid == os.getsid(0), "the node left the launcher's session: its niceness would rank it against nothing"
+    assert pgid == pid and pgid != os.getpgid(0), "the node must lead a process group of its own"
+
+
+def test_the_graph_autogroup_is_raised_while_the_graph_runs_and_given_back_after(tmp_path):
+    from egomimic_launch.process import GraphAutogroup
+
+    group = tmp_path / "autogroup"
+    group.write_text("/autogroup-42 nice 0\n")
+    autogroup = GraphAutogroup(str(group))
+    said = autogroup.raise_to(-10)
+    assert said == "the graph's autogroup (this session) at niceness -10 (was 0)", said
+    assert group.read_text() == "-10"  # what the kernel reads back as "/autogroup-42 nice -10"
+    autogroup.restore()
+    assert group.read_text() == "0"
+    autogroup.restore()  # a second restore (a teardown after a failed start) changes nothing
+    assert group.read_text() == "0"
+
+
+def test_without_autogroups_the_graph_autogroup_says_nothing_and_a_refusal_is_reported(tmp_path):
+    from egomimic_launch.process import GraphAutogroup
+
+    missing = GraphAutogroup(str(tmp_path / "missing"))
+    assert missing.raise_to(-10) == ""
+    missing.restore()  # nothing was changed: nothing to give back
+    refused = GraphAutogroup(str(tmp_path))  # a directory: neither readable nor writable as a file
+    said = refused.raise_to(-10)
+    assert said.startswith("the graph's autogroup niceness unchanged"), said

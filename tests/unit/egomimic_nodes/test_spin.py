@@ -158,6 +158,37 @@ def test_a_node_gives_its_autogroup_its_niceness():
     assert said.startswith(", autogroup niceness 3 (was ") and now == "3", out.stdout
 
 
+def test_a_node_in_its_launchers_session_leaves_the_graphs_autogroup_to_the_launcher():
+    """Under egomimic-launch the nodes share the launcher's session (one autogroup, whose niceness
+    the launcher sets): a node must not write its own tier into the whole graph's group. The
+    child runs in a session of its own, as a launcher does, and starts a node-like grandchild
+    in that session; the grandchild raises its priority and the group keeps its niceness."""
+    import os
+    import subprocess
+    import sys
+
+    if not os.path.exists("/proc/self/autogroup"):
+        pytest.skip("this kernel has no autogroups")
+    if os.geteuid() != 0:
+        pytest.skip("raising a priority needs CAP_SYS_NICE")
+    node = (
+        "from egomimic_nodes.spin import raise_priority\n"
+        "print(raise_priority('stack')); print(open('/proc/self/autogroup').read().split()[-1])\n"
+    )
+    launcher = (
+        "import subprocess, sys\n"
+        "open('/proc/self/autogroup', 'w').write('3')\n"
+        f"sys.exit(subprocess.run([sys.executable, '-c', {node!r}], process_group=0).returncode)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", launcher], capture_output=True, text=True, timeout=60, start_new_session=True
+    )
+    assert out.returncode == 0, out.stderr
+    said, group = out.stdout.strip().splitlines()
+    assert said.endswith(", in its launcher's autogroup"), said
+    assert group == "3", f"the node changed its launcher's group to {group}"
+
+
 def test_without_autogroups_nothing_is_said_and_a_refusal_is_reported(tmp_path):
     from egomimic_nodes.spin import set_autogroup_nice
 

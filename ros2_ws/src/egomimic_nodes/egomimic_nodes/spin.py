@@ -96,6 +96,14 @@ launcher and monitoring). Measured with one busy process beside `make run` (2 co
 niceness 0 the cameras' health reports stalled 300 ms (STALE_CAMERA HOLD) or the policy's
 commands did (STALE_COMMAND HOLD)."""
 
+GRAPH_NICENESS = -10
+"""Niceness of the whole graph's autogroup under egomimic-launch (one session, one group:
+egomimic_launch.process.GraphAutogroup), against the other sessions of the machine. The graph
+needs up to 1.6 of the 2 cores; its group's share against N busy sessions at niceness 0 is
+9548 / (9548 + 1024 N) (the kernel's nice weights): 90 % beside one CPU hog, 82 % beside two.
+At -5 (3121) it would be 60 % beside two, where a group per node (seven groups at -5 and -2,
+before) had 88 %. Inside the group the tiers above rank the nodes' threads."""
+
 
 PROFILE_ENV = "EGOMIMIC_PROFILE_DIR"
 """A directory: the node runs its spin loop under cProfile and writes `<node name>.prof` there
@@ -235,7 +243,9 @@ def raise_priority(kind: str) -> str:
     """Raise this process's scheduling priority (`fifo`, `nice` or `stack`, see the constants above) and
     say what it now runs at, for the start log. Needs root or CAP_SYS_NICE; without them the
     process keeps its priority and says so. Called before rclpy starts its threads, so the DDS
-    threads inherit it. The niceness is given to the process's autogroup too (set_autogroup_nice)."""
+    threads inherit it. A node that leads a session of its own (started by hand, or by a launcher
+    that makes one per node) gives its autogroup the niceness too (set_autogroup_nice); under
+    egomimic-launch the nodes share the launcher's session and the launcher sets the group's."""
     if kind == "fifo":
         try:
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(FIFO_PRIORITY))
@@ -247,7 +257,12 @@ def raise_priority(kind: str) -> str:
         os.nice(niceness - os.nice(0))
     except OSError as exc:
         return f"normal priority (a higher one is not permitted: {exc})"
-    group = set_autogroup_nice(niceness) if os.environ.get(AUTOGROUP_ENV, "1") != "0" else ", autogroup left alone"
+    if os.environ.get(AUTOGROUP_ENV, "1") == "0":
+        group = ", autogroup left alone"
+    elif os.getsid(0) != os.getpid():
+        group = ", in its launcher's autogroup"  # egomimic-launch: process.GraphAutogroup
+    else:
+        group = set_autogroup_nice(niceness)
     return f"niceness {os.nice(0)}" + (" (SCHED_FIFO not permitted)" if kind == "fifo" else "") + group
 
 
@@ -262,13 +277,14 @@ def set_autogroup_nice(niceness: int, path: str = AUTOGROUP_PATH) -> str:
     Why: with CONFIG_SCHED_AUTOGROUP (Ubuntu's default, and this VM's:
     /proc/sys/kernel/sched_autogroup_enabled = 1) the kernel first shares the CPU fairly between
     autogroups, one per session, and a process's own niceness only ranks it inside its group.
-    The launcher starts every node in a session of its own (so a signal to the launcher's group
-    reaches no node unasked), so each node is alone in its autogroup: its niceness alone would
-    rank it against nothing, and a busy process of any other session (a browser, a training run,
-    `nice -n 19` or not) would get the same CPU share as the gate's drivers. Measured: with two
-    niced (10) training processes beside it, the simulated graph's cameras stalled 90-240 ms
-    some twenty times in 30 s, and a frames node fell 1 s behind. The group's niceness is what
-    ranks the node against other sessions (the same weights as nice). SCHED_FIFO threads are
+    A node alone in its session (raise_priority calls this only then) would rank against
+    nothing with its niceness alone, and a busy process of any other session (a browser, a
+    training run, `nice -n 19` or not) would get the same CPU share as the gate's drivers.
+    Measured so: with two niced (10) training processes beside it, the simulated graph's cameras
+    stalled 90-240 ms some twenty times in 30 s, and a frames node fell 1 s behind. The group's
+    niceness is what ranks it against other sessions (the same weights as nice).
+    egomimic-launch keeps its nodes in its own session instead (one group for the graph, whose
+    niceness it sets: egomimic_launch.process.GraphAutogroup). SCHED_FIFO threads are
     not grouped; lowering a group's niceness needs CAP_SYS_NICE, like the process's own."""
     try:
         with open(path) as f:
