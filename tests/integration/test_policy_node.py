@@ -276,7 +276,8 @@ def test_a_model_family_takes_camera_frames_and_a_dead_camera_stops_it(node_proc
     subscribers = {
         i.node_name for i in ros_node.get_subscriptions_info_by_topic(topics.IMAGE_RAW.resolve("eva", cam="front_1"))
     }
-    assert "policy" in subscribers
+    # Taken at each query by the node's companion reader node (policy_node: not delivered).
+    assert "policy_state" in subscribers, subscribers
     assert rec.chunks and all(len(c.rows) == 100 for c in rec.chunks)  # the Fold horizon
     assert wait_for(lambda: rec.diags and rec.diags[-1]["status"] == "running", 5)
     assert int(rec.diags[-1]["bad_images"]) == 0

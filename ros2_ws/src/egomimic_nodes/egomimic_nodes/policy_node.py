@@ -16,7 +16,11 @@ nothing is published and the safety gate sees a stale command and holds the arms
 Arm state (poses and joint states, 300 samples/s in all) is taken, not delivered: its readers sit
 on a companion node that no executor spins (egomimic_nodes/taken.py), drained before every tick
 and every query, so the newest samples are always seen without 300 executor callbacks a second.
-Camera frames arrive by callback. Every output goes through an Outbox (its own sending thread):
+Camera frames are taken too, and only when an observation is built (a query; with an
+observation window, every tick): the newest frame of each camera, as CDR bytes whose pixels are
+read in place (serialized.read_image). A model that queries twice a second (make run's every 15
+ticks) no longer receives 90 frames of 900 KB a second, each a callback, a deserialization into
+a Python array and a copy: that was about half of the node's CPU. Every output goes through an Outbox (its own sending thread):
 a subscriber that blocks a writer (outbox.py) never stops the tick.
 
 Observations come from egomimic_hw.sync.ObservationSynchronizer: a query is made only when
@@ -49,10 +53,11 @@ from sensor_msgs.msg import Image, JointState
 from egomimic_hw.description import ARMS, JOINTS_PER_ARM, Arm
 from egomimic_hw.sync import ObservationSynchronizer
 from egomimic_msgs.msg import ActionChunk, BimanualCommand
-from egomimic_nodes import diagnostics, qos, topics
-from egomimic_nodes.msg_convert import array_to_pose, image_to_array, ns_to_stamp, pose_to_array, stamp_to_ns
+from egomimic_nodes import diagnostics, topics
+from egomimic_nodes.msg_convert import array_to_pose, ns_to_stamp, pose_to_array, stamp_to_ns
 from egomimic_nodes.outbox import Outbox, close_all, flush_all
 from egomimic_nodes.params import declare_config
+from egomimic_nodes.serialized import read_image
 from egomimic_nodes.spin import lower_this_thread, quiet_middleware_for_images, run_node
 from egomimic_nodes.stall_dump import StallDump
 from egomimic_nodes.taken import TakenSubscriptions
@@ -88,6 +93,10 @@ whose cause the stacks name."""
 ARM_STATE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=SYNC_HISTORY, reliability=ReliabilityPolicy.RELIABLE)
 """The taken arm-state readers keep what the synchronizer keeps, so a late drain loses nothing it
 would have used."""
+IMAGE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)
+"""The taken image readers keep the newest frame only: an observation uses the newest frame of
+each camera (the synchronizer matches the 100 Hz arm state to its capture stamp). Best effort,
+as qos.SENSOR_READER: it also connects to a stock driver's best-effort publisher."""
 
 
 def pose_stream(arm: Arm) -> str:
@@ -161,8 +170,10 @@ class PolicyNode(Node):
                     (self._taken.subscribe(msg_type, self.resolve_topic_name(stream), ARM_STATE_QOS), cb)
                 )
         self._take_lock = threading.Lock()
-        for cam in self.cameras:  # only what the policy needs: scripted subscribes to none
-            self.create_subscription(Image, image_stream(cam), self._image_cb(cam), qos.SENSOR_READER)
+        self._images = [  # only what the policy needs: scripted and expert read no camera
+            (self._taken.subscribe(Image, self.resolve_topic_name(image_stream(cam)), IMAGE_QOS, raw=True), cam)
+            for cam in self.cameras
+        ]
         quiet = quiet_middleware_for_images(len(self.cameras))
         if quiet:
             self.get_logger().info(f"middleware log: {quiet}")
@@ -230,36 +241,36 @@ class PolicyNode(Node):
 
         return cb
 
-    def _take_arm_state(self) -> None:
-        """Feed every waiting arm-state sample to the synchronizer, oldest first (the tick and
-        the rollout's worker both call this)."""
+    def _take_arm_state(self, images: bool = False) -> None:
+        """Feed every waiting arm-state sample to the synchronizer, oldest first, and with
+        `images` each camera's newest frame (the tick and the rollout's worker both call this)."""
         with self._take_lock:
             for sub, cb in self._arm_state:
                 for msg, _info in self._taken.take(sub):
                     cb(msg)
+            if images:
+                for sub, cam in self._images:
+                    for raw, _info in self._taken.take(sub):
+                        self._on_image(cam, raw)
 
-    def _image_cb(self, camera: str):
+    def _on_image(self, camera: str, raw: bytes) -> None:
         stream = image_stream(camera)
-
-        def cb(msg: Image) -> None:
-            try:
-                rgb = image_to_array(msg)  # a view of the message buffer: no per-pixel work
-            except ValueError as exc:
-                rgb, why = None, str(exc)
-            else:
-                why = f"{msg.height}x{msg.width}, the policy expects {self._image_hw[0]}x{self._image_hw[1]}"
-            if rgb is None or rgb.shape[:2] != self._image_hw:
-                self._bad_images += 1
-                self.get_logger().error(f"{stream}: {why}: frame ignored", throttle_duration_sec=2.0)
-                return
-            self.sync.update(stream, stamp_to_ns(msg.header.stamp), rgb)
-
-        return cb
+        try:
+            stamp_ns, rgb = read_image(raw)  # a view of the taken bytes: no per-pixel work
+        except ValueError as exc:
+            rgb, why = None, str(exc)
+        else:
+            why = f"{rgb.shape[0]}x{rgb.shape[1]}, the policy expects {self._image_hw[0]}x{self._image_hw[1]}"
+        if rgb is None or rgb.shape[:2] != self._image_hw:
+            self._bad_images += 1
+            self.get_logger().error(f"{stream}: {why}: frame ignored", throttle_duration_sec=2.0)
+            return
+        self.sync.update(stream, stamp_ns, rgb)
 
     def _observe(self, now_ns: int) -> Observation:
         """Called by the executor's worker when a query is due: the current observation with the
         preceding ticks' observations (at most one period apart each) as its history."""
-        self._take_arm_state()
+        self._take_arm_state(images=True)
         result = self.sync.build(now_ns)
         if not result.ok:
             raise ObservationUnavailable(result.reason)
@@ -295,7 +306,7 @@ class PolicyNode(Node):
     def _on_tick(self) -> None:
         self._stall_dump.arm()
         self._note_lateness()
-        self._take_arm_state()
+        self._take_arm_state(images=bool(self.history.depth))  # a window records every tick
         now = self.get_clock().now()
         if self.history.depth:
             self._record_history(now.nanoseconds)
