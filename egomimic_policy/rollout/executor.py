@@ -58,6 +58,11 @@ class AsyncChunkExecutor:
         if start:
             self._thread.start()
 
+    @property
+    def worker_native_id(self) -> int | None:
+        """The worker thread's kernel id once started (None before): its scheduling priority."""
+        return self._thread.native_id
+
     def tick(self, now_ns: int) -> TickResult:
         """The target for `now_ns` (or a status without one). Never blocks on the model."""
         with self._lock:

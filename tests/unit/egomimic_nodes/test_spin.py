@@ -189,6 +189,39 @@ def test_a_node_in_its_launchers_session_leaves_the_graphs_autogroup_to_the_laun
     assert group == "3", f"the node changed its launcher's group to {group}"
 
 
+def test_a_node_raised_after_its_start_up_gives_every_thread_its_tier_but_the_model_worker():
+    """The policy starts at the launcher's niceness (torch's import and the checkpoint's load are
+    seconds of CPU) and takes its tier after __init__: the threads it made meanwhile (middleware,
+    outboxes) move with it, its model worker goes to the stack tier. In a child of its own session
+    (so the test runner's autogroup and niceness are untouched)."""
+    import os
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0:
+        pytest.skip("raising a priority needs CAP_SYS_NICE")
+    code = (
+        "import os, threading\n"
+        "from egomimic_nodes.spin import PRIORITY_NICENESS, STACK_NICENESS, raise_after_init\n"
+        "stop = threading.Event()\n"
+        "threads = [threading.Thread(target=stop.wait) for _ in range(2)]\n"
+        "[t.start() for t in threads]\n"
+        "said = raise_after_init('nice', {threads[1].native_id})\n"
+        "nice = lambda tid: os.getpriority(os.PRIO_PROCESS, tid)\n"
+        "print(said)\n"
+        "print(nice(threading.get_native_id()), nice(threads[0].native_id), nice(threads[1].native_id))\n"
+        "print(PRIORITY_NICENESS, PRIORITY_NICENESS, STACK_NICENESS)\n"
+        "stop.set()\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, start_new_session=True
+    )
+    assert out.returncode == 0, out.stderr
+    said, got, want = out.stdout.strip().splitlines()
+    assert got == want, f"niceness of main, a thread made during start-up, the worker: {got}, expected {want}"
+    assert "thread(s) moved" in said and "unchanged" not in said, said
+
+
 def test_without_autogroups_nothing_is_said_and_a_refusal_is_reported(tmp_path):
     from egomimic_nodes.spin import set_autogroup_nice
 

@@ -121,6 +121,9 @@ class PolicyNode(Node):
         (RemoteConfig, "remote.", ("address", "rate_hz")),
     )
     """What --help lists (declared in __init__; the skipped fields come from other parameters)."""
+    RAISE_PRIORITY_AFTER_INIT = True
+    """torch's import and the checkpoint's load run at the launcher's niceness, not the control
+    tier's: seconds of CPU while the gate is armed and the cameras must keep up (spin.raise_after_init)."""
 
     def __init__(self):
         super().__init__("policy")
@@ -296,6 +299,11 @@ class PolicyNode(Node):
         )
 
     # ----------------------------------------------------------------- tick
+    def stack_tier_threads(self) -> set[int]:
+        """The model worker (for spin.raise_after_init): it stays at the stack tier."""
+        tid = self.rollout.worker_native_id
+        return set() if tid is None else {tid}
+
     def _lower_worker(self) -> None:
         """The model runs below the tick: with `realtime` the process is at the control tier (its
         30 Hz actions are a hop of the command path), the inference at the stack's."""

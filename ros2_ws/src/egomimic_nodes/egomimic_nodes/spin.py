@@ -340,6 +340,31 @@ def raise_middleware_threads(niceness: int = PRIORITY_NICENESS) -> str:
     return f"{len(raised)} middleware thread(s) at niceness {niceness}: {', '.join(sorted(raised))}{failed}"
 
 
+def raise_after_init(kind: str, stack_tids: set[int]) -> str:
+    """For a node whose start-up is heavy (`RAISE_PRIORITY_AFTER_INIT` on its class: the policy
+    imports torch and loads its checkpoint in __init__, seconds of CPU, while the gate is already
+    armed and the cameras must keep their 30 Hz): it started at the launcher's niceness, and its
+    tier is given now, to every thread it has, except `stack_tier_threads` (its model worker),
+    which get STACK_NICENESS. Measured before (make run, py-spy): the policy's __init__ took
+    half of its samples over the first 18 s, at niceness -5, above the cameras."""
+    done = raise_priority(kind)
+    target = STACK_NICENESS if kind == "stack" else PRIORITY_NICENESS
+    moved, failed = 0, []
+    for tid in (int(t) for t in os.listdir("/proc/self/task")):
+        want = STACK_NICENESS if tid in stack_tids else target
+        try:
+            if os.getpriority(os.PRIO_PROCESS, tid) != want:
+                os.setpriority(os.PRIO_PROCESS, tid, want)
+                moved += 1
+        except OSError as exc:  # a thread that ended meanwhile, or no CAP_SYS_NICE
+            failed.append(f"{tid}: {exc.strerror or exc}")
+    return (
+        f"{done}; {moved} thread(s) moved"
+        + (f", {len(stack_tids)} at niceness {STACK_NICENESS}" if stack_tids else "")
+        + (f" (unchanged: {', '.join(failed)})" if failed else "")
+    )
+
+
 def lower_this_thread(kind: str = "stack") -> str:
     """Give the calling thread the niceness of `kind`'s tier when the process runs above it
     (a thread may always lower its own priority): the policy node's model worker, so the 30 Hz
@@ -417,8 +442,10 @@ def run_node(factory, args=None) -> int:
         if os.getppid() != parent:
             say(f"[FATAL] the launcher (pid {parent}) is gone before start-up; exiting")
             return 1
-    if os.environ.get(PRIORITY_ENV) in ("fifo", "nice", "stack"):
-        say(f"[INFO] scheduling: {raise_priority(os.environ[PRIORITY_ENV])}")
+    kind = os.environ.get(PRIORITY_ENV, "")
+    late = kind == "nice" and getattr(factory, "RAISE_PRIORITY_AFTER_INIT", False)
+    if kind in ("fifo", "nice", "stack") and not late:
+        say(f"[INFO] scheduling: {raise_priority(kind)}")
     if os.environ.get(CPUS_ENV, "").strip():
         try:
             say(f"[INFO] affinity: {pin_cpus(os.environ[CPUS_ENV])}")
@@ -434,6 +461,8 @@ def run_node(factory, args=None) -> int:
     code = 0
     try:
         node = factory()
+        if late:
+            say(f"[INFO] scheduling (start-up done): {raise_after_init(kind, node.stack_tier_threads())}")
         if os.environ.get(PRIORITY_ENV) == "stack":
             done = raise_middleware_threads()
             if done:
