@@ -58,7 +58,9 @@ class GraphAutogroup:
     reports 13-24 in four of five runs with one group, against 53-176 in five with a group per node.
 
     Lowering a group's niceness needs CAP_SYS_NICE, as the nodes' own; without it the session
-    keeps its niceness and the log says so."""
+    keeps its niceness and the log says so. A launcher killed with SIGKILL cannot give it back:
+    the session (a terminal's shell, say) keeps -10 until it ends or `echo 0 > /proc/$$/autogroup`
+    is run in it."""
 
     def __init__(self, path: str = AUTOGROUP_PATH):
         self.path = path
