@@ -54,8 +54,9 @@ class GraphAutogroup:
     the recorder's writer thread alike. In one group the nodes' own niceness ranks them against
     each other as the tiers say, and the group's niceness ranks the graph against the rest of
     the machine (a browser, a training run, a CPU hog in another session). Measured on the
-    2-core VM, make run's graph (trained policy, recording), 40 s runs alternated: camera stall
-    reports 13-24 in four of five runs with one group, against 53-176 in five with a group per node.
+    2-core VM, make run's graph (trained policy, recording), 15 + 15 runs of 40 s alternated:
+    camera stall reports median 108 against 138 with a group per node, worst stall median 168
+    against 233 ms, 6 against 4 runs without a HOLD (README "Headroom": better, not enough).
 
     Lowering a group's niceness needs CAP_SYS_NICE, as the nodes' own; without it the session
     keeps its niceness and the log says so. A launcher killed with SIGKILL cannot give it back:

@@ -245,7 +245,7 @@ class PolicyNode(Node):
 
         return cb
 
-    def _take_arm_state(self, images: bool = False) -> None:
+    def _take_inputs(self, images: bool = False) -> None:
         """Feed every waiting arm-state sample to the synchronizer, oldest first, and with
         `images` each camera's newest frame (the tick and the rollout's worker both call this)."""
         with self._take_lock:
@@ -274,7 +274,7 @@ class PolicyNode(Node):
     def _observe(self, now_ns: int) -> Observation:
         """Called by the executor's worker when a query is due: the current observation with the
         preceding ticks' observations (at most one period apart each) as its history."""
-        self._take_arm_state(images=True)
+        self._take_inputs(images=True)
         result = self.sync.build(now_ns)
         if not result.ok:
             raise ObservationUnavailable(result.reason)
@@ -315,7 +315,7 @@ class PolicyNode(Node):
     def _on_tick(self) -> None:
         self._stall_dump.arm()
         self._note_lateness()
-        self._take_arm_state(images=bool(self.history.depth))  # a window records every tick
+        self._take_inputs(images=bool(self.history.depth))  # a window records every tick
         now = self.get_clock().now()
         if self.history.depth:
             self._record_history(now.nanoseconds)
