@@ -22,7 +22,8 @@ workspace box (sim_task.reach_problems, tested over many seeds).
 `ExpertChunkPolicy` serves it like `ScriptedChunkPolicy` serves the circle: anchored at the first
 observation after a reset, row i of every chunk is the motion at that observation's stamp + i
 periods, so consecutive chunks agree where they overlap. It is open loop in time: a run held
-by the gate is restarted by reset() (re-anchoring at the measured pose), never resumed.
+by the gate is restarted by reset() or by being engaged again (re-anchoring at the measured
+pose), never resumed.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from egomimic_hw.errors import ConfigError
 from egomimic_hw.rotations import quat_angle, quat_rotate_toward
 from egomimic_hw.sim_task import APPROACH_HEIGHT_M, TargetBox, place_target
 from egomimic_policy.interface import Chunk, Observation, PolicySpec
-from egomimic_policy.scripted import SCRIPTED_ACTION_LAYOUT, sampled_chunk
+from egomimic_policy.scripted import SCRIPTED_ACTION_LAYOUT, ClockDriven, held_chunk, sampled_chunk
 
 SMOOTHSTEP_PEAK_RATE = 1.5
 """Peak of d/dx (3x^2 - 2x^3): a smoothstep segment of length D in T peaks at 1.5 D / T."""
@@ -161,8 +162,10 @@ class ExpertPlan:
         return out
 
 
-class ExpertChunkPolicy:
-    """The expert as a ChunkPolicy: no cameras, answers in microseconds."""
+class ExpertChunkPolicy(ClockDriven):
+    """The expert as a ChunkPolicy: no cameras, answers in microseconds. Starts its plan at the
+    first observation after it is engaged (ClockDriven: the policy node engages it while the
+    gate is ARMED)."""
 
     def __init__(
         self, config: ExpertConfig = ExpertConfig(), *, rate_hz: float = 30.0, embodiment: str = "eva_bimanual"
@@ -202,12 +205,16 @@ class ExpertChunkPolicy:
         return target
 
     def infer(self, observation: Observation) -> Chunk:
-        if self.plan is None:
-            self.plan = ExpertPlan(
+        if not self.engaged:
+            self.plan = None  # start over from the measured pose once engaged
+            return held_chunk(observation, self.spec.chunk_length, self.period_s)
+        plan = self.plan  # reset() may clear it from another thread meanwhile
+        if plan is None:
+            plan = ExpertPlan(
                 self.config,
                 self.target,
                 {Arm.LEFT: observation.left_pose, Arm.RIGHT: observation.right_pose},
                 {Arm.LEFT: observation.left_gripper, Arm.RIGHT: observation.right_gripper},
             )
-            self._anchor_ns = observation.stamp_ns
-        return sampled_chunk(self.plan.sample, observation, self._anchor_ns, self.spec.chunk_length, self.period_s)
+            self.plan, self._anchor_ns = plan, observation.stamp_ns
+        return sampled_chunk(plan.sample, observation, self._anchor_ns, self.spec.chunk_length, self.period_s)

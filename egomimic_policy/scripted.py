@@ -109,6 +109,42 @@ class ScriptedMotion:
         return out
 
 
+def held_chunk(observation: Observation, rows: int, period_s: float) -> Chunk:
+    """The chunk that keeps both arms where `observation` measured them: every row is its poses
+    and grippers. What a clock-driven policy answers while it is not engaged (ClockDriven)."""
+    return Chunk(
+        observation_stamp_ns=observation.stamp_ns,
+        period_s=period_s,
+        left_pose=np.tile(np.asarray(observation.left_pose, dtype=float), (rows, 1)),
+        right_pose=np.tile(np.asarray(observation.right_pose, dtype=float), (rows, 1)),
+        left_gripper=np.full(rows, float(observation.left_gripper)),
+        right_gripper=np.full(rows, float(observation.right_gripper)),
+    )
+
+
+class ClockDriven:
+    """Engagement for a motion defined in time (the scripted circle, the expert): its clock runs
+    only while the arms follow it.
+
+    Why: such a motion is open loop in time: anchored at an observation, row i of every later
+    chunk is the motion at its own time, whether or not anything was forwarded. The gate forwards
+    nothing before it is ARMED (and nothing while it defers a late input during ARMING), so a
+    motion anchored before then runs ahead of the arms that never moved: a CI run on a loaded
+    machine had its expert 32 mm along when the gate validated its first command, and arming
+    failed (START_TOO_FAR, limit 30 mm). A learned policy is closed loop and needs none of this.
+    Like a ros2_control controller that starts from the measured state when it is activated:
+    while not `engaged` every chunk holds the measured pose (the gate's arming checks see the
+    arms' own pose), and the motion is anchored at the first observation after engagement. The
+    policy node engages it while the gate is ARMED (its safety/status); offline rollouts never
+    disengage it (engaged by default)."""
+
+    engaged: bool = True
+
+    def set_engaged(self, engaged: bool) -> None:
+        """Called from another thread than infer(): only a flag; infer() drops the motion."""
+        self.engaged = bool(engaged)
+
+
 def sampled_chunk(
     sample: Callable[[float], Mapping[Arm, tuple[np.ndarray, float]]],
     observation: Observation,
@@ -135,7 +171,7 @@ def sampled_chunk(
     )
 
 
-class ScriptedChunkPolicy:
+class ScriptedChunkPolicy(ClockDriven):
     """The scripted motion as a ChunkPolicy: needs no cameras, answers in microseconds."""
 
     def __init__(
@@ -172,11 +208,15 @@ class ScriptedChunkPolicy:
         self._motion = None
 
     def infer(self, observation: Observation) -> Chunk:
-        if self._motion is None:
-            self._motion = ScriptedMotion(
+        if not self.engaged:
+            self._motion = None  # restart from the measured pose once engaged
+            return held_chunk(observation, self.spec.chunk_length, self.period_s)
+        motion = self._motion  # reset() may clear it from another thread meanwhile
+        if motion is None:
+            motion = ScriptedMotion(
                 self.config,
                 {Arm.LEFT: observation.left_pose, Arm.RIGHT: observation.right_pose},
                 {Arm.LEFT: observation.left_gripper, Arm.RIGHT: observation.right_gripper},
             )
-            self._anchor_ns = observation.stamp_ns
-        return sampled_chunk(self._motion.sample, observation, self._anchor_ns, self.spec.chunk_length, self.period_s)
+            self._motion, self._anchor_ns = motion, observation.stamp_ns
+        return sampled_chunk(motion.sample, observation, self._anchor_ns, self.spec.chunk_length, self.period_s)

@@ -15,7 +15,9 @@ those and drops the rest, which a 640x480 stream at 27 MB/s would not fit in the
                  stamps a pose and a joint state alike), the policy answers it, and the rows must
                  equal the recording's (1e-9 for the scripted policy; MODEL_TOLERANCE for a
                  model, loaded from its checkpoint with the recorded seed: its sampler's noise
-                 sequence is replayed by answering the chunks in their order);
+                 sequence is replayed by answering the chunks in their order; the scripted
+                 motion holds the measured pose until the node saw the gate ARMED, which the
+                 bag does not tie to a query: both are tried, scripted.ClockDriven);
   policy/action  the node's ChunkScheduler runs on the bag's clock: each chunk (the replayed one)
                  accepted at its recorded arrival, a tick at each recorded action's stamp; each
                  target must equal the recorded action (pose and gripper within the chunks'
@@ -35,6 +37,7 @@ history, obs_steps > 1; blend `inpaint`'s committed prefix): those are skipped w
 from __future__ import annotations
 
 import copy
+import itertools
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -50,7 +53,7 @@ from egomimic_nodes.policy_node import SYNC_HISTORY, image_stream, joint_stream,
 from egomimic_policy.interface import Chunk, Observation
 from egomimic_policy.rollout import ExecutorConfig, RolloutConfig
 from egomimic_policy.rollout.scheduler import ChunkScheduler
-from egomimic_policy.scripted import ScriptedChunkConfig, ScriptedChunkPolicy, ScriptedMotionConfig
+from egomimic_policy.scripted import ClockDriven, ScriptedChunkConfig, ScriptedChunkPolicy, ScriptedMotionConfig
 
 TOLERANCE = 1e-9
 """Chunk rows' and actions' poses against the recording: the same arithmetic on the same doubles."""
@@ -275,14 +278,19 @@ def _answer(policy, candidates: list[Observation], recorded: dict, tolerance: fl
     draw, whichever candidate), any other policy (the scripted one anchors on its first query) on
     a copy, of which the answering one is returned to go on with."""
     state = policy.sampler_state() if hasattr(policy, "sampler_state") else None
+    # A clock-driven policy (scripted.ClockDriven) was engaged only while the node saw the gate
+    # ARMED, which the bag does not tie to the query: its state as before first, then the other.
+    engagements = (policy.engaged, not policy.engaged) if isinstance(policy, ClockDriven) else (None,)
     closest: tuple[float, object, Chunk, str] | None = None
-    for i, observation in enumerate(candidates):
+    for i, (observation, engaged) in enumerate(itertools.product(candidates, engagements)):
         if state is not None:
             if i:
                 policy.restore_sampler_state(state)
             trial = policy
         else:
             trial = copy.deepcopy(policy)
+        if engaged is not None:
+            trial.set_engaged(engaged)
         chunk = trial.infer(observation)
         worst = _worst(_chunk_rows(chunk), recorded)
         differs = _differs(worst, tolerance, gripper_tolerance)
@@ -294,6 +302,8 @@ def _answer(policy, candidates: list[Observation], recorded: dict, tolerance: fl
     _, trial, chunk, differs = closest
     if len(candidates) > 1:
         differs += f" (the closest of {len(candidates)} candidate observations)"
+    if len(engagements) > 1:
+        differs += " (engaged or not)"
     return trial, chunk, differs
 
 

@@ -467,6 +467,22 @@ class Rig:
             ok, msg = self._call_once(self.srv[name], timeout_s)
         return ok, msg
 
+    def unanswered(self, name: str, msg: str) -> str:
+        """What an unanswered safety/<name> call is reported with: the gate's newest status and
+        how long ago it arrived (a main executor that stopped also stops the 2 Hz status), and
+        the tail of the gate's log (its watchdog and stall lines say whether it ran)."""
+        with self.lock:
+            last = self.statuses[-1] if self.statuses else None
+        status = (
+            f"newest status {last.state} ({last.reason or 'no reason'}: {last.detail}) received "
+            f"{time.time() - last.recv_s:.1f} s ago"
+            if last
+            else "no status received"
+        )
+        log = self.run_dir / "logs" / "safety_gate.log"
+        tail = log.read_text(errors="replace")[-2500:] if log.is_file() else f"(no {log})"
+        return f"safety/{name}: {msg}; {status}; the gate's log ends:\n{tail}"
+
     def _call_once(self, client, timeout_s: float) -> tuple[bool, str]:
         if not client.wait_for_service(timeout_sec=timeout_s):
             return False, "no service"

@@ -127,7 +127,8 @@ def to_disarmed(rig: Rig) -> None:
     state = rig.state()
     if state in ("HOLD", "ESTOP"):
         ok, msg = rig.call("reset")
-        assert ok or "nothing to reset" in msg, msg  # this rig may not have seen an earlier reset's status yet
+        # this rig may not have seen an earlier reset's status yet
+        assert ok or "nothing to reset" in msg, rig.unanswered("reset", msg)
     elif state in ("ARMED", "ARMING"):
         rig.call("disarm")
     assert rig.wait_state({"DISARMED"}, 0.0, 2.0)

@@ -17,6 +17,7 @@ from egomimic_hw.sim_task import TaskSuccess, place_target
 from egomimic_policy.expert import ExpertChunkPolicy, ExpertConfig
 from egomimic_policy.interface import ChunkPolicy, Observation
 from egomimic_policy.loading import choose_device, load_policy
+from egomimic_policy.scripted import ScriptedChunkPolicy
 from egomimic_safety.checks import ArmCommand, ArmMeasurement
 from egomimic_safety.config import GateConfig
 from egomimic_safety.gate import GateState, Proposal, SafetyGate, Send
@@ -197,3 +198,40 @@ def test_a_new_task_seed_at_run_time_is_the_next_plan_s_box(kinematics):
     assert np.allclose(a.left_pose, b.left_pose) and np.allclose(a.right_pose, b.right_pose)
     with pytest.raises(ConfigError):
         moved.set_task_seed(-1)
+
+
+def _rows(chunk, arm: Arm) -> np.ndarray:
+    return getattr(chunk, f"{arm.value}_pose")
+
+
+@pytest.mark.parametrize("make", [lambda: ExpertChunkPolicy(ExpertConfig(task_seed=3)), lambda: ScriptedChunkPolicy()])
+def test_a_clock_driven_policy_holds_until_engaged_then_starts_from_there(make, kinematics):
+    """Not engaged (the gate not yet ARMED), every row is the measured pose and gripper; engaged
+    0.8 s later, the motion starts at that observation, as a fresh one would. Anchored at the first
+    query instead, the expert is already more than 30 mm along when the gate validates its first
+    command (a CI run's arming failed so: START_TOO_FAR, 32 mm against 30 mm)."""
+    start = {arm: pose_ds_from_hw(kinematics[arm].forward(Q0)) for arm in ARMS}
+    grippers = dict.fromkeys(ARMS, 0.5)
+    late = START_S + 0.8
+    policy = make()
+    policy.set_engaged(False)
+    held = policy.infer(_observation(START_S, start, grippers))
+    for arm in ARMS:
+        np.testing.assert_array_equal(_rows(held, arm), np.tile(start[arm], (len(held), 1)))
+    np.testing.assert_array_equal(held.left_gripper, np.full(len(held), 0.5))
+    policy.set_engaged(True)
+    engaged = policy.infer(_observation(late, start, grippers))
+    fresh = make().infer(_observation(late, start, grippers))
+    anchored_early = make()
+    anchored_early.infer(_observation(START_S, start, grippers))
+    early = anchored_early.infer(_observation(late, start, grippers))
+    for arm in ARMS:
+        np.testing.assert_allclose(_rows(engaged, arm), _rows(fresh, arm), atol=1e-12)
+        assert np.linalg.norm(_rows(engaged, arm)[0][:3] - start[arm][:3]) < 1e-9
+    if isinstance(policy, ExpertChunkPolicy):
+        ahead = max(np.linalg.norm(_rows(early, arm)[0][:3] - start[arm][:3]) for arm in ARMS)
+        assert ahead > 0.03, ahead  # what the gate refused at arming
+    policy.set_engaged(False)  # HOLD, e-stop, disarm: the next engagement starts over
+    again = policy.infer(_observation(late + 1.0, start, grippers))
+    np.testing.assert_array_equal(_rows(again, Arm.LEFT), np.tile(start[Arm.LEFT], (len(again), 1)))
+    assert (policy.plan if isinstance(policy, ExpertChunkPolicy) else policy._motion) is None

@@ -1,7 +1,8 @@
 """Policy node: runs a ChunkPolicy through the asynchronous rollout executor at `rate_hz`.
 
   sub  <arm>/ee_pose_dataset (PoseStamped), <arm>/joint_states (JointState),
-       cameras/<cam>/image_raw (rgb8; only the cameras the policy's spec names)
+       cameras/<cam>/image_raw (rgb8; only the cameras the policy's spec names),
+       safety/status (GateStatus; only with policy:=scripted|expert, whose motion runs while ARMED)
   pub  policy/action (BimanualCommand, dataset frame, every tick while there is a target),
        policy/chunk (ActionChunk, every chunk the model produced), /diagnostics (1 Hz)
   srv  policy/reset (clear the action queue and the policy's observation window)
@@ -30,7 +31,9 @@ inputs agree in time (`sync_tolerance_s`); otherwise it is skipped and the reaso
 With `policy:=scripted` the executor runs the scripted motion (no model, no cameras): anchored
 at the measured poses and grippers, as before this node went through the executor. With
 `policy:=expert` it runs the simulated box task's scripted expert (`expert.task_seed`: the
-box the synthetic cameras draw; privileged: it reads no camera).
+box the synthetic cameras draw; privileged: it reads no camera). Both are motions defined in
+time: they hold the measured pose until the gate is ARMED and start from there
+(scripted.ClockDriven: anchored earlier, a motion ran ahead of arms the gate had not yet let move).
 
 Parameters (read-only; `ros2 param describe` shows each one's text and range): the fields of
 egomimic_policy.rollout.config.RolloutConfig (top level), ExecutorConfig (`executor.*`),
@@ -53,7 +56,7 @@ from sensor_msgs.msg import Image, JointState
 
 from egomimic_hw.description import ARMS, JOINTS_PER_ARM, Arm
 from egomimic_hw.sync import ObservationSynchronizer
-from egomimic_msgs.msg import ActionChunk, BimanualCommand
+from egomimic_msgs.msg import ActionChunk, BimanualCommand, GateStatus
 from egomimic_nodes import diagnostics, topics
 from egomimic_nodes.msg_convert import array_to_pose, ns_to_stamp, pose_to_array, stamp_to_ns
 from egomimic_nodes.outbox import Outbox, close_all, flush_all
@@ -74,7 +77,7 @@ from egomimic_policy.rollout import (
     RolloutConfig,
     TickStatus,
 )
-from egomimic_policy.scripted import ScriptedChunkConfig, ScriptedChunkPolicy, ScriptedMotionConfig
+from egomimic_policy.scripted import ClockDriven, ScriptedChunkConfig, ScriptedChunkPolicy, ScriptedMotionConfig
 
 ACTION_KEEP = 2
 """Actions that may wait while their writer is blocked (two ticks); older ones are dropped and
@@ -140,6 +143,7 @@ class PolicyNode(Node):
         expert = declare_config(self, ExpertConfig, prefix="expert.")
         self._expert = ExpertChunkPolicy(expert, rate_hz=rate_hz) if config.policy.strip() == "expert" else None
 
+        scripted = ScriptedChunkPolicy(motion, chunk_length=chunking.chunk_length, rate_hz=rate_hz)
         self.policy = load_policy(
             config.policy,
             inject_latency_ms=config.inject_latency_ms,
@@ -148,9 +152,12 @@ class PolicyNode(Node):
             seed=config.seed,
             device=device,
             remote=remote,
-            scripted=ScriptedChunkPolicy(motion, chunk_length=chunking.chunk_length, rate_hz=rate_hz),
+            scripted=scripted,
             expert=self._expert,
         )
+        name = config.policy.strip()
+        self._clock_driven: ClockDriven | None = {"scripted": scripted, "expert": self._expert}.get(name)
+        """A motion defined in time runs only while the gate is ARMED (scripted.ClockDriven)."""
         spec = self.policy.spec
         if abs(spec.rate_hz - rate_hz) > 1e-6:
             raise ValueError(
@@ -192,6 +199,11 @@ class PolicyNode(Node):
             self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos)
         )
         self.create_service(topics.POLICY_RESET.type, topics.POLICY_RESET.name, self._on_reset)
+        if self._clock_driven is not None:
+            self._clock_driven.set_engaged(False)  # until the gate says ARMED
+            self.create_subscription(
+                GateStatus, topics.SAFETY_STATUS.name(), self._on_gate_status, topics.SAFETY_STATUS.qos
+            )
         self.add_on_set_parameters_callback(self._on_set_parameters)
 
         self._period_ns = int(1e9 / rate_hz)
@@ -420,6 +432,14 @@ class PolicyNode(Node):
             target = self._expert.set_task_seed(int(p.value))
             self.get_logger().info(f"expert.task_seed {int(p.value)}: box {target.describe()}")
         return SetParametersResult(successful=True)
+
+    def _on_gate_status(self, msg: GateStatus) -> None:
+        engaged = msg.state == GateStatus.ARMED
+        if engaged != self._clock_driven.engaged:
+            self._clock_driven.set_engaged(engaged)
+            self.get_logger().info(
+                f"gate {'ARMED: the motion starts at the next query' if engaged else 'not armed: holding the measured pose'}"
+            )
 
     def _on_reset(self, request, response):
         self.rollout.reset()
