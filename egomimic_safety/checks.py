@@ -340,26 +340,66 @@ def check_arm(
     state_silent_s: float,
     config: GateConfig,
     kinematics: ArmKinematics,
+    catch_up: bool = False,
 ) -> ArmVerdict:
     """Validate one arm's command; on success the joints to send (IK seeded with the measured
     joints). `prev_pose` is the previous accepted target of this arm (None right after arming),
     `prev_dt_s` the command's stamp minus that target's stamp, `state_silent_s` the monotonic
-    time since `meas` was received."""
+    time since `meas` was received. `catch_up`: the forwarded targets are behind the producer's
+    (after a deferral: producer_rate_problem has judged the producer's own speed), so a step
+    beyond the rate limits from `prev_pose` is clamped toward the command, never refused."""
     clamps: list[Reason] = []
+    step_action = CLAMP if catch_up else config.command_step_action
     # Huge finite inputs (1e308) overflow to inf in norms; every check refuses inf, so the
     # overflow warning carries nothing (and under -W error it would be an exception).
     with np.errstate(over="ignore", invalid="ignore"):
-        return _check_arm(arm, cmd, meas, prev_pose, prev_dt_s, now_s, state_silent_s, config, kinematics, clamps)
+        return _check_arm(
+            arm, cmd, meas, prev_pose, prev_dt_s, now_s, state_silent_s, config, kinematics, clamps, step_action
+        )
 
 
-def _check_arm(arm, cmd, meas, prev_pose, prev_dt_s, now_s, state_silent_s, config, kinematics, clamps) -> ArmVerdict:
+def producer_rate_problem(
+    arm: Arm, cmd: ArmCommand, ref_pose: np.ndarray | None, ref_dt_s: float, config: GateConfig
+) -> tuple[Reason, str] | None:
+    """The producer's own speed: the step from its previous proposal that passed the fault
+    checks (forwarded or deferred), per unit of stamp time, as check_command_step judges a
+    forwarded one. (reason, detail) of a producer faster than the rate limits, or None. While
+    the forwarded targets are behind (gate.py: catch-up), this is what tells a fast producer
+    from one whose commands were held back."""
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            check_command_step(
+                _producer_pose(arm, cmd, config), ref_pose, ref_dt_s, config, config.command_step_action, []
+            )
+    except _Refusal as refusal:
+        return refusal.reason, f"{arm.value}: {refusal.detail}"
+    return None
+
+
+def producer_pose(arm: Arm, cmd: ArmCommand, config: GateConfig) -> np.ndarray | None:
+    """The pose producer_rate_problem compares (the command's, quaternion normalized, inside
+    the workspace as check_arm treats it), for a command that passed check_arm; None otherwise."""
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return _producer_pose(arm, cmd, config)
+    except _Refusal:
+        return None
+
+
+def _producer_pose(arm: Arm, cmd: ArmCommand, config: GateConfig) -> np.ndarray:
+    return check_workspace(arm, check_structure(arm, cmd, config).copy(), config, config.workspace_action, [])
+
+
+def _check_arm(
+    arm, cmd, meas, prev_pose, prev_dt_s, now_s, state_silent_s, config, kinematics, clamps, step_action
+) -> ArmVerdict:
     try:
         pose = check_structure(arm, cmd, config)
         meas = check_state_fresh(meas, now_s, state_silent_s, config)  # transient: the gate runs check_before_deferring
         pose = check_workspace(arm, pose, config, config.workspace_action, clamps)
         check_vs_measured(pose, meas, config)
         n_before = len(clamps)
-        pose = check_command_step(pose, prev_pose, prev_dt_s, config, config.command_step_action, clamps)
+        pose = check_command_step(pose, prev_pose, prev_dt_s, config, step_action, clamps)
         if len(clamps) > n_before:
             check_vs_measured(pose, meas, config)
         ik = kinematics.inverse(pose, meas.joints_rad)

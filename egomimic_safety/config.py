@@ -265,7 +265,9 @@ class GateConfig:
         default=2.0,
         metadata={
             "help": "dt in the two limits above is capped at this many control periods (2 -> 67 ms at 30 Hz), so "
-            "a pause in the stream never grants a large step (0.6 m/s x 67 ms = 40 mm at most).",
+            "a pause in the stream never grants a large step (0.6 m/s x 67 ms = 40 mm at most). After a deferral "
+            "the forwarded target catches up with the producer's plan at this rate (clamped toward it; the "
+            "producer's own steps between its proposals are held to the limits, deferred or not: egomimic_safety.gate).",
             "range": (0.0, 10.0),
         },
     )

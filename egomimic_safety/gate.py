@@ -23,6 +23,13 @@ Contract:
   the rate vs the previous command are checked, and the target is judged against the late
   measurement with what the arm could have moved since at its speed limits; an arm whose state
   is fresh (only the command or a camera is late) gets every check, IK and joint limits included;
+- rates: each proposal's step from the producer's previous one (forwarded or deferred) is held
+  to the EE speed limits x their stamps' dt (capped): a faster producer is a fault, deferred
+  or not. Each forwarded target's step from the previous forwarded one is held to the same:
+  after a deferral the producer's plan may be past what the capped dt grants from the last
+  forwarded target (the arms held meanwhile), and the target then catches up, clamped toward
+  the proposal at the rate limits (counted: catch_up_clamps), instead of a HOLD for a producer
+  that was never too fast;
 - the watchdog `tick()` catches silence (no command, no state, no camera health) when no
   message arrives;
 - a measured state is checked before it is trusted (egomimic_safety.plausibility: finite,
@@ -60,6 +67,8 @@ from egomimic_safety.checks import (
     check_arm,
     deferral_problem,
     joint_bounds,
+    producer_pose,
+    producer_rate_problem,
     start_pose_distance,
     structure_problem,
 )
@@ -193,6 +202,15 @@ class SafetyGate:
         """When ARMING began (monotonic): arming_timeout_s counts from here."""
         self._prev_pose: dict[Arm, np.ndarray] = {}
         self._prev_stamp_s: float | None = None
+        self._ref_pose: dict[Arm, np.ndarray] = {}
+        self._ref_stamp_s: float | None = None
+        """The producer's previous proposal that passed the fault checks, forwarded or deferred:
+        its own speed is judged against this (checks.producer_rate_problem)."""
+        self._behind: set[Arm] = set()
+        """Arms whose last forwarded target is not the producer's last proposal (a deferral or
+        a clamp came between): their next targets catch up at the rate limits (see propose)."""
+        self.catch_up_clamps = 0
+        """Forwarded targets clamped toward a proposal the deferred ones had left behind."""
         self._recent_stamps: deque[float] = deque(maxlen=config.max_commands_per_window + 1)
         self._shadows_left = 0
         self._start_checked = False
@@ -391,6 +409,7 @@ class SafetyGate:
         self._deferring_since_mono = None
         self._prev_pose = {}
         self._prev_stamp_s = None
+        self._ref_pose, self._ref_stamp_s, self._behind = {}, None, set()
         self._recent_stamps.clear()
         return True, self.detail
 
@@ -493,20 +512,35 @@ class SafetyGate:
         out: JointCommands = {}
         poses: dict[Arm, np.ndarray] = {}
         clamps: set[Reason] = set()
+        arm_clamps: dict[Arm, set[Reason]] = {}
         dt_s = stamp - self._prev_stamp_s if self._prev_stamp_s is not None else float("inf")
         for arm in ARMS:
             cmd = proposal.arms.get(arm)
             if cmd is None:
                 return self._reject(Reason.SHAPE, f"{arm.value}: missing from the bimanual command", mono_s)
             silent_s = mono_s - self._meas_rx_mono.get(arm, -np.inf)
+            behind = arm in self._behind
             verdict = check_arm(
-                arm, cmd, self._measured(arm), self._prev_pose.get(arm), dt_s, now_s, silent_s, cfg, self._kin[arm]
+                arm,
+                cmd,
+                self._measured(arm),
+                self._prev_pose.get(arm),
+                dt_s,
+                now_s,
+                silent_s,
+                cfg,
+                self._kin[arm],
+                catch_up=behind,
             )
             if not verdict.ok:
                 reason = verdict.reason or Reason.INTERNAL_ERROR  # a refusal always names one
                 if verdict.transient:
                     return self._defer_unless_fault(proposal, reason, verdict.detail, now_s, mono_s)
                 return self._reject(reason, verdict.detail, mono_s)
+            if behind:  # catching up never excuses a producer faster than the rate limits
+                problem = producer_rate_problem(arm, cmd, self._ref_pose.get(arm), self._ref_dt_s(stamp), cfg)
+                if problem:
+                    return self._reject(problem[0], problem[1], mono_s)
             if verdict.pose_hw is None or verdict.joints_rad is None:  # an accepted verdict carries both
                 return Decision.after_fault(
                     self._fault(Reason.INTERNAL_ERROR, f"{arm.value}: accepted without a target", mono_s)
@@ -525,11 +559,18 @@ class SafetyGate:
                         mono_s,
                     )
             clamps.update(verdict.clamps)
+            arm_clamps[arm] = set(verdict.clamps)
             poses[arm] = verdict.pose_hw
             out[arm] = np.append(verdict.joints_rad, verdict.gripper_norm)
         # Both arms passed: only now does either become the reference for the next step.
         self._prev_pose = poses
         self._prev_stamp_s = stamp
+        rate_clamped = {Reason.TRANSLATION_RATE, Reason.ROTATION_RATE}
+        still_behind = {arm for arm, reasons in arm_clamps.items() if reasons & rate_clamped}
+        if still_behind & self._behind:
+            self.catch_up_clamps += 1
+        self._behind = still_behind
+        self._remember_proposal(proposal, stamp)
         self._deferring_since_mono = None
         if clamps:
             self.clamped += 1
@@ -599,21 +640,36 @@ class SafetyGate:
         of a forwarded command too (check_arm: IK and the joint limits, the gripper): a target
         outside the joint limits proposed while a camera is late is a JOINT_LIMIT fault, not a
         deferral that hides it (a fault-battery run saw exactly that)."""
-        dt_s = float(proposal.stamp_s) - self._prev_stamp_s if self._prev_stamp_s is not None else float("inf")
+        # The rate is the producer's own (vs its previous proposal, forwarded or deferred): this
+        # command is not forwarded, and the one that is will catch up at the rate limits.
+        dt_s = self._ref_dt_s(float(proposal.stamp_s))
         for arm in ARMS:
             silent_s = mono_s - self._meas_rx_mono.get(arm, -np.inf)
-            cmd, meas, prev = proposal.arms[arm], self._measured(arm), self._prev_pose.get(arm)
+            cmd, meas, prev = proposal.arms[arm], self._measured(arm), self._ref_pose.get(arm)
             verdict = check_arm(arm, cmd, meas, prev, dt_s, now_s, silent_s, self.config, self._kin[arm])
             if not verdict.ok and not verdict.transient:  # transient: this arm's state is late
                 return self._reject(verdict.reason or Reason.INTERNAL_ERROR, verdict.detail, mono_s)
-            problem = deferral_problem(arm, cmd, meas, prev, dt_s, now_s, silent_s, self.config)
-            if problem:
-                return self._reject(problem[0], problem[1], mono_s)
             if self.state == GateState.ARMING and not self._start_checked and meas is not None:
                 far = self._start_too_far_from_late_state(arm, cmd, meas, now_s, silent_s)
                 if far:
                     return self._reject(Reason.START_TOO_FAR, far, mono_s)
+            problem = deferral_problem(arm, cmd, meas, prev, dt_s, now_s, silent_s, self.config)
+            if problem:
+                return self._reject(problem[0], problem[1], mono_s)
+        self._remember_proposal(proposal, float(proposal.stamp_s))
+        self._behind = set(ARMS)
         return self._defer(reason, detail, mono_s)
+
+    def _ref_dt_s(self, stamp_s: float) -> float:
+        return stamp_s - self._ref_stamp_s if self._ref_stamp_s is not None else float("inf")
+
+    def _remember_proposal(self, proposal: Proposal, stamp_s: float) -> None:
+        """The producer's proposal that passed the fault checks: the reference for its speed."""
+        for arm in ARMS:
+            pose = producer_pose(arm, proposal.arms[arm], self.config)
+            if pose is not None:
+                self._ref_pose[arm] = pose
+        self._ref_stamp_s = stamp_s
 
     def _start_too_far_from_late_state(
         self, arm: Arm, cmd: ArmCommand, meas: ArmMeasurement, now_s: float, silent_s: float

@@ -89,6 +89,31 @@ def wait_exited(procs: list[psutil.Process], timeout_s: float) -> tuple[dict[str
     return gone_at, running
 
 
+def stacks_of(procs: list[psutil.Process], run_dir) -> dict[str, str]:
+    """Every thread's Python stack of each process still alive, from its log (SIGUSR1:
+    spin.dump_stacks_on_sigusr1), waited for up to a second: what held its exit."""
+    sizes = {}
+    for p in procs:
+        log = run_dir / "logs" / f"{node_name(p)}.log"
+        sizes[p.pid] = log.stat().st_size if log.is_file() else 0
+        try:
+            p.send_signal(signal.SIGUSR1)
+        except psutil.Error:
+            pass
+    deadline = time.time() + 1.0
+    out: dict[str, str] = {}
+    while time.time() < deadline and len(out) < len(procs):
+        for p in procs:
+            log = run_dir / "logs" / f"{node_name(p)}.log"
+            if node_name(p) not in out and log.is_file() and log.stat().st_size > sizes[p.pid]:
+                time.sleep(0.05)  # the dump is written in a few writes
+                with open(log, "rb") as f:
+                    f.seek(sizes[p.pid])
+                    out[node_name(p)] = f.read().decode(errors="replace")[-3000:]
+        time.sleep(0.02)
+    return out
+
+
 def own_last_lines(run_dir, name: str) -> list[str]:
     """What node `name` wrote to its log itself once its launcher was gone (spin.output_to_log_file):
     from the line that says so to the end."""
@@ -131,11 +156,12 @@ def test_launcher_sigkill_stops_the_whole_graph_safely(tmp_path):
             gone_at, alive = wait_exited(nodes, 3.0)
             t_gone = max(gone_at.values(), default=time.time())
             names = [node_name(p) for p in alive]
+            stacks = stacks_of(alive, rig.run_dir) if alive else {}
             for p in alive:
                 p.kill()
             assert not alive, (
                 f"launcher_sigkill: nodes alive 3 s after the launcher died: {names}; their own last lines: "
-                f"{ {n: own_last_lines(rig.run_dir, n) for n in names} }"
+                f"{ {n: own_last_lines(rig.run_dir, n) for n in names} }; their stacks then: {stacks}"
             )
             silent = [n for n in gone_at if n.isidentifier() and not own_last_lines(rig.run_dir, n)]
             assert not silent, f"launcher_sigkill: nodes that left no line of their own after the kill: {silent}"

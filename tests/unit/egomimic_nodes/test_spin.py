@@ -290,3 +290,38 @@ def test_a_death_by_signal_is_named():
     assert exit_text(0) == "0" and exit_text(3) == "3"
     assert exit_text(-9) == "-9 (SIGKILL)"
     assert exit_text(-11).startswith("-11 (SIGSEGV: a crash in native code")
+
+
+def test_sigusr1_appends_every_thread_s_stack_to_the_log_file(tmp_path):
+    """A node still alive after its launcher was SIGKILLed has no output pipe: SIGUSR1 writes its
+    threads' stacks into its log file, even while the main thread waits in native code."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    log = tmp_path / "node.log"
+    log.write_text("earlier lines\n")
+    code = (
+        "import sys, threading, time\n"
+        "from egomimic_nodes.spin import dump_stacks_on_sigusr1\n"
+        f"dump_stacks_on_sigusr1({str(log)!r})\n"
+        "threading.Thread(target=time.sleep, args=(30,), name='sleeper', daemon=True).start()\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGUSR1)
+        deadline = time.time() + 10
+        while time.time() < deadline and "time.sleep" not in log.read_text() and "<module>" not in log.read_text():
+            time.sleep(0.02)
+        text = log.read_text()
+        assert text.startswith("earlier lines\n")
+        assert text.count("hread 0x") >= 2 and "<module>" in text, text  # both threads, the main one at its sleep
+        assert proc.poll() is None  # the dump does not end the process
+    finally:
+        proc.kill()
+        proc.wait()

@@ -672,8 +672,8 @@ def test_a_joint_limit_target_on_a_late_camera_is_a_fault_not_a_deferral(kin):
     assert gate.propose(proposal(kin, 0.12, q=q_near), 0.12, 0.12).send is Send.NOTHING
     assert gate.state == GateState.ARMED and gate.deferred_counts["STALE_CAMERA"] == 1
     q_over = q_near.copy()
-    q_over[5] = 2.02
-    decision = gate.propose(proposal(kin, 0.13, q=q_over), 0.13, 0.13)
+    q_over[5] = 2.02  # 50 mrad in 40 ms from the deferred command: within the producer's rate limit
+    decision = gate.propose(proposal(kin, 0.16, q=q_over), 0.16, 0.16)
     assert gate.state == GateState.HOLD and gate.reason.value == "JOINT_LIMIT" and decision.send is Send.HOLD, (
         gate.detail
     )
@@ -804,3 +804,73 @@ def test_a_joint_step_window_too_short_to_leave_a_plausible_measurement_is_refus
     with pytest.raises(ConfigError, match="joint_step_window_s"):
         GateConfig(joint_step_window_s=shortest * 0.99)
     GateConfig(joint_step_window_s=shortest * 1.01)
+
+
+PERIOD = 1.0 / 30
+
+
+def _catch_up_run(kin, dx_at, camera_back_s=0.36, until_s=0.45):
+    """A stream at 30 Hz whose x offset is dx_at(t); the arms are where they were last commanded
+    (measured fresh every period); the camera reports until 0.05 s, then not until
+    `camera_back_s`: the commands in between are deferred (STALE_CAMERA). Returns
+    (gate, [(t, decision)])."""
+    gate = armed_gate(kin, GateConfig(shadow_commands=1, required_cameras=("front_1",)))
+    out = []
+    q = Q
+    t = 0.01 + PERIOD
+    while t < until_s and gate.state == GateState.ARMED:
+        measure(gate, kin, t, q=q, mono=t)
+        if t <= 0.05 or t >= camera_back_s:
+            cameras_ok(gate, t)
+        decision = gate.propose(proposal(kin, t, dx=dx_at(t)), t, t)
+        if decision.send is Send.FORWARD:
+            q = decision.targets[Arm.LEFT][:6]  # one kinematics for both arms: the same joints
+        out.append((t, decision))
+        t += PERIOD
+    return gate, out
+
+
+def _forwarded_x(kin, decision) -> float:
+    return float(kin[Arm.LEFT].forward(forwarded_targets(decision)[Arm.LEFT][:6])[0] - kin[Arm.LEFT].forward(Q)[0])
+
+
+def test_after_a_deferral_the_targets_catch_up_at_the_rate_limit(kin):
+    """A producer at 0.2 m/s, deferred for about 220 ms (a late camera): its plan is 47 mm past the
+    last forwarded target, beyond the 40 mm that 0.6 m/s grants over the capped 2 periods. That
+    is not a fast producer (its own steps are 6.7 mm a period), so the target is clamped toward
+    the proposal at the rate limit (counted), not refused: HOLD used to latch here
+    (TRANSLATION_RATE: a CI run's expert after a 330 ms deferral). Every forwarded step stays
+    within the limit, and the targets are the proposals again once caught up."""
+    gate, out = _catch_up_run(kin, lambda t: 0.2 * (t - 0.01))
+    assert gate.state == GateState.ARMED, gate.detail
+    assert gate.deferred_counts["STALE_CAMERA"] >= 5
+    forwarded = [(t, d) for t, d in out if d.send is Send.FORWARD]
+    t_gap = max(t for t, d in out if d.send is Send.NOTHING)
+    before = max((t, d) for t, d in forwarded if t < t_gap)
+    after = [(t, d) for t, d in forwarded if t > t_gap]
+    first_t, first = after[0]
+    step = _forwarded_x(kin, first) - _forwarded_x(kin, before[1])
+    assert 0.2 * (first_t - 0.01) - _forwarded_x(kin, before[1]) > 0.045  # the plan ran ahead
+    assert step == pytest.approx(0.6 * 2 * PERIOD, abs=2e-4)  # clamped to the limit, not refused
+    assert gate.catch_up_clamps == 1 and gate.reason_counts["TRANSLATION_RATE"] == 1 and gate.clamped == 1
+    last_t, last = after[-1]
+    assert _forwarded_x(kin, last) == pytest.approx(0.2 * (last_t - 0.01), abs=2e-4)  # caught up
+    xs = [_forwarded_x(kin, d) for _, d in forwarded]
+    assert max(np.diff(xs)) <= 0.6 * 2 * PERIOD + 2e-4
+
+
+def test_catching_up_never_excuses_a_fast_producer(kin):
+    """The same deferral, then a producer whose own step is 27 mm in one period (0.8 m/s): a
+    TRANSLATION_RATE fault, judged against its previous (deferred) proposal."""
+    gate, out = _catch_up_run(kin, lambda t: 0.2 * (t - 0.01) + (0.02 if t >= 0.36 else 0.0))
+    assert gate.state == GateState.HOLD and gate.reason.value == "TRANSLATION_RATE", gate.detail
+    assert "from the previous command in 33.3 ms" in gate.detail
+    assert gate.catch_up_clamps == 0
+
+
+def test_a_fast_producer_is_refused_while_its_commands_are_deferred(kin):
+    """While deferred, each proposal is judged against the producer's previous one: 27 mm in
+    one period is a fault, whatever the camera."""
+    gate, out = _catch_up_run(kin, lambda t: 0.2 * (t - 0.01) + (0.02 if t >= 0.25 else 0.0))
+    assert gate.state == GateState.HOLD and gate.reason.value == "TRANSLATION_RATE", gate.detail
+    assert out[-1][0] < 0.36  # before the camera came back: refused while deferring

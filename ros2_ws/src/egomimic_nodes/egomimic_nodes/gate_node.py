@@ -591,6 +591,7 @@ class GateNode(Node):
             "forwarded": g.forwarded,
             "rejected": g.rejected,
             "clamped": g.clamped,
+            "catch_up_clamps": g.catch_up_clamps,
             "deferred": g.deferred,
             "last_deferral": g.last_deferral,
         }

@@ -224,6 +224,20 @@ def output_to_log_file(path: str) -> bool:
     return True
 
 
+def dump_stacks_on_sigusr1(path: str) -> None:
+    """SIGUSR1 appends every thread's Python stack to the node's log file `path` (written by the
+    kernel's signal path, not the interpreter: it answers while the main thread is stuck in native
+    code). Straight to the file, not stderr: a node still alive after its launcher was SIGKILLed
+    (the fault battery asks it so) has no reader left on its output pipe."""
+    if not path:
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        faulthandler.register(signal.SIGUSR1, file=os.fdopen(fd, "w", closefd=True), all_threads=True)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def launcher_pid() -> int | None:
     value = os.environ.get(LAUNCHER_PID_ENV, "")
     return int(value) if value.isdigit() else None
@@ -433,6 +447,7 @@ def run_node(factory, args=None) -> int:
     # A crash in native code (rmw, Fast DDS, the SDK) prints every thread's Python stack into the
     # node's log: the one lead a SIGSEGV leaves (fc87: a driver exited -11 at start-up, no trace).
     faulthandler.enable(file=sys.stderr, all_threads=True)
+    dump_stacks_on_sigusr1(os.environ.get(LOG_FILE_ENV, ""))
     stop = StopRequest()
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
