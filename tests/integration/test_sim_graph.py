@@ -3,9 +3,12 @@
 import numpy as np
 import pytest
 
-from .conftest import run_launch
+from .conftest import REPO_ROOT, run_launch
 
 pytestmark = pytest.mark.integration
+
+FUNCTIONAL_CAMERAS = f"params_file:={REPO_ROOT / 'tests' / 'integration' / 'functional_cameras.yaml'}"
+"""The expert's tests run the synthetic cameras at 320x240: function, not headroom (the file says why)."""
 
 
 def test_closed_loop_arms_forwards_and_tracks(tmp_path):
@@ -26,7 +29,9 @@ def test_the_expert_grasps_the_box_through_the_whole_graph(tmp_path):
     """The simulated task end to end: the cameras draw the box of seed 3, the expert reaches for
     it through frames, the gate and the drivers, and the launcher's monitor sees the grasp in the
     measured poses and grippers."""
-    rc, summary, out = run_launch(tmp_path, "policy:=expert", "task_seed:=3", "--duration", "20", timeout_s=120)
+    rc, summary, out = run_launch(
+        tmp_path, "policy:=expert", "task_seed:=3", FUNCTIONAL_CAMERAS, "--duration", "20", timeout_s=120
+    )
     assert summary is not None, out[-3000:]
     failed = [c["check"] for c in summary["checks"] if not c["ok"]]
     assert rc == 0 and summary["loop_ran"], f"failed checks: {failed}\n{out[-3000:]}"
@@ -131,6 +136,7 @@ def test_trials_reset_the_task_in_one_graph_and_record_one_episode_each(tmp_path
         tmp_path,
         "policy:=expert",
         "task_seed:=3",
+        FUNCTIONAL_CAMERAS,
         "record:=true",
         f"record_dir:={episodes}",
         "--trials",
