@@ -77,6 +77,8 @@ def test_record_starts_the_recorder_before_arming_and_stops_it_first(tmp_path, m
     rec = graph.nodes[names.index("recorder")]
     assert rec.name == "recorder" and rec.module == "egomimic_nodes.recorder_node" and rec.stop_first
     assert not rec.required and rec.priority == "stack", "a dead recorder must not stop the arms"
+    cams = graph.nodes[names.index("cameras")]
+    assert cams.priority == "nice", "the gate requires fresh frames: the cameras are in the control tier"
     assert rec.parameters == {
         "auto_start": True,
         "image_transport": "compressed",

@@ -208,7 +208,7 @@ class NodeSpec:
     the start order: the recorder, so that its episode ends while every stream is still live."""
     priority: str = ""
     """With the `realtime` launch argument: "fifo" (the gate: SCHED_FIFO where permitted), "nice"
-    (the drivers, frames and policy: niceness -5) or "stack" (cameras, recorder, bag: niceness -2);
+    (the drivers, frames, cameras and policy: niceness -5) or "stack" (recorder, bag: niceness -2);
     "" runs at normal priority (rviz's nodes, the web view: an observer tier at niceness 10 with its
     middleware threads at the control tier measured no better, bench/observers.py). See
     egomimic_nodes.spin."""
@@ -448,7 +448,12 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
                 ns,
                 params,
                 **yaml_files,
-                priority="stack" if args["realtime"] == "true" else "",
+                # The control tier: the gate requires every camera's frames fresh (100 ms), so a
+                # starved camera is a HOLD. 7 + 7 alternated `make run`s on the loaded 2-core VM:
+                # at -5 6 passed and camera stall reports had median 9 (7-46); at -2 5 passed
+                # (both failures STALE_CAMERA), median 65 (5-337); joint_states' and
+                # policy/action's worst gaps were no longer at -5 (README, realtime).
+                priority="nice" if args["realtime"] == "true" else "",
                 cpus=args["stack_cpus"],
                 description=f"{camera_backend} cameras front_1, left_wrist, right_wrist",
             )

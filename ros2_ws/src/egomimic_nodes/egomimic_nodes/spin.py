@@ -77,7 +77,7 @@ launch). Measured in `make run`: 1-10 ms per node."""
 EXECUTOR_ENV = "EGOMIMIC_EXECUTOR"
 """`single` forces the SingleThreadedExecutor on every node (a comparison run: bench/graph_cpu.py)."""
 PRIORITY_ENV = "EGOMIMIC_PRIORITY"
-"""`fifo` (the gate), `nice` (the drivers, frames, policy), `stack` (cameras) or empty; set by the
+"""`fifo` (the gate), `nice` (the drivers, frames, cameras, policy), `stack` (recorder, bag) or empty; set by the
 launcher (graph.NodeSpec.priority)."""
 FIFO_PRIORITY = 10
 """SCHED_FIFO priority of the gate (1..99; kernel threads use 50). The gate is light (about a
@@ -86,15 +86,17 @@ else; Linux keeps 5 % of each second for normal tasks, so even a runaway gate ca
 the machine. The drivers are not FIFO: on a 2-core machine two simulated drivers (a quarter
 of a core each) would starve the cameras and the policy outright."""
 PRIORITY_NICENESS = -5
-"""Niceness of the drivers, frames and the policy (its model worker lowers itself to
+"""Niceness of the drivers, frames, the cameras (the gate requires their frames fresh: a starved
+camera is a STALE_CAMERA HOLD) and the policy (its model worker lowers itself to
 STACK_NICENESS), and of the gate where SCHED_FIFO is not permitted: under load the
 kernel gives them about 3x the CPU share of a niceness-0 process and wakes them first."""
 STACK_NICENESS = -2
-"""Niceness of the rest of the robot's stack (cameras, the policy's model worker): below the gate and the drivers,
-above what else runs on a robot PC at niceness 0 (a browser, rviz, loggers, this project's own
-launcher and monitoring). Measured with one busy process beside `make run` (2 cores): at
-niceness 0 the cameras' health reports stalled 300 ms (STALE_CAMERA HOLD) or the policy's
-commands did (STALE_COMMAND HOLD)."""
+"""Niceness of the rest of the robot's stack (recorder, bag, the policy's model worker): below the
+control path, above what else runs on a robot PC at niceness 0 (a browser, rviz, loggers, this
+project's own launcher and monitoring). Measured with one busy process beside `make run` (2 cores):
+at niceness 0 the cameras' health reports stalled 300 ms (STALE_CAMERA HOLD) or the policy's
+commands did (STALE_COMMAND HOLD). The cameras ran here until 2026-12-06; they are in the control
+tier since (PRIORITY_NICENESS)."""
 
 GRAPH_NICENESS = -10
 """Niceness of the whole graph's autogroup under egomimic-launch (one session, one group:
