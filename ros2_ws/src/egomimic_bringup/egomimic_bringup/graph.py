@@ -112,8 +112,9 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
     LaunchArgument(
         "realtime",
         "true",
-        "run the gate (SCHED_FIFO), the drivers, frames and the policy's tick (niceness -5), cameras and the "
-        "policy's model (-2) at a higher scheduling priority than the rest, where permitted; logged either way",
+        "run the gate (SCHED_FIFO), the drivers, frames, cameras and the policy's tick (niceness -5), the "
+        "recorder, bag and the policy's model (-2) at a higher scheduling priority than the rest, where "
+        "permitted; logged either way",
         ("true", "false"),
     ),
     LaunchArgument(
