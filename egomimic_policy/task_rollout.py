@@ -6,8 +6,9 @@ each 30 Hz step builds the Observation the policy node would (the three syntheti
 rendered with the seed's box from the measured poses, dataset-frame poses and grippers, the
 preceding ticks as `history`), queries the policy every `replan_every` steps and executes the
 chunk's rows in between, as the executor does, with its default seam crossfade (the old
-chunk's weight falling linearly from 1 to 0 over `crossfade_rows`); every row goes through the
-real SafetyGate
+chunk's weight falling linearly from 1 to 0 over `crossfade_rows`) and the executor's speed
+limits (rollout.speed_limit, at ExecutorConfig's defaults, as the policy node publishes); every
+row goes through the real SafetyGate
 (its IK seeded with the measured joints), the forwarded joints become the arm's (measured pose
 = FK of them, as in egomimic_policy.expert_episode) and egomimic_hw.sim_task.TaskSuccess
 judges the measured poses. A HOLD latches as on the robot (an operator resets it), so it ends
@@ -30,6 +31,7 @@ from egomimic_hw.sim_task import TaskSuccess, place_target
 from egomimic_policy.expert_episode import START_GRIPPER
 from egomimic_policy.interface import Chunk, ChunkPolicy, Observation
 from egomimic_policy.rollout.history import ObservationHistory
+from egomimic_policy.rollout.scheduler import ExecutorConfig
 from egomimic_policy.rollout.trajectory import blend_poses
 from egomimic_policy.sim_episode import sim_episode_setup
 from egomimic_safety.checks import ArmCommand, ArmMeasurement
@@ -64,7 +66,8 @@ class TaskRolloutConfig:
 @dataclass(frozen=True)
 class TrialResult:
     """One seed: success (and its step), steps run, each arm's final distance to its grasp point
-    (m), the gate's decisions (forwarded, not forwarded while armed) and a HOLD's reason."""
+    (m), the gate's decisions (forwarded, not forwarded while armed), a HOLD's reason and the
+    steps the speed limits changed."""
 
     seed: int
     success: bool
@@ -75,6 +78,7 @@ class TrialResult:
     forwarded: int
     not_forwarded: int
     hold: str | None
+    speed_limited: int = 0
 
     @property
     def final_error_m(self) -> float:
@@ -139,6 +143,7 @@ def run_trial(
     gate = SafetyGate(GateConfig(required_cameras=()), dict.fromkeys(ARMS, kin))
     period_ns = int(round(1e9 / cfg.rate_hz))
     history = ObservationHistory(policy.spec.obs_steps, period_ns)
+    limiter = ExecutorConfig(rate_hz=cfg.rate_hz).speed_limiter()
     policy.reset()
     joints = dict.fromkeys(ARMS, np.asarray(SimConfig().initial_joints_rad, float))
     grippers = dict.fromkeys(ARMS, START_GRIPPER)
@@ -179,11 +184,10 @@ def run_trial(
             row0 = step
         history.record(obs)
         i = step - row0
+        left, right, _ = limiter.apply(obs.stamp_ns, chunk.left_pose[i], chunk.right_pose[i])
         arms = {
-            Arm.LEFT: ArmCommand(Arm.LEFT.hw_frame, pose_hw_from_ds(chunk.left_pose[i]), float(chunk.left_gripper[i])),
-            Arm.RIGHT: ArmCommand(
-                Arm.RIGHT.hw_frame, pose_hw_from_ds(chunk.right_pose[i]), float(chunk.right_gripper[i])
-            ),
+            Arm.LEFT: ArmCommand(Arm.LEFT.hw_frame, pose_hw_from_ds(left), float(chunk.left_gripper[i])),
+            Arm.RIGHT: ArmCommand(Arm.RIGHT.hw_frame, pose_hw_from_ds(right), float(chunk.right_gripper[i])),
         }
         shadow = gate.state is GateState.ARMING
         decision = gate.propose(
@@ -217,6 +221,7 @@ def run_trial(
         forwarded=forwarded,
         not_forwarded=not_forwarded,
         hold=hold,
+        speed_limited=limiter.limited,
     )
 
 

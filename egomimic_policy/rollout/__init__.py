@@ -1,7 +1,8 @@
 """Rollout: execute action chunks at the control rate while the model runs in a worker.
 
 `scheduler` is the clock-free core (queue, cadence, alignment, blending, running dry),
-`trajectory` the row math, `executor` the worker thread around the core, `history` the model's
+`trajectory` the row math, `speed_limit` the published steps held under the gate's speed
+limits, `executor` the worker thread around the core, `history` the model's
 observation window of past ticks, `config` what the policy node runs and how.
 """
 

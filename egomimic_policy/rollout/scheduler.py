@@ -54,10 +54,17 @@ from there on the new chunk replaces it, blended (`blend`):
   continue the prefix exactly (or one that ignores it: scripted, or a latency longer than the
   prefix) still gives a continuous command; for a model that does, the two plans already agree
   there and the crossfade changes nearly nothing.
+
+Speed: every published target's step from the previous published one is held to
+`max_ee_speed_m_s` and `max_ee_angular_speed_rad_s` x the ticks' dt (speed_limit.py), below the
+gate's limits, and counted (`speed_limited`): a sampled plan's uneven row is followed at the
+limit instead of tripping the gate's TRANSLATION_RATE HOLD. The queue itself is not changed (the
+inpaint prefix is the plan's rows), and a reset forgets the previous target.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from collections import deque
@@ -65,9 +72,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from egomimic_hw.description import X5_LIMITS
 from egomimic_hw.errors import ConfigError, PoseError
 from egomimic_policy.interface import Chunk
 from egomimic_policy.rollout import trajectory as tj
+from egomimic_policy.rollout.speed_limit import SpeedLimiter
 from egomimic_policy.rollout.trajectory import Target, Trajectory
 
 NS_PER_S = 1_000_000_000
@@ -75,6 +84,9 @@ TIME_MAX_S = 60.0
 """The longest time an executor setting may name (a parameter's range): a minute of open loop,
 of holding or of waiting is already far beyond any use."""
 ROWS_MAX = 10_000
+SPEED_MARGIN = 0.9
+"""The executor's default speed limits are this fraction of the X5's declared ones, which are the
+safety gate's defaults: a step the executor passes is never one the gate refuses for its speed."""
 """The largest count of rows, ticks or queries a setting may name (5.5 minutes of rows at 30 Hz)."""
 
 
@@ -161,6 +173,30 @@ class ExecutorConfig:
     latency_window: int = field(
         default=100, metadata={"help": "queries kept for latency statistics", "range": (1, ROWS_MAX)}
     )
+    max_ee_speed_m_s: float = field(
+        default=round(SPEED_MARGIN * X5_LIMITS.ee_speed_max_m_s, 6),
+        metadata={
+            "help": "each published step of an end effector is held to this speed (m/s) x the ticks' dt; "
+            "keep it below the safety gate's max_ee_speed_m_s (0.6), which HOLDs on a faster step",
+            "range": (0.001, X5_LIMITS.ee_speed_max_m_s),
+        },
+    )
+    max_ee_angular_speed_rad_s: float = field(
+        default=round(SPEED_MARGIN * X5_LIMITS.ee_angular_speed_max_rad_s, 6),
+        metadata={
+            "help": "each published step of an end effector's orientation is held to this (rad/s) x dt; "
+            "keep it below the safety gate's max_ee_angular_speed_rad_s (1.8)",
+            "range": (0.001, X5_LIMITS.ee_angular_speed_max_rad_s),
+        },
+    )
+    speed_limit_max_dt_periods: float = field(
+        default=2.0,
+        metadata={
+            "help": "dt in the two limits above is capped at this many periods, as the gate's "
+            "rate_limit_max_dt_periods (2): a gap in the ticks grants no larger step",
+            "range": (0.1, 10.0),
+        },
+    )
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.rate_hz) and 0 < self.rate_hz <= 1000):
@@ -193,10 +229,27 @@ class ExecutorConfig:
             raise ConfigError(f"retry_backoff_s must be >= 0 s, got {self.retry_backoff_s}")
         if self.latency_window < 1:
             raise ConfigError(f"latency_window must be >= 1, got {self.latency_window}")
+        for name, top in (
+            ("max_ee_speed_m_s", X5_LIMITS.ee_speed_max_m_s),
+            ("max_ee_angular_speed_rad_s", X5_LIMITS.ee_angular_speed_max_rad_s),
+        ):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and 0 < value <= top):
+                raise ConfigError(f"{name} must be in (0, {top}] (the X5's declared limit), got {value}")
+        if not (math.isfinite(self.speed_limit_max_dt_periods) and self.speed_limit_max_dt_periods > 0):
+            raise ConfigError(f"speed_limit_max_dt_periods must be > 0, got {self.speed_limit_max_dt_periods}")
 
     @property
     def period_ns(self) -> int:
         return int(round(NS_PER_S / self.rate_hz))
+
+    def speed_limiter(self) -> SpeedLimiter:
+        """The published steps' limiter these settings describe (speed_limit.py)."""
+        return SpeedLimiter(
+            self.max_ee_speed_m_s,
+            self.max_ee_angular_speed_rad_s,
+            self.speed_limit_max_dt_periods / self.rate_hz,
+        )
 
 
 @dataclass(frozen=True)
@@ -253,6 +306,8 @@ class Counters:
     discarded_after_reset: int = 0
     rows_dropped_late: int = 0
     """Chunk rows whose time had passed when the chunk arrived (the measured latency, in rows)."""
+    speed_limited: int = 0
+    """Published targets moved back toward the previous one to keep within the speed limits."""
 
 
 def _row_times(stamp_ns: int, period_s: float, n: int) -> np.ndarray:
@@ -289,6 +344,7 @@ class ChunkScheduler:
         self._status = TickStatus.WAITING
         self._newest_obs_ns: int | None = None
         """Observation stamp of the newest merged chunk: how old the plan being executed is."""
+        self._limiter = config.speed_limiter()
         self.counters = Counters()
         self.last_problem = ""
         """The most recent reason a query was not made, failed or was refused ("" if none)."""
@@ -327,6 +383,11 @@ class ChunkScheduler:
         else:
             status = TickStatus.STOPPED
             c.stopped_ticks += 1
+        if target is not None:
+            left, right, limited = self._limiter.apply(now_ns, target.left_pose, target.right_pose)
+            if limited:
+                target = dataclasses.replace(target, left_pose=left, right_pose=right)
+                c.speed_limited += 1
         if status in (TickStatus.HOLDING, TickStatus.STOPPED) and self._status is TickStatus.RUNNING:
             c.dry_episodes += 1
         self._status = status
@@ -490,6 +551,7 @@ class ChunkScheduler:
         """Clear the queue; an answer still in flight is discarded when it arrives."""
         self._generation += 1
         self._queue = Trajectory.empty()
+        self._limiter.reset()
         self._newest_obs_ns = None
         if self._pending is not None:
             self.counters.discarded_after_reset += 1

@@ -37,6 +37,23 @@ class HoldPolicy:
         )
 
 
+class StepPolicy(HoldPolicy):
+    """Holds the observed pose, then from row 3 on commands it 25 mm further along x: one row of
+    0.75 m/s, beyond the gate's 0.6 m/s, as a sampled plan has now and then."""
+
+    def infer(self, observation: Observation) -> Chunk:
+        chunk = super().infer(observation)
+        if not self.histories[1:]:  # the first query only: later ones hold where the arm is
+            chunk.left_pose[3:, 0] += 0.025
+        return chunk
+
+
+def test_an_uneven_row_is_followed_at_the_executors_speed_limit_not_held_by_the_gate():
+    result = run_trial(StepPolicy(), 1, TaskRolloutConfig(max_steps=12, replan_every=30, width=160, height=120))
+    assert result.hold is None and result.not_forwarded == 0, result
+    assert result.speed_limited == 1  # 18 mm (0.54 m/s x 33 ms); the next step, the last 7 mm, is within
+
+
 @pytest.mark.parametrize("seed", [0, 7])
 def test_the_expert_succeeds_closed_loop(seed):
     result = run_trial(ExpertChunkPolicy(ExpertConfig(task_seed=seed), rate_hz=30.0), seed, TaskRolloutConfig())

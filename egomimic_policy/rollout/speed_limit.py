@@ -1,0 +1,81 @@
+"""Hold the commanded end-effector speed under the gate's limits before the gate sees it.
+
+Why: a learned policy's chunk is a sample, and a sample's rows can be uneven. The shipped box
+policy plans a step of 0.83 m/s now and then (28 mm in one 33 ms row; its expert never passed
+0.2 m/s), and the gate answers a step beyond 0.6 m/s x dt with a latched TRANSLATION_RATE HOLD:
+right for a producer gone wrong, wrong for a plan that is only a little uneven. So the executor
+holds each published step to the limits (LeRobot's `max_relative_target` does the same in
+front of its robots), with a margin below the gate's, and counts every tick it changed. The
+gate still checks every step and still holds on one it refuses: this stage makes the policy's
+output what the gate accepts, it does not replace the gate.
+
+The step is measured as the gate measures it (egomimic_safety.checks): the distance between the
+two commands' positions (the dataset and hardware frames share positions: egomimic_hw.frames)
+and the geodesic angle between their orientations (the frames' fixed rotation leaves it
+unchanged), against speed x dt with dt the difference of the
+two ticks' stamps, capped at `max_dt_s` (the gate caps at 2 periods). A clamped step moves along
+the straight line (position) and the shortest arc (orientation) toward the target, so a plan
+that runs ahead is followed at the limit and met again where it slows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from egomimic_hw.rotations import quat_angle, quat_rotate_toward
+
+NS_PER_S = 1_000_000_000
+
+
+def limit_step(prev: np.ndarray, pose: np.ndarray, max_step_m: float, max_angle_rad: float) -> np.ndarray | None:
+    """`pose` ([x, y, z, qw, qx, qy, qz], quaternions of any nonzero norm: a model's raw rows)
+    moved back toward `prev` until its step from `prev` is at most `max_step_m` and
+    `max_angle_rad`; None when it already is (the caller keeps `pose` itself, bit for bit)."""
+    step = pose[:3] - prev[:3]
+    dist = float(np.linalg.norm(step))
+    angle = quat_angle(prev[3:] / np.linalg.norm(prev[3:]), pose[3:] / np.linalg.norm(pose[3:]))
+    if dist <= max_step_m and angle <= max_angle_rad:
+        return None
+    out = np.array(pose, dtype=float)
+    if dist > max_step_m:
+        out[:3] = prev[:3] + step * (max_step_m / dist)
+    if angle > max_angle_rad:
+        out[3:] = quat_rotate_toward(prev[3:], pose[3:], max_angle_rad)
+    return out
+
+
+@dataclass
+class SpeedLimiter:
+    """Each arm's previous output and its time; `apply` limits the next against them."""
+
+    max_speed_m_s: float
+    max_angular_speed_rad_s: float
+    max_dt_s: float
+
+    def __post_init__(self) -> None:
+        self._prev: tuple[int, np.ndarray, np.ndarray] | None = None
+        self.limited = 0
+        """Calls that changed a pose."""
+
+    def reset(self) -> None:
+        """Forget the previous output: the next pose passes as it is (the gate judges a first
+        command against the measured pose, not a previous one)."""
+        self._prev = None
+
+    def apply(self, now_ns: int, left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+        """(left, right, changed): the poses for `now_ns`, each step held to the limits."""
+        prev, changed = self._prev, False
+        if prev is not None:
+            dt = min(max(now_ns - prev[0], 0) / NS_PER_S, self.max_dt_s)
+            max_step, max_angle = self.max_speed_m_s * dt, self.max_angular_speed_rad_s * dt
+            new_left = limit_step(prev[1], left, max_step, max_angle)
+            new_right = limit_step(prev[2], right, max_step, max_angle)
+            if new_left is not None:
+                left, changed = new_left, True
+            if new_right is not None:
+                right, changed = new_right, True
+        self.limited += changed
+        self._prev = (now_ns, left, right)
+        return left, right, changed
