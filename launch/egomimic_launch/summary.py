@@ -238,6 +238,12 @@ class RunMonitor:
             f"{gate_d.get('watchdog_late', '?')} (worst {gate_d.get('watchdog_late_max_ms', '?')} ms), "
             f"policy ticks {policy_d.get('late_ticks', '?')}"
         )
+        if policy_d:
+            lines.append(
+                f"policy: {policy_d.get('queries', '?')} queries, {policy_d.get('chunks', '?')} chunks, "
+                f"{policy_d.get('speed_limited', '?')} targets held to the executor's speed limits, "
+                f"{policy_d.get('dry_ticks', '?')} dry ticks"
+            )
         if self.cpu is not None:
             lines += self.cpu.lines()
         if rs is not None:

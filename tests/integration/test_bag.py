@@ -155,15 +155,19 @@ def test_play_republishes_at_the_recorded_rate_with_clock(recorded, ros_node):
 
 def test_kill_9_then_repair_recovers(tmp_path):
     bags = tmp_path / "bags"
-    launcher = start_launch(tmp_path / "run", "bag:=true", f"bag_dir:={bags}", duration_s=30)
+    # The test kills and stops the graph itself; --duration is only a backstop beyond its waits
+    # (at 30 s a slow start could end the graph before the kill).
+    launcher = start_launch(tmp_path / "run", "bag:=true", f"bag_dir:={bags}", duration_s=300)
     try:
         assert wait_for(lambda: any(bags.glob("*/*.mcap")), 60.0), "the bag node never opened its bag"
-        # the whole graph is up (the bag node starts first) once about 2 s of its traffic is on disk
-        assert wait_for(lambda: next(bags.glob("*/*.mcap")).stat().st_size > 250_000, 60.0)
+        mcap = next(bags.glob("*/*.mcap"))
+        # the whole graph is up (the bag node starts first) once about 2 s of its traffic is on
+        # disk; then about 3 s more of it, flushed, before the kill
+        assert wait_for(lambda: mcap.stat().st_size > 250_000, 60.0)
+        assert wait_for(lambda: mcap.stat().st_size > 650_000, 60.0)
         bag_proc = next(
             p for p in psutil.Process(launcher.pid).children(recursive=True) if "egomimic_nodes.bag_node" in p.cmdline()
         )
-        time.sleep(3.0)
         killed_at_ns = time.time_ns()
         bag_proc.send_signal(signal.SIGKILL)
         bag_proc.wait(10)

@@ -22,6 +22,9 @@ import pytest
 pytestmark = pytest.mark.integration
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+FUNCTIONAL_CAMERAS = f"params_file:={REPO_ROOT / 'tests' / 'integration' / 'functional_cameras.yaml'}"
+"""The console's function at 320x240 cameras (functional_cameras.yaml says why): at 640x480 with
+recording, a fresh clone's run held on STALE_CAMERA (front_1 301 ms old) before it could arm."""
 GRAPH_UP_S = 60.0
 """The gate's first (latched) status: the whole graph started (2-core machine, other tests around)."""
 ARMED_S = 20.0
@@ -45,7 +48,7 @@ def test_operator_arms_and_estops_the_sim_graph(tmp_path):
     log = open(tmp_path / "launch.log", "w")
     launcher = subprocess.Popen(
         [sys.executable, "-m", "egomimic_launch.cli", "eva_bimanual.launch.py", "auto_arm:=false", "record:=true"]
-        + [f"record_dir:={tmp_path / 'episodes'}", "--quiet", "--run-dir", str(tmp_path / "run")],
+        + [f"record_dir:={tmp_path / 'episodes'}", FUNCTIONAL_CAMERAS, "--quiet", "--run-dir", str(tmp_path / "run")],
         cwd=REPO_ROOT,
         env=dict(os.environ),
         stdout=log,

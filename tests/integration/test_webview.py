@@ -9,6 +9,8 @@ import json
 import re
 import signal
 import struct
+import time
+from pathlib import Path
 
 import pytest
 import simplejpeg
@@ -32,6 +34,11 @@ STATUS = topics.SAFETY_STATUS.resolve(NS)
 SUBPROTOCOL = "foxglove.sdk.v1"
 MESSAGE_DATA = 0x01
 """Binary opcode of a message: then subscription id (u32 LE), log time (u64 LE), the CDR payload."""
+FUNCTIONAL_CAMERA_SIZE = yaml.safe_load((Path(__file__).with_name("functional_cameras.yaml")).read_text())[
+    "/**/cameras"
+]["ros__parameters"]
+LAUNCH_BACKSTOP_S = 300.0
+"""The launcher's --duration: longer than the test's waits (60 s for the URL, 30 s per message)."""
 
 
 async def first_messages(url: str, wanted: list[str], timeout_s: float) -> dict[str, bytes]:
@@ -70,10 +77,24 @@ def test_a_websocket_client_gets_a_camera_frame_and_the_gate_status(tmp_path, re
     (for the recorder) and the web view passes them through (image_transport compressed)."""
     mcap_path = tmp_path / "view.mcap"
     params = tmp_path / "web.yaml"
-    params.write_text(yaml.safe_dump({"/**/webview": {"ros__parameters": {"mcap_path": str(mcap_path)}}}))
+    # The cameras at 320x240, as tests/integration/functional_cameras.yaml (function, not headroom:
+    # that file says why): the web view's job is the same at any size.
+    params.write_text(
+        yaml.safe_dump(
+            {
+                "/**/webview": {"ros__parameters": {"mcap_path": str(mcap_path)}},
+                "/**/cameras": {"ros__parameters": FUNCTIONAL_CAMERA_SIZE},
+            }
+        )
+    )
     run_dir = tmp_path / "run"
     extra = ("record:=true", f"record_dir:={tmp_path / 'episodes'}") if record else ()
-    launcher = start_launch(run_dir, "web:=true", "web_port:=0", f"params_file:={params}", *extra)
+    # The test stops the graph itself; the launcher's own deadline is only a backstop, beyond
+    # every wait below (a graph that ended at 60 s closed the socket mid-test once: 1005).
+    launcher = start_launch(
+        run_dir, "web:=true", "web_port:=0", f"params_file:={params}", *extra, duration_s=LAUNCH_BACKSTOP_S
+    )
+    started = time.monotonic()
     log = run_dir / "logs" / "webview.log"
     try:
         found: list[str] = []
@@ -85,14 +106,22 @@ def test_a_websocket_client_gets_a_camera_frame_and_the_gate_status(tmp_path, re
             return bool(m)
 
         assert wait_for(url_logged, 60.0), log.read_text() if log.exists() else "no webview log"
-        got = asyncio.run(first_messages(found[0], [CAMERA, STATUS], timeout_s=30.0))
+        try:
+            got = asyncio.run(first_messages(found[0], [CAMERA, STATUS], timeout_s=30.0))
+        except Exception as exc:
+            raise AssertionError(
+                f"{exc!r} {time.monotonic() - started:.1f} s after the launch (launcher "
+                f"{'running' if launcher.poll() is None else f'exited {launcher.returncode}'}); webview.log:\n"
+                + "\n".join(log.read_text().splitlines()[-15:])
+            ) from exc
     finally:
         launcher.send_signal(signal.SIGINT)
         code = launcher.wait(60)
     assert code == 0
     frame = deserialize_message(got[CAMERA], CompressedImage)
     assert frame.header.frame_id == "front_1_optical"
-    assert simplejpeg.decode_jpeg(bytes(frame.data)).shape == (480, 640, 3)
+    size = FUNCTIONAL_CAMERA_SIZE
+    assert simplejpeg.decode_jpeg(bytes(frame.data)).shape == (size["height"], size["width"], 3)
     assert deserialize_message(got[STATUS], GateStatus).state == GateStatus.ARMED
     with open(mcap_path, "rb") as f:
         counts: dict[str, int] = {}
