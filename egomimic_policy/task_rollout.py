@@ -185,6 +185,9 @@ def run_trial(
         history.record(obs)
         i = step - row0
         left, right, _ = limiter.apply(obs.stamp_ns, chunk.left_pose[i], chunk.right_pose[i])
+        if limiter.runaway:  # the node stops publishing: the gate holds on the silence
+            hold = f"step {step}: policy stopped: {limiter.runaway}"
+            break
         arms = {
             Arm.LEFT: ArmCommand(Arm.LEFT.hw_frame, pose_hw_from_ds(left), float(chunk.left_gripper[i])),
             Arm.RIGHT: ArmCommand(Arm.RIGHT.hw_frame, pose_hw_from_ds(right), float(chunk.right_gripper[i])),

@@ -58,8 +58,10 @@ from there on the new chunk replaces it, blended (`blend`):
 Speed: every published target's step from the previous published one is held to
 `max_ee_speed_m_s` and `max_ee_angular_speed_rad_s` x the ticks' dt (speed_limit.py), below the
 gate's limits, and counted (`speed_limited`): a sampled plan's uneven row is followed at the
-limit instead of tripping the gate's TRANSLATION_RATE HOLD. The queue itself is not changed (the
-inpaint prefix is the plan's rows), and a reset forgets the previous target.
+limit instead of tripping the gate's TRANSLATION_RATE HOLD. A plan that runs further ahead than
+`speed_limit_max_lag_m` / `_rad` is running away: STOPPED (no target, `runaway_ticks`) until
+reset, so the gate holds on the silence. The queue itself is not changed (the inpaint prefix is
+the plan's rows), and a reset forgets the previous target and a runaway.
 """
 
 from __future__ import annotations
@@ -189,6 +191,18 @@ class ExecutorConfig:
             "range": (0.001, X5_LIMITS.ee_angular_speed_max_rad_s),
         },
     )
+    speed_limit_max_lag_m: float = field(
+        default=0.03,
+        metadata={
+            "help": "a plan further ahead of the speed-limited target than this (m) is running away: stop "
+            "publishing until policy/reset (the gate then holds on the silence)",
+            "range": (0.001, 1.0),
+        },
+    )
+    speed_limit_max_lag_rad: float = field(
+        default=0.1,
+        metadata={"help": "the same bound for orientation (rad)", "range": (0.001, math.pi)},
+    )
     speed_limit_max_dt_periods: float = field(
         default=2.0,
         metadata={
@@ -238,6 +252,10 @@ class ExecutorConfig:
                 raise ConfigError(f"{name} must be in (0, {top}] (the X5's declared limit), got {value}")
         if not (math.isfinite(self.speed_limit_max_dt_periods) and self.speed_limit_max_dt_periods > 0):
             raise ConfigError(f"speed_limit_max_dt_periods must be > 0, got {self.speed_limit_max_dt_periods}")
+        for name in ("speed_limit_max_lag_m", "speed_limit_max_lag_rad"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"{name} must be > 0, got {value}")
 
     @property
     def period_ns(self) -> int:
@@ -249,6 +267,8 @@ class ExecutorConfig:
             self.max_ee_speed_m_s,
             self.max_ee_angular_speed_rad_s,
             self.speed_limit_max_dt_periods / self.rate_hz,
+            self.speed_limit_max_lag_m,
+            self.speed_limit_max_lag_rad,
         )
 
 
@@ -308,6 +328,8 @@ class Counters:
     """Chunk rows whose time had passed when the chunk arrived (the measured latency, in rows)."""
     speed_limited: int = 0
     """Published targets moved back toward the previous one to keep within the speed limits."""
+    runaway_ticks: int = 0
+    """Ticks stopped because the plan ran further ahead of the speed limits than their lag bounds."""
 
 
 def _row_times(stamp_ns: int, period_s: float, n: int) -> np.ndarray:
@@ -388,6 +410,11 @@ class ChunkScheduler:
             if limited:
                 target = dataclasses.replace(target, left_pose=left, right_pose=right)
                 c.speed_limited += 1
+            if self._limiter.runaway:
+                status, target = TickStatus.STOPPED, None
+                c.stopped_ticks += 1
+                c.runaway_ticks += 1
+                self.last_problem = f"stopped until policy/reset: {self._limiter.runaway}"
         if status in (TickStatus.HOLDING, TickStatus.STOPPED) and self._status is TickStatus.RUNNING:
             c.dry_episodes += 1
         self._status = status
@@ -401,7 +428,7 @@ class ChunkScheduler:
 
     def query_due(self, now_ns: int) -> bool:
         """Whether the cadence asks for a query at `now_ns` (never while one is in flight)."""
-        if self._in_flight:
+        if self._in_flight or self._limiter.runaway:  # a runaway waits for reset: no new plans meanwhile
             return False
         if self._retry_after_ns is not None and now_ns < self._retry_after_ns:
             return False

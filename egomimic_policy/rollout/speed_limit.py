@@ -16,6 +16,14 @@ unchanged), against speed x dt with dt the difference of the
 two ticks' stamps, capped at `max_dt_s` (the gate caps at 2 periods). A clamped step moves along
 the straight line (position) and the shortest arc (orientation) toward the target, so a plan
 that runs ahead is followed at the limit and met again where it slows.
+
+A plan that does not slow is a fault, not an uneven row: a policy gone wrong (seen once in
+`make run`: 137 limited ticks in a row, then a pose the IK could not reach). Followed at the
+limit it would keep the arm moving toward wherever it went, with the gate's speed check no
+longer able to see it. So the lag is bounded: once an output is further than `max_lag_m` or
+`max_lag_rad` from what the plan asked for at that instant, the limiter is `runaway` (latched
+until reset, with the reason) and its caller stops publishing; the gate then holds on the
+silence (STALE_COMMAND) as for a dead policy, and the drivers hold 100 ms after the last command.
 """
 
 from __future__ import annotations
@@ -53,16 +61,21 @@ class SpeedLimiter:
     max_speed_m_s: float
     max_angular_speed_rad_s: float
     max_dt_s: float
+    max_lag_m: float = 0.03
+    max_lag_rad: float = 0.1
 
     def __post_init__(self) -> None:
         self._prev: tuple[int, np.ndarray, np.ndarray] | None = None
         self.limited = 0
         """Calls that changed a pose."""
+        self.runaway = ""
+        """Why the plan ran further ahead than the lag bounds ("" while it has not; latched)."""
 
     def reset(self) -> None:
-        """Forget the previous output: the next pose passes as it is (the gate judges a first
-        command against the measured pose, not a previous one)."""
+        """Forget the previous output and a runaway: the next pose passes as it is (the gate
+        judges a first command against the measured pose, not a previous one)."""
         self._prev = None
+        self.runaway = ""
 
     def apply(self, now_ns: int, left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
         """(left, right, changed): the poses for `now_ns`, each step held to the limits."""
@@ -70,12 +83,24 @@ class SpeedLimiter:
         if prev is not None:
             dt = min(max(now_ns - prev[0], 0) / NS_PER_S, self.max_dt_s)
             max_step, max_angle = self.max_speed_m_s * dt, self.max_angular_speed_rad_s * dt
-            new_left = limit_step(prev[1], left, max_step, max_angle)
-            new_right = limit_step(prev[2], right, max_step, max_angle)
-            if new_left is not None:
-                left, changed = new_left, True
-            if new_right is not None:
-                right, changed = new_right, True
+            out = []
+            for name, previous, pose in (("left", prev[1], left), ("right", prev[2], right)):
+                limited = limit_step(previous, pose, max_step, max_angle)
+                if limited is not None:
+                    changed = True
+                    self._check_lag(name, limited, pose)
+                out.append(pose if limited is None else limited)
+            left, right = out
         self.limited += changed
         self._prev = (now_ns, left, right)
         return left, right, changed
+
+    def _check_lag(self, arm: str, out: np.ndarray, plan: np.ndarray) -> None:
+        lag_m = float(np.linalg.norm(plan[:3] - out[:3]))
+        lag_rad = quat_angle(out[3:] / np.linalg.norm(out[3:]), plan[3:] / np.linalg.norm(plan[3:]))
+        if not self.runaway and (lag_m > self.max_lag_m or lag_rad > self.max_lag_rad):
+            self.runaway = (
+                f"{arm}: the plan ran {lag_m * 1e3:.0f} mm / {lag_rad:.2f} rad ahead of the speed limits "
+                f"({self.max_speed_m_s:g} m/s, {self.max_angular_speed_rad_s:g} rad/s; lag bounds "
+                f"{self.max_lag_m * 1e3:.0f} mm / {self.max_lag_rad:g} rad)"
+            )

@@ -155,3 +155,29 @@ def turned(quat: np.ndarray, turn: float) -> np.ndarray:
     w, x, y, z = quat
     c, s = np.cos(turn / 2), np.sin(turn / 2)
     return np.array([c * w - s * z, c * x - s * y, c * y + s * x, c * z + s * w])
+
+
+def test_a_plan_that_keeps_outrunning_the_limits_stops_the_executor_until_reset():
+    """A 1 m/s plan (a policy gone wrong): followed at 0.54 m/s, the lag grows 15 mm a period;
+    past 30 mm nothing is published (the gate then holds on the silence) and no new query is
+    made, until reset."""
+    s = ChunkScheduler(ExecutorConfig(cadence="every_n", query_every_n_ticks=1000, blend="none"))
+    n = 30
+    left = np.tile(LEFT0, (n, 1))
+    left[:, 0] += 1.0 * np.arange(n) * DT_S
+    chunk = Chunk(T0, 1 / 30, left, np.tile(RIGHT0, (n, 1)), np.full(n, 0.5), np.full(n, 0.5))
+    s.accept(s.query_started(T0), chunk, T0)
+    statuses = [s.tick(T0 + i * P_NS) for i in range(6)]
+    assert [r.target is not None for r in statuses] == [True, True, False, False, False, False]
+    assert statuses[-1].status is TickStatus.STOPPED and not statuses[-1].want_query
+    assert s.counters.runaway_ticks == 4 and "ahead of the speed limits" in s.last_problem
+    assert "left: the plan ran 31 mm" in s.last_problem  # (33.3 - 18) mm a period, twice
+    s.reset()
+    assert s.tick(T0 + 7 * P_NS).status is TickStatus.WAITING and s.query_due(T0 + 7 * P_NS)
+
+
+def test_an_uneven_row_is_not_a_runaway():
+    s = ChunkScheduler(ExecutorConfig(cadence="every_n", query_every_n_ticks=1000, blend="none"))
+    s.accept(s.query_started(T0), _uneven_chunk(T0, jump_row=5, jump_m=0.028), T0)  # 38 mm in one row
+    assert all(s.tick(T0 + i * P_NS).target is not None for i in range(25))
+    assert s.counters.runaway_ticks == 0 and s.counters.speed_limited >= 2

@@ -369,6 +369,8 @@ class PolicyNode(Node):
                 f"queue ran dry: holding the last target for at most {self.executor_config.max_dry_s} s "
                 f"({problem or 'the next chunk is late'})"
             )
+        elif status is TickStatus.STOPPED and self.rollout.stats(self._now_ns())["runaway_ticks"]:
+            log.error(f"not publishing (the gate holds the arms); {problem}")
         elif status is TickStatus.STOPPED:
             log.error(
                 f"queue dry for more than {self.executor_config.max_dry_s} s: not publishing "
