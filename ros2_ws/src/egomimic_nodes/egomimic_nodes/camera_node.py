@@ -16,7 +16,8 @@ hardware cameras run one process each, so a stuck USB driver takes down one stre
 
 Every frame goes through FrameShaper: area-resized to `width` x `height` (default 640x480, what
 the models were trained on) and converted to RGB once. Each camera has its own capture thread
-(blocking backend reads, publish right after capture); the executor runs the health timer and
+(blocking backend reads; the image and the health published right after capture, camera_info
+and the JPEG handed to outboxes that send from their own threads: _Stream.__init__ says why); the executor runs the health timer and
 the parameter callback. The synthetic scene's arm poses are taken by a thread of their own, so a
 take that waits in the middleware never holds up a capture (taken.py says how one can).
 
@@ -64,7 +65,7 @@ from egomimic_hw.sim_task import target_for
 from egomimic_msgs.msg import CameraHealth
 from egomimic_nodes import diagnostics, topics
 from egomimic_nodes.msg_convert import ns_to_stamp, pose_to_array
-from egomimic_nodes.outbox import publish_serialized
+from egomimic_nodes.outbox import Outbox, close_all, publish_serialized
 from egomimic_nodes.params import declare_config
 from egomimic_nodes.serialized import SerializedImage, SerializedTemplate
 from egomimic_nodes.spin import run_node
@@ -78,6 +79,9 @@ EXIT_JOIN_S = 1.2
 """On exit, how long the capture threads and the pose thread together may take to stop (a read
 or a pose wait wakes within READ_TIMEOUT_S; a hardware read can take up to ~1 s to time out)."""
 """A capture thread wakes at least this often (to notice shutdown); silence is judged by health."""
+SIDE_KEEP = 8
+"""Frames an outbox of camera_info or JPEGs holds while its send waits (267 ms at 30 Hz; more
+are dropped, oldest first, and counted in /diagnostics)."""
 STALE_REPUBLISH_NS = 100_000_000
 """While a camera is not OK and no frame comes, its health is republished every 100 ms."""
 DIAG_LEVEL = {
@@ -148,6 +152,19 @@ class _Stream:
             if compressed_quality
             else None
         )
+        # camera_info and the JPEGs go out from threads of their own (outbox.py): their readers
+        # include the recorder and the launcher, which run below the control tier, and a send
+        # waits while a descheduled reader holds its shared-memory port. Sent from here, that
+        # wait stopped the capture loop, so every camera's next frame and health came late
+        # together: make run with recording on saw 15-20 camera STALLED reports, 5-7 off. The
+        # raw image (the policy, control tier) and the health (the gate) still go out here,
+        # right after capture.
+        self.out_info = Outbox(self.pub_info, keep=SIDE_KEEP, name=f"outbox {camera} camera_info")
+        self.out_compressed = (
+            Outbox(self.pub_compressed, keep=SIDE_KEEP, name=f"outbox {camera} jpeg")
+            if self.pub_compressed is not None
+            else None
+        )
         self.jpeg_quality = compressed_quality
         self.intrinsics = shaper.output_intrinsics(backend.intrinsics)
         self.info = SerializedTemplate(camera_info(camera, self.intrinsics))
@@ -181,18 +198,9 @@ class _Stream:
             self.publish(self.shaper.shape(frame), frame.capture_ns)
 
     def publish(self, rgb: np.ndarray, capture_ns: int) -> None:
-        self.info.stamp(capture_ns)
         try:
-            sent = publish_serialized(self.pub_image, self.image.fill(capture_ns, rgb))
-            sent &= publish_serialized(self.pub_info, self.info.buffer)
-            if not sent:
+            if not publish_serialized(self.pub_image, self.image.fill(capture_ns, rgb)):
                 raise RuntimeError("rcl refused the message")
-            if self.pub_compressed is not None:
-                self.compressed.header.stamp = ns_to_stamp(capture_ns)
-                self.compressed.data = simplejpeg.encode_jpeg(rgb, quality=self.jpeg_quality, colorspace="RGB")
-                sent = publish_serialized(self.pub_compressed, serialize_message(self.compressed))
-                if not sent:
-                    raise RuntimeError("rcl refused the compressed image")
         except Exception as exc:  # noqa: BLE001 - a reliable writer can refuse under overload
             if not self.node.context.ok():  # shutting down: stop capturing quietly
                 self.node.stopping.set()
@@ -201,6 +209,20 @@ class _Stream:
             self.node.get_logger().warning(f"{self.camera}: publish failed: {exc}", throttle_duration_sec=5.0)
         report = self.monitor.on_frame(capture_ns, rgb)
         self.publish_health(report, capture_ns)
+        self.info.stamp(capture_ns)
+        self.out_info.publish_bytes(bytes(self.info.buffer))  # a copy: the template is patched per frame
+        if self.out_compressed is not None:
+            self.compressed.header.stamp = ns_to_stamp(capture_ns)
+            self.compressed.data = simplejpeg.encode_jpeg(rgb, quality=self.jpeg_quality, colorspace="RGB")
+            self.out_compressed.publish_bytes(serialize_message(self.compressed))
+
+    def outbox_stats(self) -> dict:
+        """Sent, dropped and failed per outbox, for /diagnostics."""
+        out = {}
+        for name, box in (("camera_info", self.out_info), ("jpeg", self.out_compressed)):
+            if box is not None:
+                out.update({f"{name}.{k}": v for k, v in box.stats().items()})
+        return out
 
     def publish_health(self, report: HealthReport, now_ns: int) -> None:
         with self.lock:
@@ -386,7 +408,10 @@ class CameraNode(Node):
                 "dropped": r.dropped,
                 "duplicated": r.duplicated,
                 "frames": r.frames,
-                "publish_errors": s.publish_errors,
+                "publish_errors": s.publish_errors
+                + s.out_info.failed
+                + (s.out_compressed.failed if s.out_compressed is not None else 0),
+                **s.outbox_stats(),
                 "pose_errors": self.pose_errors,
                 "fault": self.fault.describe(),
             },
@@ -422,6 +447,7 @@ class CameraNode(Node):
                 )
                 continue
             s.backend.close()
+        close_all([box for s in self._streams for box in (s.out_info, s.out_compressed)], EXIT_JOIN_S)
         if self._poses is not None:
             self._poses.destroy()  # rclpy defers it while a wait or a take still holds a handle
 
