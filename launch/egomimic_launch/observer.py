@@ -46,8 +46,9 @@ WATCHED = (
 )
 """The streams whose rate, gaps and latency the run summary reports, in its order. The cameras
 are watched through camera_info, not image_raw: the camera node publishes it with every frame,
-from the same capture thread and with the frame's capture stamp (its send failures are counted
-in the camera's diagnostics), so its rate, gaps and latency are the frames'. Taking the images
+with the frame's capture stamp, from an outbox its capture thread fills (its drops and send
+failures are counted in the camera's diagnostics), so its rate and gaps are the frames' and its
+latency theirs plus the outbox's hand-over. Taking the images
 themselves made the launcher receive 83 MB/s of pixels it never looks at: the launcher took
 18-20 % of one core with them and 9-11 % without (the scripted graph, alternate runs of 20 s,
 2026-12-06)."""
