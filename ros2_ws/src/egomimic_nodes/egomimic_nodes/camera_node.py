@@ -159,12 +159,8 @@ class _Stream:
         # together: make run with recording on saw 15-20 camera STALLED reports, 5-7 off. The
         # raw image (the policy, control tier) and the health (the gate) still go out here,
         # right after capture.
-        self.out_info = Outbox(self.pub_info, keep=SIDE_KEEP, name=f"outbox {camera} camera_info")
-        self.out_compressed = (
-            Outbox(self.pub_compressed, keep=SIDE_KEEP, name=f"outbox {camera} jpeg")
-            if self.pub_compressed is not None
-            else None
-        )
+        self.out_info = Outbox(self.pub_info, keep=SIDE_KEEP)
+        self.out_compressed = Outbox(self.pub_compressed, keep=SIDE_KEEP) if self.pub_compressed is not None else None
         self.jpeg_quality = compressed_quality
         self.intrinsics = shaper.output_intrinsics(backend.intrinsics)
         self.info = SerializedTemplate(camera_info(camera, self.intrinsics))
@@ -219,7 +215,7 @@ class _Stream:
     def outbox_stats(self) -> dict:
         """Sent, dropped and failed per outbox, for /diagnostics."""
         out = {}
-        for name, box in (("camera_info", self.out_info), ("jpeg", self.out_compressed)):
+        for name, box in (("info", self.out_info), ("jpeg", self.out_compressed)):
             if box is not None:
                 out.update({f"{name}.{k}": v for k, v in box.stats().items()})
         return out
