@@ -17,8 +17,8 @@ hardware cameras run one process each, so a stuck USB driver takes down one stre
 Every frame goes through FrameShaper: area-resized to `width` x `height` (default 640x480, what
 the models were trained on) and converted to RGB once. Each camera has its own capture thread
 (blocking backend reads; the image and the health published right after capture, camera_info
-and the JPEG handed to outboxes that send from their own threads: _Stream.__init__ says why); the executor runs the health timer and
-the parameter callback. The synthetic scene's arm poses are taken by a thread of their own, so a
+and the JPEG handed to outboxes that send from their own threads: _Stream.__init__ says why);
+the executor runs the health timer and the parameter callback. The synthetic scene's arm poses are taken by a thread of their own, so a
 take that waits in the middleware never holds up a capture (taken.py says how one can).
 
 Health (egomimic_hw.cameras.health): STALLED after `stall_after_s` without a frame (0 = 2.5
@@ -443,7 +443,10 @@ class CameraNode(Node):
                 )
                 continue
             s.backend.close()
-        close_all([box for s in self._streams for box in (s.out_info, s.out_compressed)], EXIT_JOIN_S)
+        # the outboxes within what is left of the same deadline (a send to a dead subscriber's
+        # port can take 1 s; their threads are daemons)
+        boxes = [box for s in self._streams for box in (s.out_info, s.out_compressed)]
+        close_all(boxes, max(0.0, deadline - time.monotonic()))
         if self._poses is not None:
             self._poses.destroy()  # rclpy defers it while a wait or a take still holds a handle
 
