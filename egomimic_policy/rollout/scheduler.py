@@ -191,6 +191,14 @@ class ExecutorConfig:
             "range": (0.001, X5_LIMITS.ee_angular_speed_max_rad_s),
         },
     )
+    speed_limit_max_dt_periods: float = field(
+        default=2.0,
+        metadata={
+            "help": "dt in the two limits above is capped at this many periods, as the gate's "
+            "rate_limit_max_dt_periods (2): a gap in the ticks grants no larger step",
+            "range": (0.1, 10.0),
+        },
+    )
     speed_limit_max_lag_m: float = field(
         default=0.03,
         metadata={
@@ -202,14 +210,6 @@ class ExecutorConfig:
     speed_limit_max_lag_rad: float = field(
         default=0.1,
         metadata={"help": "the same bound for orientation (rad)", "range": (0.001, math.pi)},
-    )
-    speed_limit_max_dt_periods: float = field(
-        default=2.0,
-        metadata={
-            "help": "dt in the two limits above is capped at this many periods, as the gate's "
-            "rate_limit_max_dt_periods (2): a gap in the ticks grants no larger step",
-            "range": (0.1, 10.0),
-        },
     )
 
     def __post_init__(self) -> None:

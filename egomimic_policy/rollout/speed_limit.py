@@ -56,13 +56,14 @@ def limit_step(prev: np.ndarray, pose: np.ndarray, max_step_m: float, max_angle_
 
 @dataclass
 class SpeedLimiter:
-    """Each arm's previous output and its time; `apply` limits the next against them."""
+    """Each arm's previous output and its time; `apply` limits the next against them. Built by
+    ExecutorConfig.speed_limiter(), where the defaults and their ranges are."""
 
     max_speed_m_s: float
     max_angular_speed_rad_s: float
     max_dt_s: float
-    max_lag_m: float = 0.03
-    max_lag_rad: float = 0.1
+    max_lag_m: float
+    max_lag_rad: float
 
     def __post_init__(self) -> None:
         self._prev: tuple[int, np.ndarray, np.ndarray] | None = None
