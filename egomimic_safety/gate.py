@@ -183,6 +183,10 @@ class SafetyGate:
         self._last_deferral_reason = Reason.STALE_COMMAND
         self._deferring_since_mono: float | None = None
         """When the current run of deferred commands began (None: the last command was forwarded)."""
+        self.deferral_runs = 0
+        self.deferral_run_max_s = 0.0
+        """Runs of deferred commands that ended in a forwarded one, and the longest (s, from the
+        first deferral to the forward): how close a loaded machine came to deferral_hold_after_s."""
         self.transitions = 0
         self.reason_counts: Counter[str] = Counter()
         self.refused_measurements: Counter[str] = Counter()
@@ -571,6 +575,9 @@ class SafetyGate:
             self.catch_up_clamps += 1
         self._behind = still_behind
         self._remember_proposal(proposal, stamp)
+        if self._deferring_since_mono is not None:
+            self.deferral_runs += 1
+            self.deferral_run_max_s = max(self.deferral_run_max_s, mono_s - self._deferring_since_mono)
         self._deferring_since_mono = None
         if clamps:
             self.clamped += 1

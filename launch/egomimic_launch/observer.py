@@ -20,7 +20,7 @@ from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import JointState
 
 from egomimic_hw.description import ARMS, CAMERAS, JOINTS_PER_ARM
-from egomimic_launch.stats import StreamAccumulator
+from egomimic_launch.stats import MomentStats, StreamAccumulator
 from egomimic_msgs.msg import BimanualCommand, GateStatus, RecorderStatus
 from egomimic_nodes import topics
 from egomimic_nodes.diagnostics import local_name
@@ -67,6 +67,11 @@ def watched_streams(namespace: str) -> list[tuple[str, topics.Topic]]:
     return streams
 
 
+HOLD_LOOK_BACK_S = 1.0
+"""The summary shows every watched stream in this long before the gate's first HOLD..."""
+HOLD_LOOK_SETTLE_S = 0.5
+"""...taken once the HOLD is this old (what was written before it has arrived by then)."""
+
 TRACK_KEEP_S = 60.0
 """The commanded and measured paths are kept for the last minute (tracking is judged on it)."""
 
@@ -93,6 +98,10 @@ class GraphObserver:
         self.recorder_status: RecorderStatus | None = None
         """The recorder's newest status (record:=true): its final one arrives while it shuts down."""
         self.gate_history: list[tuple[float, int, str]] = []
+        self.first_hold_s: float | None = None
+        """The gate's stamp (system clock) of its first HOLD status."""
+        self.before_hold: dict[str, MomentStats] | None = None
+        """Every watched stream in the HOLD_LOOK_BACK_S before first_hold_s (see hold_look_back)."""
         self.driver_diag: dict[str, dict[str, str]] = {}
         self.node_diag: dict[str, dict[str, str]] = {}
         """The newest /diagnostics values of the gate and the policy (their own late wake-ups)."""
@@ -147,11 +156,25 @@ class GraphObserver:
                     if content is not None:
                         msg_type, handler = content
                         handler(deserialize_message(raw, msg_type))
+            if self.first_hold_s is not None and self.before_hold is None:
+                if time.time() > self.first_hold_s + HOLD_LOOK_SETTLE_S:
+                    self.before_hold = self.hold_look_back()
+
+    def hold_look_back(self) -> dict[str, MomentStats]:
+        """What each watched stream's writer did in the second before the first HOLD, by the
+        writers' own clocks: which hop of the path a late or missing input came from (a HOLD
+        on a late command whose command/proposed was written on time was delayed after the
+        frames node), or whether every stream stalled at once (the machine). Call with `lock`
+        held, within RECENT_S of the HOLD."""
+        t = self.first_hold_s
+        return {name: acc.moment(t - HOLD_LOOK_BACK_S, t) for name, acc in self.streams.items()}
 
     def _on_status(self, msg: GateStatus) -> None:
         with self.lock:
             if self.gate_status is None or msg.state != self.gate_status.state:
                 self.gate_history.append((time.time(), msg.state, msg.detail))
+                if msg.state == GateStatus.HOLD and self.first_hold_s is None:
+                    self.first_hold_s = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
             self.gate_status = msg
 
     def _on_recorder(self, msg: RecorderStatus) -> None:

@@ -34,7 +34,22 @@ LATENCY_BIN_S = 1e-4
 LATENCY_RANGE_S = (-1.0, 3.0)
 """...from -1 s (a stamp for a tick ahead, e.g. policy/action) to 3 s; beyond, the end bins."""
 RECENT_S = 5.0
-"""Arrivals kept for the progress line's recent rate."""
+"""Arrivals kept for the progress line's recent rate and for a look back at a moment
+(StreamAccumulator.moment: the second before a HOLD)."""
+
+
+@dataclass
+class MomentStats:
+    """One stream in a short span of time, judged by its writer's clock (the DDS source
+    timestamps): what the producer did then, whatever delayed the observer."""
+
+    count: int
+    max_gap_s: float
+    """The longest time without a publication in the span, its ends included (the span's length: none)."""
+    write_latency_max_s: float
+    """The most any of its messages was written after its header stamp (nan: none). For a stream
+    that carries an upstream stamp (command/proposed carries the policy's tick) this is the whole
+    path up to its writer."""
 
 
 class StreamAccumulator:
@@ -46,7 +61,8 @@ class StreamAccumulator:
 
     def __init__(self, topic: str, nominal_hz: float):
         self.topic, self.nominal_hz = topic, nominal_hz
-        self.recent: deque[float] = deque()
+        self.recent: deque[tuple[float, float, float]] = deque()
+        """(arrival, latency, source) of the last RECENT_S seconds of arrivals, source nan when unknown."""
         lo, hi = LATENCY_RANGE_S
         self._bins = np.zeros(int(round((hi - lo) / LATENCY_BIN_S)), dtype=np.int64)
         self.set_window(float("-inf"), float("inf"))
@@ -63,8 +79,8 @@ class StreamAccumulator:
 
     def add(self, arrival_s: float, latency_s: float, source_s: float | None = None) -> None:
         recent = self.recent
-        recent.append(arrival_s)
-        while recent[0] < arrival_s - RECENT_S:
+        recent.append((arrival_s, latency_s, source_s if source_s is not None else float("nan")))
+        while recent[0][0] < arrival_s - RECENT_S:
             recent.popleft()
         if not self.window[0] <= arrival_s <= self.window[1]:
             return
@@ -90,7 +106,21 @@ class StreamAccumulator:
         return (LATENCY_RANGE_S[0] + (k + 0.5) * LATENCY_BIN_S) * 1e3
 
     def recent_rate(self, now_s: float, window_s: float = 2.0) -> float:
-        return sum(1 for t in self.recent if now_s - t <= window_s) / window_s
+        return sum(1 for t, _, _ in self.recent if now_s - t <= window_s) / window_s
+
+    def moment(self, begin_s: float, end_s: float) -> MomentStats:
+        """The publications of [begin_s, end_s] (source timestamps, system clock) among the recent
+        arrivals: a look back at a moment less than RECENT_S old. Arrivals without a source
+        timestamp are not counted."""
+        sources, writes = [], []
+        for arrival_s, latency_s, source_s in self.recent:
+            if begin_s <= source_s <= end_s:  # nan never is
+                sources.append(source_s)
+                writes.append(source_s - (arrival_s - latency_s))  # source - header stamp
+        if not sources:
+            return MomentStats(0, end_s - begin_s, float("nan"))
+        edges = np.concatenate(([begin_s], np.sort(sources), [end_s]))
+        return MomentStats(len(sources), float(np.diff(edges).max()), float(max(writes)))
 
     def stats(self) -> StreamStats:
         span = self.last_s - self.first_s if self.count >= 2 else 0.0

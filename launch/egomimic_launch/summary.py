@@ -20,8 +20,8 @@ from pathlib import Path
 from egomimic_data.recording import RecorderState
 from egomimic_hw.description import ARMS, CAMERAS
 from egomimic_launch.machine_load import CpuLoad, CpuWindow
-from egomimic_launch.observer import TRACK_KEEP_S, GraphObserver
-from egomimic_launch.stats import tracking_stats
+from egomimic_launch.observer import HOLD_LOOK_BACK_S, TRACK_KEEP_S, GraphObserver
+from egomimic_launch.stats import RECENT_S, tracking_stats
 from egomimic_nodes import topics
 from egomimic_safety.gate import GateState
 
@@ -53,6 +53,26 @@ def judge(checks: list[tuple[str, bool, str]]) -> tuple[list[str], bool, bool]:
     verdict = all(ok for _, ok, kind in checks if kind == REQUIRED)
     rates_nominal = all(ok for _, ok, kind in checks if kind == RATE)
     return lines, verdict, rates_nominal
+
+
+def hold_look_back_lines(o) -> list[str]:
+    """The summary's look at the second before the gate's first HOLD (observer.hold_look_back):
+    per watched stream, the longest silence and the latest write, by the writers' clocks."""
+    if o.first_hold_s is None:
+        return []
+    with o.lock:
+        if o.before_hold is None and time.time() - o.first_hold_s < RECENT_S - HOLD_LOOK_BACK_S:
+            o.before_hold = o.hold_look_back()  # a HOLD in the run's last half second
+    if o.before_hold is None:
+        return ["the second before the first HOLD: not seen (the observer polled too late)"]
+    lines = [
+        f"the {HOLD_LOOK_BACK_S:.0f} s before the first HOLD, by each writer's clock (DDS source times): "
+        "messages, longest silence, latest write after the header stamp"
+    ]
+    for name, m in o.before_hold.items():
+        late = f"{m.write_latency_max_s * 1e3:6.1f} ms" if m.count else "     -   "
+        lines.append(f"    {name:<42} {m.count:4d}  silent {m.max_gap_s * 1e3:6.1f} ms  written {late}")
+    return lines
 
 
 class RunMonitor:
@@ -223,6 +243,13 @@ class RunMonitor:
                 f"rejected {gs.rejected}, clamped {gs.clamped}; reasons: {codes}"
             )
             lines.append(f"             last detail: {gs.detail}")
+        gate_d = o.node_diag.get("safety_gate", {})
+        if gate_d.get("deferred", "0") != "0":
+            lines.append(
+                f"             deferred {gate_d['deferred']} (an input a little late: not forwarded, no fault); "
+                f"{gate_d.get('deferral_runs', '?')} runs ended in a forward, the longest "
+                f"{gate_d.get('deferral_run_max_ms', '?')} ms"
+            )
         else:
             lines.append("safety gate: no status received")
         for arm in (a.value for a in ARMS):
@@ -232,7 +259,7 @@ class RunMonitor:
                 f"watchdog holds {d.get('watchdog_holds', '?')}, command writers matched {d.get('command_writers_max', '?')} (most seen); "
                 f"{d.get('message', 'no diagnostics')}"
             )
-        gate_d, policy_d = o.node_diag.get("safety_gate", {}), o.node_diag.get("policy", {})
+        policy_d = o.node_diag.get("policy", {})
         lines.append(
             f"late wake-ups (their logs say how late and the CPU used meanwhile): gate watchdog "
             f"{gate_d.get('watchdog_late', '?')} (worst {gate_d.get('watchdog_late_max_ms', '?')} ms), "
@@ -260,6 +287,7 @@ class RunMonitor:
             1 : MAX_TRANSITIONS_SHOWN + 1
         ]:  # why each change (the first is start-up)
             lines.append(f"    -> {GATE_STATES.get(state, str(state))}: {detail}")
+        lines += hold_look_back_lines(o)
         if launcher.dead_node:
             name, code = launcher.dead_node
             lines.append(f"SAFE STOP: required node {name} exited with code {code}; {launcher.safe_stop_detail}")
@@ -336,6 +364,9 @@ class RunMonitor:
                             "skipped": rs.skipped,
                             "detail": rs.detail,
                         },
+                        "before_first_hold": None
+                        if o.before_hold is None
+                        else {name: vars(m) for name, m in o.before_hold.items()},
                         "gate_states_seen": [GATE_STATES.get(s, s) for _, s, _ in o.gate_history],
                         "dead_node": launcher.dead_node,
                         "safe_stop": launcher.safe_stop_detail,

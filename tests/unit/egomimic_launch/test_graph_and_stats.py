@@ -282,6 +282,31 @@ def test_the_worst_publication_gap_says_when_it_ended():
     assert s.max_source_gap_end_s == sources[200]
 
 
+def test_a_moment_tells_a_stalled_writer_from_a_late_path():
+    """The look back at the second before a HOLD: by the writer's clock, a stream whose writer
+    stopped shows the silence; one written on time but delivered late shows neither."""
+    acc = StreamAccumulator("x", 30.0)
+    stamps = [k / 30 for k in range(90)]  # 3 s at 30 Hz, the header stamps
+    sources = [1.92 if 1.5 <= x < 1.92 else x + 0.003 for x in stamps]  # the writer stopped 1.5 -> 1.92 s
+    for stamp, source in zip(stamps, sources):
+        arrival = source + 0.25  # delivered 250 ms after writing, whatever the writer did
+        acc.add(arrival, arrival - stamp, source)
+    m = acc.moment(1.0, 2.0)
+    assert m.count == sum(1 for x in sources if 1.0 <= x <= 2.0)
+    assert abs(m.write_latency_max_s - (1.92 - 1.5)) < 1e-9  # the first one it held
+    assert abs(m.max_gap_s - (1.92 - (44 / 30 + 0.003))) < 1e-9  # silent from the last on time
+    calm = acc.moment(0.2, 1.2)
+    assert abs(calm.write_latency_max_s - 0.003) < 1e-9 and calm.max_gap_s < 1 / 30 + 1e-9
+
+
+def test_a_moment_without_publications_is_silent_throughout():
+    acc = StreamAccumulator("x", 30.0)
+    acc.add(1.0, 0.01, None)  # no source timestamp: not judged by the writer's clock
+    acc.add(1.1, 0.01, 1.09)
+    m = acc.moment(1.5, 2.5)
+    assert m.count == 0 and m.max_gap_s == 1.0 and m.write_latency_max_s != m.write_latency_max_s
+
+
 def test_latency_percentiles_match_numpy_to_the_bin():
     rng = np.random.default_rng(0)
     lat = rng.gamma(2.0, 0.004, 5000) - 0.003  # some negative: a stamp for a tick ahead

@@ -261,6 +261,9 @@ def test_late_state_defers_then_resumes_without_a_fault(kin):
     measure(gate, kin, 0.17, mono=0.17)
     decision = gate.propose(proposal(kin, 0.18), 0.18, 0.18)
     assert decision.send is Send.FORWARD and gate.state == GateState.ARMED and gate.rejected == 0 and gate.deferred == 1
+    # the run of deferrals is measured from its first deferral to the forward that ended it
+    assert gate.deferral_runs == 1 and gate.deferral_run_max_s == pytest.approx(0.18 - 0.15)
+    assert gate.propose(proposal(kin, 0.21), 0.21, 0.21).send is Send.FORWARD and gate.deferral_runs == 1
 
 
 def test_silence_is_measured_on_the_monotonic_clock(kin):

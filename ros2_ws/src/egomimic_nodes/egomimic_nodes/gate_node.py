@@ -593,6 +593,8 @@ class GateNode(Node):
             "clamped": g.clamped,
             "catch_up_clamps": g.catch_up_clamps,
             "deferred": g.deferred,
+            "deferral_runs": g.deferral_runs,
+            "deferral_run_max_ms": round(g.deferral_run_max_s * 1e3, 1),
             "last_deferral": g.last_deferral,
         }
         values.update(
