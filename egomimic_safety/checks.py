@@ -19,7 +19,8 @@ import numpy as np
 
 from egomimic_hw.description import JOINTS_PER_ARM, X5_LIMITS, Arm
 from egomimic_hw.kinematics import ArmKinematics
-from egomimic_hw.rotations import quat_angle, quat_rotate_toward
+from egomimic_hw.pose_step import step_size, step_toward
+from egomimic_hw.rotations import quat_angle
 from egomimic_safety.config import CLAMP, REJECT, GateConfig
 from egomimic_safety.reasons import Reason
 
@@ -251,9 +252,9 @@ def check_command_step(
     if prev is None:
         return pose
     dt = rate_dt_s(dt_s, config)
-    out = pose
     limit_m = config.max_ee_speed_m_s * dt
-    step_m = float(np.linalg.norm(pose[:3] - prev[:3]))
+    limit_rad = config.max_ee_angular_speed_rad_s * dt
+    step_m, rot_rad = step_size(prev, pose)
     if step_m > limit_m:
         if action != CLAMP:
             raise _Refusal(
@@ -262,10 +263,6 @@ def check_command_step(
                 f"(limit {limit_m * 1e3:.1f} mm: {config.max_ee_speed_m_s} m/s)",
             )
         clamps.append(Reason.TRANSLATION_RATE)
-        out = out.copy()
-        out[:3] = prev[:3] + (pose[:3] - prev[:3]) * (limit_m / step_m)
-    limit_rad = config.max_ee_angular_speed_rad_s * dt
-    rot_rad = quat_angle(pose[3:], prev[3:])
     if rot_rad > limit_rad:
         if action != CLAMP:
             raise _Refusal(
@@ -274,9 +271,9 @@ def check_command_step(
                 f"(limit {limit_rad:.3f} rad: {config.max_ee_angular_speed_rad_s} rad/s)",
             )
         clamps.append(Reason.ROTATION_RATE)
-        out = out.copy()
-        out[3:] = quat_rotate_toward(prev[3:], pose[3:], limit_rad)
-    return out
+    if step_m > limit_m or rot_rad > limit_rad:
+        return step_toward(prev, pose, step_m, rot_rad, limit_m, limit_rad)
+    return pose
 
 
 def check_vs_measured(pose: np.ndarray, meas: ArmMeasurement, config: GateConfig) -> None:

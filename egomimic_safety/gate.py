@@ -95,6 +95,20 @@ class Proposal:
     arms: dict[Arm, ArmCommand]
     observation_stamp_s: float = 0.0
     """Stamp of the observation the command answers; 0 = not from a model (no check)."""
+    written_s: float | None = None
+    received_s: float | None = None
+    """When its writer sent it and when it was received (the DDS source and reception times, on
+    the stamp's clock), where known: a late command's detail then says which hop made it late."""
+
+    def path_timing(self, now_s: float) -> str:
+        """ "; written W ms after its stamp, received R ms later, decided D ms later", or "" without
+        the DDS times."""
+        if self.written_s is None or self.received_s is None:
+            return ""
+        return (
+            f"; written {(self.written_s - self.stamp_s) * 1e3:.0f} ms after its stamp, received "
+            f"{(self.received_s - self.written_s) * 1e3:.0f} ms later, decided {(now_s - self.received_s) * 1e3:.0f} ms later"
+        )
 
 
 @dataclass(frozen=True)
@@ -494,7 +508,8 @@ class SafetyGate:
             return self._defer_unless_fault(
                 proposal,
                 Reason.STALE_COMMAND,
-                f"command arrived {age * 1e3:.0f} ms after its stamp (limit {cfg.max_command_age_s * 1e3:.0f} ms)",
+                f"command arrived {age * 1e3:.0f} ms after its stamp (limit {cfg.max_command_age_s * 1e3:.0f} ms"
+                f"{proposal.path_timing(now_s)})",
                 now_s,
                 mono_s,
             )

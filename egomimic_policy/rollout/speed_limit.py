@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from egomimic_hw.rotations import quat_angle, quat_rotate_toward
+from egomimic_hw.pose_step import step_size, step_toward
 
 NS_PER_S = 1_000_000_000
 
@@ -41,17 +41,10 @@ def limit_step(prev: np.ndarray, pose: np.ndarray, max_step_m: float, max_angle_
     """`pose` ([x, y, z, qw, qx, qy, qz], quaternions of any nonzero norm: a model's raw rows)
     moved back toward `prev` until its step from `prev` is at most `max_step_m` and
     `max_angle_rad`; None when it already is (the caller keeps `pose` itself, bit for bit)."""
-    step = pose[:3] - prev[:3]
-    dist = float(np.linalg.norm(step))
-    angle = quat_angle(prev[3:] / np.linalg.norm(prev[3:]), pose[3:] / np.linalg.norm(pose[3:]))
+    dist, angle = step_size(prev, pose)
     if dist <= max_step_m and angle <= max_angle_rad:
         return None
-    out = np.array(pose, dtype=float)
-    if dist > max_step_m:
-        out[:3] = prev[:3] + step * (max_step_m / dist)
-    if angle > max_angle_rad:
-        out[3:] = quat_rotate_toward(prev[3:], pose[3:], max_angle_rad)
-    return out
+    return step_toward(prev, pose, dist, angle, max_step_m, max_angle_rad)
 
 
 @dataclass
@@ -97,8 +90,7 @@ class SpeedLimiter:
         return left, right, changed
 
     def _check_lag(self, arm: str, out: np.ndarray, plan: np.ndarray) -> None:
-        lag_m = float(np.linalg.norm(plan[:3] - out[:3]))
-        lag_rad = quat_angle(out[3:] / np.linalg.norm(out[3:]), plan[3:] / np.linalg.norm(plan[3:]))
+        lag_m, lag_rad = step_size(out, plan)
         if not self.runaway and (lag_m > self.max_lag_m or lag_rad > self.max_lag_rad):
             self.runaway = (
                 f"{arm}: the plan ran {lag_m * 1e3:.0f} mm / {lag_rad:.2f} rad ahead of the speed limits "

@@ -1,5 +1,7 @@
 """The gate's state machine and checks on the pure logic (no ROS)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -620,6 +622,22 @@ def test_a_late_command_is_held_back_and_persistent_lateness_latches(kin):
             break
     assert gate.state == GateState.HOLD and gate.reason.value == "STALE_COMMAND" and "nothing forwarded" in gate.detail
     assert gate.rejected == 0 and gate.deferred_counts["STALE_COMMAND"] >= 9
+
+
+def test_a_late_command_says_which_hop_made_it_late(kin):
+    """With the DDS times the node passes (written: its writer's send, received: this process's
+    reception), the deferral names the hop: here the delivery, 120 ms, and the gate was prompt."""
+    gate = armed_gate(kin)
+    assert gate.propose(proposal(kin, 0.05), 0.05, 0.05).send is Send.FORWARD
+    stamp, t = 0.05 + 1 / 30, 0.05 + 1 / 30 + 0.13
+    measure(gate, kin, t, mono=t)
+    late = dataclasses.replace(proposal(kin, stamp), written_s=stamp + 0.004, received_s=stamp + 0.124)
+    assert gate.propose(late, t, t).send is Send.NOTHING
+    assert gate.last_deferral == (
+        "command arrived 130 ms after its stamp (limit 100 ms; written 4 ms after its stamp, "
+        "received 120 ms later, decided 6 ms later)"
+    )
+    assert proposal(kin, stamp).path_timing(t) == ""  # a replay's proposals carry no DDS times
 
 
 def half_turn(kin, t):

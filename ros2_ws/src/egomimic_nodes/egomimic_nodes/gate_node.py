@@ -155,8 +155,12 @@ def camera_report(msg: CameraHealth) -> CameraReport:
     )
 
 
-def proposal_from_command(msg: BimanualCommand) -> Proposal:
-    """A command/proposed message as the gate's Proposal (hardware frame; the gate checks frame ids)."""
+def proposal_from_command(msg: BimanualCommand, info: dict | None = None) -> Proposal:
+    """A command/proposed message as the gate's Proposal (hardware frame; the gate checks frame ids).
+    `info`: its DDS message info (source and reception times, ns of the system clock), given only
+    where the gate's clock is the system clock (not use_sim_time)."""
+    written = (info or {}).get("source_timestamp") or None
+    received = (info or {}).get("received_timestamp") or None
     return Proposal(
         stamp_s=stamp_to_s(msg.header.stamp),
         arms={
@@ -168,6 +172,8 @@ def proposal_from_command(msg: BimanualCommand) -> Proposal:
             for arm in ARMS
         },
         observation_stamp_s=stamp_to_s(msg.observation_stamp),
+        written_s=written * 1e-9 if written and received else None,
+        received_s=received * 1e-9 if written and received else None,
     )
 
 
@@ -186,6 +192,8 @@ class GateNode(Node):
         node_config = declare_config(self, GateNodeConfig)
         config = declare_config(self, GateConfig, lift_upper=node_config.unsafe_limits)
         self.unsafe_limits = node_config.unsafe_limits
+        self._sim_time = bool(self.get_parameter("use_sim_time").value)
+        """The gate's clock is /clock: the DDS times (system clock) do not compare with stamps."""
         if node_config.unsafe_limits:
             self.get_logger().warning(
                 "UNSAFE LIMITS: limits above their documented safe maxima are accepted (unsafe_limits:=true)"
@@ -422,13 +430,13 @@ class GateNode(Node):
             proposals = self._taken.take(self._proposals)
         if proposals:
             self._take_inputs()  # decide on the newest measurement
-            for msg, _info in proposals:
-                self._on_proposed(msg)
+            for msg, info in proposals:
+                self._on_proposed(msg, None if self._sim_time else info)
         return len(proposals)
 
-    def _on_proposed(self, msg: BimanualCommand) -> None:
+    def _on_proposed(self, msg: BimanualCommand, info: dict | None = None) -> None:
         def decide():
-            decision = self.gate.propose(proposal_from_command(msg), self._now_s(), time.monotonic())
+            decision = self.gate.propose(proposal_from_command(msg, info), self._now_s(), time.monotonic())
             # forwarded: stamped with the tick it is for; a hold target: when it is sent
             self._send(decision.targets, msg.header.stamp if decision.send is Send.FORWARD else None)
 
