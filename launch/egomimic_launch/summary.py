@@ -248,7 +248,7 @@ class RunMonitor:
             lines.append(
                 f"             deferred {gate_d['deferred']} (an input a little late: not forwarded, no fault); "
                 f"{gate_d.get('deferral_runs', '?')} runs ended in a forward, the longest "
-                f"{gate_d.get('deferral_run_max_ms', '?')} ms"
+                f"{gate_d.get('deferral_run_max_ms', '?')} ms; the last: {gate_d.get('last_deferral') or '?'}"
             )
         else:
             lines.append("safety gate: no status received")
