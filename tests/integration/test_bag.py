@@ -59,7 +59,7 @@ def recorded(tmp_path_factory):
     code, summary, out = run_launch(
         tmp, "bag:=true", f"bag_dir:={tmp / 'bags'}", "--duration", str(RUN_S), "--duration-from", "armed"
     )
-    assert code == 0, out[-3000:]
+    assert code == 0, out[-6000:]
     bags = list((tmp / "bags").iterdir())
     assert len(bags) == 1, bags
     return bags[0], summary, tmp
