@@ -55,6 +55,27 @@ def judge(checks: list[tuple[str, bool, str]]) -> tuple[list[str], bool, bool]:
     return lines, verdict, rates_nominal
 
 
+def gate_lines(gs, gate_d: dict[str, str], gate_dead: bool) -> list[str]:
+    """The summary's gate lines: its last status (GateStatus, None if none came), and from its
+    /diagnostics values `gate_d` the commands it deferred, when it deferred any."""
+    if gs is None:
+        return ["safety gate: no status received"]
+    codes = ", ".join(f"{c}={n}" for c, n in zip(gs.reason_codes, gs.reason_counts)) or "none"
+    label = "last status before the gate process died" if gate_dead else "final state"
+    lines = [
+        f"safety gate: {label} {GATE_STATES.get(gs.state, gs.state)}; forwarded {gs.forwarded}, "
+        f"rejected {gs.rejected}, clamped {gs.clamped}; reasons: {codes}",
+        f"             last detail: {gs.detail}",
+    ]
+    if gate_d.get("deferred", "0") != "0":
+        lines.append(
+            f"             deferred {gate_d['deferred']} (an input a little late: not forwarded, no fault); "
+            f"{gate_d.get('deferral_runs', '?')} runs ended in a forward, the longest "
+            f"{gate_d.get('deferral_run_max_ms', '?')} ms; the last: {gate_d.get('last_deferral') or '?'}"
+        )
+    return lines
+
+
 def hold_look_back_lines(o) -> list[str]:
     """The summary's look at the second before the gate's first HOLD (observer.hold_look_back):
     per watched stream, the longest silence and the latest write, by the writers' clocks."""
@@ -234,24 +255,9 @@ class RunMonitor:
             elif self.learned:
                 checks.append((f"the policy grasps the box (seed {self.task_seed})", task.succeeded, OUTCOME))
         lines.append("-" * 96)
-        if gs:
-            codes = ", ".join(f"{c}={n}" for c, n in zip(gs.reason_codes, gs.reason_counts)) or "none"
-            gate_dead = bool(launcher.dead_node and launcher.dead_node[0] == "safety_gate")
-            label = "last status before the gate process died" if gate_dead else "final state"
-            lines.append(
-                f"safety gate: {label} {GATE_STATES.get(gs.state, gs.state)}; forwarded {gs.forwarded}, "
-                f"rejected {gs.rejected}, clamped {gs.clamped}; reasons: {codes}"
-            )
-            lines.append(f"             last detail: {gs.detail}")
         gate_d = o.node_diag.get("safety_gate", {})
-        if gate_d.get("deferred", "0") != "0":
-            lines.append(
-                f"             deferred {gate_d['deferred']} (an input a little late: not forwarded, no fault); "
-                f"{gate_d.get('deferral_runs', '?')} runs ended in a forward, the longest "
-                f"{gate_d.get('deferral_run_max_ms', '?')} ms; the last: {gate_d.get('last_deferral') or '?'}"
-            )
-        else:
-            lines.append("safety gate: no status received")
+        gate_dead = bool(launcher.dead_node and launcher.dead_node[0] == "safety_gate")
+        lines += gate_lines(gs, gate_d, gate_dead)
         for arm in (a.value for a in ARMS):
             d = o.driver_diag.get(arm, {})
             lines.append(

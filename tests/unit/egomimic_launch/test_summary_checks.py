@@ -8,7 +8,8 @@ import time
 from egomimic_hw.description import ARMS
 from egomimic_launch.observer import GraphObserver
 from egomimic_launch.stats import StreamAccumulator
-from egomimic_launch.summary import OUTCOME, RATE, REQUIRED, hold_look_back_lines, judge, learned_policy
+from egomimic_launch.summary import OUTCOME, RATE, REQUIRED, gate_lines, hold_look_back_lines, judge, learned_policy
+from egomimic_msgs.msg import GateStatus
 from egomimic_nodes import topics
 
 LEFT_STATE = topics.JOINT_STATES.resolve("eva", arm=ARMS[0])
@@ -76,3 +77,26 @@ def test_the_summary_shows_which_writer_stalled_before_the_first_hold():
 
 def test_no_hold_no_look_back():
     assert hold_look_back_lines(_Observer(None)) == []
+
+
+def _status(**fields):
+    msg = GateStatus(state=GateStatus.DISARMED, forwarded=555, detail="disarmed by operator")
+    msg.reason_codes, msg.reason_counts = ["STALE_CAMERA"], [1]
+    for k, v in fields.items():
+        setattr(msg, k, v)
+    return msg
+
+
+def test_the_gate_lines_say_what_it_deferred_only_when_it_deferred():
+    quiet = gate_lines(_status(), {"deferred": "0"}, gate_dead=False)
+    assert quiet == [
+        "safety gate: final state DISARMED; forwarded 555, rejected 0, clamped 0; reasons: STALE_CAMERA=1",
+        "             last detail: disarmed by operator",
+    ]
+    diag = {"deferred": "7", "deferral_runs": "3", "deferral_run_max_ms": "26.0", "last_deferral": "command arrived"}
+    busy = gate_lines(_status(), diag, gate_dead=False)
+    assert busy[:2] == quiet and busy[2].startswith("             deferred 7 ") and "the longest 26.0 ms" in busy[2]
+    assert gate_lines(_status(), {}, gate_dead=True)[0].startswith(
+        "safety gate: last status before the gate process died"
+    )
+    assert gate_lines(None, diag, gate_dead=False) == ["safety gate: no status received"]
