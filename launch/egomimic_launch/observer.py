@@ -20,7 +20,7 @@ from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import JointState
 
 from egomimic_hw.description import ARMS, CAMERAS, JOINTS_PER_ARM
-from egomimic_launch.stats import MomentStats, StreamAccumulator
+from egomimic_launch.stats import RECENT_S, MomentStats, StreamAccumulator
 from egomimic_msgs.msg import BimanualCommand, GateStatus, RecorderStatus
 from egomimic_nodes import topics
 from egomimic_nodes.diagnostics import local_name
@@ -156,9 +156,17 @@ class GraphObserver:
                     if content is not None:
                         msg_type, handler = content
                         handler(deserialize_message(raw, msg_type))
-            if self.first_hold_s is not None and self.before_hold is None:
-                if time.time() > self.first_hold_s + HOLD_LOOK_SETTLE_S:
-                    self.before_hold = self.hold_look_back()
+            self.look_back_at_hold()
+
+    def look_back_at_hold(self, final: bool = False) -> None:
+        """Take the look back at the first HOLD (hold_look_back) once: while the run goes on, when
+        the HOLD is HOLD_LOOK_SETTLE_S old; at its end (`final`), a HOLD of its last moments while
+        the recent samples still cover the look back. Call with `lock` held."""
+        if self.first_hold_s is None or self.before_hold is not None:
+            return
+        age = time.time() - self.first_hold_s
+        if (age < RECENT_S - HOLD_LOOK_BACK_S) if final else (age > HOLD_LOOK_SETTLE_S):
+            self.before_hold = self.hold_look_back()
 
     def hold_look_back(self) -> dict[str, MomentStats]:
         """What each watched stream's writer did in the second before the first HOLD, by the

@@ -21,7 +21,7 @@ from egomimic_data.recording import RecorderState
 from egomimic_hw.description import ARMS, CAMERAS
 from egomimic_launch.machine_load import CpuLoad, CpuWindow
 from egomimic_launch.observer import HOLD_LOOK_BACK_S, TRACK_KEEP_S, GraphObserver
-from egomimic_launch.stats import RECENT_S, tracking_stats
+from egomimic_launch.stats import tracking_stats
 from egomimic_nodes import topics
 from egomimic_safety.gate import GateState
 
@@ -82,8 +82,7 @@ def hold_look_back_lines(o) -> list[str]:
     if o.first_hold_s is None:
         return []
     with o.lock:
-        if o.before_hold is None and time.time() - o.first_hold_s < RECENT_S - HOLD_LOOK_BACK_S:
-            o.before_hold = o.hold_look_back()  # a HOLD in the run's last half second
+        o.look_back_at_hold(final=True)
     if o.before_hold is None:
         return ["the second before the first HOLD: not seen (the observer polled too late)"]
     lines = [

@@ -46,6 +46,7 @@ class _Observer:
     """What the summary's look back reads of egomimic_launch.observer.GraphObserver."""
 
     hold_look_back = GraphObserver.hold_look_back
+    look_back_at_hold = GraphObserver.look_back_at_hold
 
     def __init__(self, first_hold_s):
         self.lock = threading.Lock()
