@@ -18,7 +18,9 @@ every participant, whatever the profile says (a UDP-only profile was tried: the 
 mapped fastdds_port files).
 Every process runs with ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST on its own ROS_DOMAIN_ID
 (--domain, +1 per rate) and the project's profile; nothing leaves loopback.
-Run: `.venv/bin/python bench/deaf_reader.py [--stops 200] [--load 1] [--domain 91]`.
+Run: `.venv/bin/python bench/deaf_reader.py [--stops 200] [--load 1] [--domain 91] [--rates 1000]
+[--stops-as plain|quiet|both]`. Quiet stops are the fault rig's (tests/faults/freeze.py): the
+writer stopped only when none of its threads runs user code, so never inside a port's lock.
 """
 
 from __future__ import annotations
@@ -77,10 +79,10 @@ def reader(seconds: float, out: Path) -> None:
     rclpy.try_shutdown()
 
 
-def run(stops: int, rate: float, domain: int, tmp: Path) -> dict:
+def run(stops: int, rate: float, domain: int, tmp: Path, quiet: bool) -> dict:
     shm_env = local_dds_env(domain)
-    mode = f"{rate:.0f} Hz"
-    out = tmp / f"{rate:.0f}.json"
+    mode = f"{rate:.0f} Hz, {'quiet' if quiet else 'plain'} stops"
+    out = tmp / f"{rate:.0f}-{quiet}.json"
     seconds = 8.0 + stops * (STOP_S + 0.35)
     me = [sys.executable, __file__]
     rd = subprocess.Popen([*me, "--role", "reader", "--seconds", str(seconds), "--out", str(out)], env=shm_env)
@@ -88,7 +90,7 @@ def run(stops: int, rate: float, domain: int, tmp: Path) -> dict:
     state = subprocess.Popen([*me, "--role", "writer", "--topic", "state", "--rate", str(rate)], env=shm_env)
     try:
         time.sleep(6.0)  # discovery
-        windows = stop_repeatedly(state.pid, stops, STOP_S, (0.25, 0.35), seed=7, clock=time.time)
+        windows = stop_repeatedly(state.pid, stops, STOP_S, (0.25, 0.35), seed=7, clock=time.time, quiet=quiet)
         rd.wait(timeout=seconds + 30)
     finally:
         end_all([cmd, state, rd])
@@ -109,6 +111,14 @@ def main() -> None:
     ap.add_argument("--stops", type=int, default=200)
     ap.add_argument("--domain", type=int, default=91)
     ap.add_argument("--load", type=int, default=1, help="busy processes beside the measurement (a loaded machine)")
+    ap.add_argument("--rates", type=float, nargs="+", default=list(RATES_HZ), help="state writer rates to measure, Hz")
+    ap.add_argument(
+        "--stops-as",
+        choices=("plain", "quiet", "both"),
+        default="both",
+        help="plain: SIGSTOP at any instant; quiet: only where no thread of the writer runs user code "
+        "(the fault rig's freeze, tests/faults/freeze.py); both: one after the other, in this run",
+    )
     args = ap.parse_args()
     if args.role == "writer":
         writer(args.topic, args.rate)
@@ -122,8 +132,9 @@ def main() -> None:
     results = {}
     try:
         with tempfile.TemporaryDirectory(prefix="deaf_reader_") as tmp:
-            for i, rate in enumerate(RATES_HZ):
-                results[rate] = run(args.stops, rate, args.domain + i, Path(tmp))
+            kinds = {"plain": [False], "quiet": [True], "both": [False, True]}[args.stops_as]
+            for i, (rate, quiet) in enumerate((r, q) for r in args.rates for q in kinds):
+                results[(rate, quiet)] = run(args.stops, rate, args.domain + i, Path(tmp), quiet)
     finally:
         for h in hogs:
             h.kill()
@@ -132,11 +143,12 @@ def main() -> None:
         f"the reader's longest gap in a {CMD_HZ:.0f} Hz stream from another, running writer:",
         flush=True,
     )
-    for rate, r in results.items():
+    for (rate, quiet), r in results.items():
         g = sorted(r["gaps_ms"])
         deaf = sum(x > DEAF_MS for x in g)
         print(
-            f"state writer at {rate:5.0f} Hz: stops that left the reader deaf (gap > {DEAF_MS:.0f} ms): {deaf}/{len(g)} "
+            f"state writer at {rate:5.0f} Hz, {'quiet' if quiet else 'plain'} stops: "
+            f"stops that left the reader deaf (gap > {DEAF_MS:.0f} ms): {deaf}/{len(g)} "
             f"({100 * deaf / len(g):.1f} %; physical limit 0); gap median {g[len(g) // 2]:.0f} ms, worst {g[-1]:.0f} ms "
             f"({r['commands']} commands, {r['states']} states heard)",
             flush=True,

@@ -8,12 +8,15 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = REPO / "config" / "fastdds_local.xml"
+sys.path.insert(0, str(REPO))
+from tests.faults.freeze import freeze_outside_user_code  # noqa: E402 - the fault rig's freeze, shared
 
 
 def local_dds_env(domain: int) -> dict[str, str]:
@@ -34,15 +37,20 @@ def stop_repeatedly(
     pause_s: tuple[float, float],
     seed: int,
     clock: Callable[[], float] = time.monotonic,
+    quiet: bool = False,
 ) -> list[tuple[float, float]]:
     """SIGSTOP `pid` for `stop_s`, `stops` times, a random pause in `pause_s` before each (a
-    seeded phase); the (stopped, resumed) times on `clock`."""
+    seeded phase); the (stopped, resumed) times on `clock`. `quiet`: each stop at an instant
+    when none of the process's threads runs user code (tests/faults/freeze.py)."""
     rng = random.Random(seed)
     windows = []
     for _ in range(stops):
         time.sleep(pause_s[0] + rng.random() * (pause_s[1] - pause_s[0]))
-        t0 = clock()
-        os.kill(pid, signal.SIGSTOP)
+        if quiet:  # stopped only where no thread runs user code (the fault rig's freeze)
+            t0 = clock() - time.time() + freeze_outside_user_code(pid).stopped_s
+        else:
+            t0 = clock()
+            os.kill(pid, signal.SIGSTOP)
         time.sleep(stop_s)
         os.kill(pid, signal.SIGCONT)
         windows.append((t0, clock()))

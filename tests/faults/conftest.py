@@ -51,13 +51,16 @@ class TrialResult:
 RESULTS: list[TrialResult] = []
 HICCUPS: list[str] = []
 ESTOP_RESENDS: list[int] = []
+"""Per probe run: e-stop requests sent again (tests/faults/estop_probe.py)."""
 RIG_RESENT_CALLS: list[str] = []
 """The rig's service calls sent again from a new client after no answer (rig.Rig.call)."""
-"""Per probe run: e-stop requests sent again (tests/faults/estop_probe.py)."""
 ESTOP_SCHEDULING: set[str] = set()
+"""What the probe ran at (SCHED_FIFO, or a niceness where FIFO is not permitted)."""
 ESTOP_SETTLE_S: list[float] = []
 """How long each probe waited for its discovery of the graph to settle before measuring."""
-"""What the probe ran at (SCHED_FIFO, or a niceness where FIFO is not permitted)."""
+FREEZES: list = []
+"""Every SIGSTOP of a node by a rig (freeze.Freeze): the tries each took to find no thread in
+user code, and whether one did."""
 
 """Tests re-run because the TEST RIG stalled before the fault (see RigHiccup)."""
 MAX_ATTEMPTS = 3
@@ -200,11 +203,24 @@ def pytest_terminal_summary(terminalreporter):
         f"of {sum(len(r.estop_ms) for r in RESULTS)} calls; probe scheduling: {', '.join(sorted(ESTOP_SCHEDULING)) or '-'}; "
         f"discovery settled after {min(ESTOP_SETTLE_S, default=0):.1f}-{max(ESTOP_SETTLE_S, default=0):.1f} s"
     )
+    if FREEZES:
+        tries = [f.tries for f in FREEZES]
+        tr.write_line(
+            f"nodes frozen (SIGSTOP) with every thread waiting in a system call, so outside any shared-memory port lock: "
+            f"{sum(f.quiescent for f in FREEZES)} of {len(FREEZES)}, after {min(tries)}-{max(tries)} tries"
+        )
     for h in HICCUPS:
         tr.write_line(f"  {h}")
     out.write_text(
         json.dumps(
-            {"faults": rows, "trials": [asdict(r) for r in RESULTS], "rig_hiccups": HICCUPS}, indent=1, default=str
+            {
+                "faults": rows,
+                "trials": [asdict(r) for r in RESULTS],
+                "rig_hiccups": HICCUPS,
+                "freezes": [asdict(f) for f in FREEZES],
+            },
+            indent=1,
+            default=str,
         )
     )
     tr.write_line(f"written to {out}")

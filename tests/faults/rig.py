@@ -34,6 +34,8 @@ from egomimic_hw.kinematics import ArmKinematics
 from egomimic_safety.config import GateConfig
 from egomimic_safety.oracle import audit_command
 
+from .freeze import Freeze, freeze_outside_user_code
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SIM_YAML = REPO_ROOT / "ros2_ws/src/egomimic_bringup/config/eva_sim.yaml"
 PERIOD_S = 1.0 / 30.0
@@ -701,9 +703,14 @@ class Rig:
                 continue
         raise LookupError(f"node {name} not found under the launcher")
 
-    def freeze(self, pid: int) -> None:
-        os.kill(pid, signal.SIGSTOP)
+    def freeze(self, pid: int) -> Freeze:
+        """SIGSTOP `pid` outside any shared-memory port lock (freeze.py); returns when and how."""
         self.stopped_pids.add(pid)
+        frozen = freeze_outside_user_code(pid)
+        from .conftest import FREEZES
+
+        FREEZES.append(frozen)
+        return frozen
 
     def thaw(self, pid: int) -> None:
         os.kill(pid, signal.SIGCONT)
