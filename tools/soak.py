@@ -13,7 +13,8 @@ next to the control stack: a browser, rviz, a logger), samples every node's CPU 
   - CPU and RSS per node, and RSS growth from the first sample after start-up to the last
     (<= 5 % per node);
   - the machine's own stalls (tools/stall_probe.py at SCHED_FIFO 90 beside the graph, with the
-    CPU time the hypervisor stole), and whether the action's worst gap overlaps one of them.
+    CPU time the hypervisor stole, and each CPU taken away for over 20 ms at a time), and whether
+    the action's worst gap overlaps one of them.
 Exit status 0 when every point holds, 1 otherwise, 2 when the graph did not run. Not part of
 `make test` (ten minutes). DDS stays on this machine (LOCALHOST) on ROS_DOMAIN_ID (default 44).
 """
@@ -159,6 +160,17 @@ def machine_stalls(worst: dict, stalls: dict | None) -> str:
         line += f"; the action stream's worst gap overlaps {len(hits)} of them" + (
             f" ({', '.join(f'{late * 1e3:.0f} ms' for _, late in hits)})" if hits else ""
         )
+    bursts = stalls.get("steal_bursts")
+    if bursts is not None:
+        line += (
+            f"\n  one CPU taken away by the hypervisor for over {stalls['late_ms']:.0f} ms: {len(bursts)} time(s)"
+            + (f", the longest {max(b[2] for b in bursts) * 1e3:.0f} ms" if bursts else "")
+        )
+        if end == end and gap == gap:
+            hits = [(cpu, s) for e, cpu, s in bursts if e - s < end and e > end - gap]
+            line += f"; under the action stream's worst gap: {len(hits)}" + (
+                f" ({', '.join(f'cpu{cpu} {s * 1e3:.0f} ms' for cpu, s in hits)})" if hits else ""
+            )
     return line
 
 

@@ -11,8 +11,16 @@ of the graph and every hog, so its lateness is the machine's: the kernel or the 
 node's code. tools/soak.py runs it beside the graph and says whether the action stream's worst
 gap overlaps one of its stalls.
 
+Every 10 ms it also reads each CPU's stolen time: a virtual CPU the hypervisor took away for
+longer than --late-ms is a steal burst, even when this probe, on the other CPU, ran on time. Why:
+a thread descheduled by the host while it holds a lock that other processes share (Fast DDS's
+shared-memory ports) stops every process that needs the lock, while the guest sees the other CPU
+idle; the probe alone cannot see that.
+
 Writes JSON on exit: {"priority", "late_ms", "stalls": [[end_wall_s, late_s], ...], "worst_s",
-"wakeups", "steal_s", "duration_s"}; a stall is a wake-up more than --late-ms after it was due.
+"wakeups", "steal_s", "steal_bursts": [[end_wall_s, cpu, stolen_s], ...], "duration_s"}; a stall
+is a wake-up more than --late-ms after it was due, a burst that much time stolen from one CPU
+between two readings.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ from pathlib import Path
 
 FIFO_PRIORITY = 90
 TICK_S = 0.001
+STEAL_EVERY_TICKS = 10
+"""Each CPU's stolen time is read every this many ticks (10 ms: /proc/stat counts in 10 ms)."""
 
 
 def take_priority() -> str:
@@ -59,11 +69,26 @@ def steal_s(stat: Path = Path("/proc/stat")) -> float:
     return int(fields[8]) / os.sysconf("SC_CLK_TCK") if fields[0] == "cpu" and len(fields) > 8 else 0.0
 
 
-def probe(late_s: float, stop: list[bool], sleep=time.sleep) -> dict:
-    """Tick until stop[0]; the stalls seen (module docstring). `sleep`: for a test."""
+def steal_by_cpu(stat: Path = Path("/proc/stat")) -> list[float]:
+    """Each CPU's time stolen by the hypervisor since boot (s), from the `cpuN` lines; empty when
+    the kernel does not report it."""
+    try:
+        lines = stat.read_text().splitlines()
+    except OSError:
+        return []
+    tick = os.sysconf("SC_CLK_TCK")
+    fields = [line.split() for line in lines if line.startswith("cpu") and line[3:4].isdigit()]
+    return [int(f[8]) / tick for f in fields if len(f) > 8]
+
+
+def probe(late_s: float, stop: list[bool], sleep=time.sleep, read_steal=steal_by_cpu) -> dict:
+    """Tick until stop[0]; the stalls and steal bursts seen (module docstring). `sleep` and
+    `read_steal`: for a test."""
     stalls: list[tuple[float, float]] = []
+    bursts: list[tuple[float, int, float]] = []
     worst, wakeups = 0.0, 0
     steal0, t0 = steal_s(), time.monotonic()
+    stolen = read_steal()
     due = t0 + TICK_S
     while not stop[0]:
         sleep(max(0.0, due - time.monotonic()))
@@ -73,6 +98,12 @@ def probe(late_s: float, stop: list[bool], sleep=time.sleep) -> dict:
         worst = max(worst, late)
         if late > late_s:
             stalls.append((round(time.time(), 4), round(late, 4)))
+        if wakeups % STEAL_EVERY_TICKS == 0:
+            latest = read_steal()
+            for cpu, (before, after) in enumerate(zip(stolen, latest, strict=False)):
+                if after - before > late_s:
+                    bursts.append((round(time.time(), 4), cpu, round(after - before, 3)))
+            stolen = latest or stolen
         due = now + TICK_S
     return {
         "late_ms": late_s * 1e3,
@@ -80,6 +111,7 @@ def probe(late_s: float, stop: list[bool], sleep=time.sleep) -> dict:
         "worst_s": round(worst, 4),
         "wakeups": wakeups,
         "steal_s": round(steal_s() - steal0, 3),
+        "steal_bursts": bursts,
         "duration_s": round(time.monotonic() - t0, 3),
     }
 

@@ -75,3 +75,47 @@ def test_the_probe_reports_a_stall_it_was_made_to_see():
     result = probe.probe(0.02, stop, sleep=sleep)
     assert result["wakeups"] == 40 and len(result["stalls"]) >= 1
     assert any(0.045 <= late for _, late in result["stalls"]) and result["worst_s"] >= 0.045
+
+
+def test_a_cpu_taken_away_under_the_action_gap_is_named():
+    """The FIFO probe may run on time on one CPU while the host took the other away: the burst
+    of stolen time on that CPU is what overlaps the gap."""
+    action = stream(ACTION, 0.085, 1000.0)
+    stalls = {
+        "priority": "SCHED_FIFO 90",
+        "late_ms": 20.0,
+        "stalls": [],
+        "worst_s": 0.006,
+        "steal_s": 3.5,
+        "steal_bursts": [[1000.01, 1, 0.08], [700.0, 0, 0.03]],  # (end, cpu, stolen): the first overlaps
+        "duration_s": 600.0,
+    }
+    line = soak.machine_stalls(action, stalls)
+    assert "overlaps 0 of them" in line
+    assert "over 20 ms: 2 time(s), the longest 80 ms; under the action stream's worst gap: 1 (cpu1 80 ms)" in line
+    assert "under the action stream's worst gap: 0" in soak.machine_stalls(
+        action, {**stalls, "steal_bursts": [[700.0, 0, 0.03]]}
+    )
+    assert "taken away" not in soak.machine_stalls(action, {k: v for k, v in stalls.items() if k != "steal_bursts"})
+
+
+def test_the_probe_reports_a_cpu_taken_away_between_two_readings(tmp_path):
+    """steal_by_cpu reads the cpuN lines; probe keeps a CPU's jump over late_s between readings."""
+    spec = importlib.util.spec_from_file_location("stall_probe", REPO / "tools" / "stall_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  10 0 10 10 0 0 0 300 0 0\ncpu0 5 0 5 5 0 0 0 100 0 0\ncpu1 5 0 5 5 0 0 0 200 0 0\n")
+    import os
+
+    assert probe.steal_by_cpu(stat) == [100 / os.sysconf("SC_CLK_TCK"), 200 / os.sysconf("SC_CLK_TCK")]
+    readings = iter([[1.0, 2.0], [1.005, 2.0], [1.005, 2.09], [1.01, 2.09]])
+    stop, ticks = [False], []
+
+    def sleep(_s):
+        ticks.append(1)
+        if len(ticks) >= 3 * probe.STEAL_EVERY_TICKS:
+            stop[0] = True
+
+    result = probe.probe(0.02, stop, sleep=sleep, read_steal=lambda: next(readings))
+    assert [(cpu, stolen) for _, cpu, stolen in result["steal_bursts"]] == [(1, 0.09)]
