@@ -47,14 +47,14 @@ def _tasks(pid: int) -> list[str]:
 
 
 def all_stopped(pid: int) -> bool:
-    """Every thread of `pid` is in the stopped state (T/t) or gone."""
+    """Every thread of `pid` is stopped (T/t), exiting (Z/X) or gone."""
     for tid in _tasks(pid):
         try:
             with open(f"/proc/{pid}/task/{tid}/stat") as f:
                 state = f.read().rsplit(")", 1)[1].split()[0]
         except (FileNotFoundError, ProcessLookupError):
             continue
-        if state not in ("T", "t"):
+        if state not in ("T", "t", "Z", "X"):
             return False
     return True
 
