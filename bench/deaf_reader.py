@@ -90,7 +90,10 @@ def run(stops: int, rate: float, domain: int, tmp: Path, quiet: bool) -> dict:
     state = subprocess.Popen([*me, "--role", "writer", "--topic", "state", "--rate", str(rate)], env=shm_env)
     try:
         time.sleep(6.0)  # discovery
-        windows = stop_repeatedly(state.pid, stops, STOP_S, (0.25, 0.35), seed=7, clock=time.time, quiet=quiet)
+        freezes = []
+        windows = stop_repeatedly(
+            state.pid, stops, STOP_S, (0.25, 0.35), seed=7, clock=time.time, quiet=quiet, freezes=freezes
+        )
         rd.wait(timeout=seconds + 30)
     finally:
         end_all([cmd, state, rd])
@@ -98,7 +101,12 @@ def run(stops: int, rate: float, domain: int, tmp: Path, quiet: bool) -> dict:
     cmd_t = arrivals["cmd"]
     if len(cmd_t) < 10 or len(arrivals["state"]) < 10:
         raise SystemExit(f"{mode}: the reader heard {len(cmd_t)} commands, {len(arrivals['state'])} states")
-    return {"gaps_ms": longest_gaps_ms(cmd_t, windows), "commands": len(cmd_t), "states": len(arrivals["state"])}
+    return {
+        "gaps_ms": longest_gaps_ms(cmd_t, windows),
+        "commands": len(cmd_t),
+        "states": len(arrivals["state"]),
+        "not_quiet": sum(not f.quiescent for f in freezes),
+    }
 
 
 def main() -> None:
@@ -150,7 +158,9 @@ def main() -> None:
             f"state writer at {rate:5.0f} Hz, {'quiet' if quiet else 'plain'} stops: "
             f"stops that left the reader deaf (gap > {DEAF_MS:.0f} ms): {deaf}/{len(g)} "
             f"({100 * deaf / len(g):.1f} %; physical limit 0); gap median {g[len(g) // 2]:.0f} ms, worst {g[-1]:.0f} ms "
-            f"({r['commands']} commands, {r['states']} states heard)",
+            f"({r['commands']} commands, {r['states']} states heard"
+            + (f"; {r['not_quiet']} stop(s) found no quiet instant within 50 ms" if quiet else "")
+            + ")",
             flush=True,
         )
 

@@ -38,16 +38,21 @@ def stop_repeatedly(
     seed: int,
     clock: Callable[[], float] = time.monotonic,
     quiet: bool = False,
+    freezes: list | None = None,
 ) -> list[tuple[float, float]]:
     """SIGSTOP `pid` for `stop_s`, `stops` times, a random pause in `pause_s` before each (a
-    seeded phase); the (stopped, resumed) times on `clock`. `quiet`: each stop at an instant
-    when none of the process's threads runs user code (tests/faults/freeze.py)."""
+    seeded phase); the (stopped, resumed) times on `clock`. `quiet`: each stop where every
+    thread of the process waits in the kernel (the fault rig's freeze, tests/faults/freeze.py),
+    each freeze appended to `freezes`."""
     rng = random.Random(seed)
     windows = []
     for _ in range(stops):
         time.sleep(pause_s[0] + rng.random() * (pause_s[1] - pause_s[0]))
-        if quiet:  # stopped only where no thread runs user code (the fault rig's freeze)
-            t0 = clock() - time.time() + freeze_outside_user_code(pid).stopped_s
+        if quiet:
+            frozen = freeze_outside_user_code(pid)
+            t0 = clock() - time.time() + frozen.first_stop_s
+            if freezes is not None:
+                freezes.append(frozen)
         else:
             t0 = clock()
             os.kill(pid, signal.SIGSTOP)

@@ -167,7 +167,8 @@ def machine_stalls(worst: dict, stalls: dict | None) -> str:
             + (f", the longest {max(b[2] for b in bursts) * 1e3:.0f} ms" if bursts else "")
         )
         if end == end and gap == gap:
-            hits = [(cpu, s) for e, cpu, s in bursts if e - s < end and e > end - gap]
+            # stolen between two readings, accounted at the CPU's first tick after (<= 10 ms)
+            hits = [(cpu, s) for e, cpu, s, since in bursts if since - 0.01 - s < end and e > end - gap]
             line += f"; under the action stream's worst gap: {len(hits)}" + (
                 f" ({', '.join(f'cpu{cpu} {s * 1e3:.0f} ms' for cpu, s in hits)})" if hits else ""
             )

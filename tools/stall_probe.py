@@ -18,9 +18,10 @@ shared-memory ports) stops every process that needs the lock, while the guest se
 idle; the probe alone cannot see that.
 
 Writes JSON on exit: {"priority", "late_ms", "stalls": [[end_wall_s, late_s], ...], "worst_s",
-"wakeups", "steal_s", "steal_bursts": [[end_wall_s, cpu, stolen_s], ...], "duration_s"}; a stall
-is a wake-up more than --late-ms after it was due, a burst that much time stolen from one CPU
-between two readings.
+"wakeups", "steal_s", "steal_bursts": [[read_wall_s, cpu, stolen_s, previous_read_wall_s], ...],
+"duration_s"}; a stall is a wake-up more than --late-ms after it was due, a burst more time than
+that stolen from one CPU between two readings (the kernel counts steal in 10 ms units, and
+accounts it at the CPU's first tick after the host gave it back).
 """
 
 from __future__ import annotations
@@ -69,26 +70,26 @@ def steal_s(stat: Path = Path("/proc/stat")) -> float:
     return int(fields[8]) / os.sysconf("SC_CLK_TCK") if fields[0] == "cpu" and len(fields) > 8 else 0.0
 
 
-def steal_by_cpu(stat: Path = Path("/proc/stat")) -> list[float]:
-    """Each CPU's time stolen by the hypervisor since boot (s), from the `cpuN` lines; empty when
-    the kernel does not report it."""
+def steal_by_cpu(stat: Path = Path("/proc/stat")) -> dict[int, float]:
+    """Each CPU's time stolen by the hypervisor since boot (s), by its number N in the `cpuN`
+    lines (an offline CPU has no line); empty when the kernel does not report it."""
     try:
         lines = stat.read_text().splitlines()
     except OSError:
-        return []
+        return {}
     tick = os.sysconf("SC_CLK_TCK")
     fields = [line.split() for line in lines if line.startswith("cpu") and line[3:4].isdigit()]
-    return [int(f[8]) / tick for f in fields if len(f) > 8]
+    return {int(f[0][3:]): int(f[8]) / tick for f in fields if len(f) > 8}
 
 
 def probe(late_s: float, stop: list[bool], sleep=time.sleep, read_steal=steal_by_cpu) -> dict:
     """Tick until stop[0]; the stalls and steal bursts seen (module docstring). `sleep` and
     `read_steal`: for a test."""
     stalls: list[tuple[float, float]] = []
-    bursts: list[tuple[float, int, float]] = []
+    bursts: list[tuple[float, int, float, float]] = []
     worst, wakeups = 0.0, 0
     steal0, t0 = steal_s(), time.monotonic()
-    stolen = read_steal()
+    stolen, read_at = read_steal(), time.time()
     due = t0 + TICK_S
     while not stop[0]:
         sleep(max(0.0, due - time.monotonic()))
@@ -99,11 +100,11 @@ def probe(late_s: float, stop: list[bool], sleep=time.sleep, read_steal=steal_by
         if late > late_s:
             stalls.append((round(time.time(), 4), round(late, 4)))
         if wakeups % STEAL_EVERY_TICKS == 0:
-            latest = read_steal()
-            for cpu, (before, after) in enumerate(zip(stolen, latest, strict=False)):
-                if after - before > late_s:
-                    bursts.append((round(time.time(), 4), cpu, round(after - before, 3)))
-            stolen = latest or stolen
+            latest, at = read_steal(), time.time()
+            for cpu, after in latest.items():
+                if after - stolen.get(cpu, after) > late_s:
+                    bursts.append((round(at, 4), cpu, round(after - stolen[cpu], 3), round(read_at, 4)))
+            stolen, read_at = latest or stolen, at
         due = now + TICK_S
     return {
         "late_ms": late_s * 1e3,

@@ -8,6 +8,8 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from .freeze import Freeze
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -50,6 +52,7 @@ class TrialResult:
 
 RESULTS: list[TrialResult] = []
 HICCUPS: list[str] = []
+"""Tests re-run because the TEST RIG stalled before the fault (see RigHiccup)."""
 ESTOP_RESENDS: list[int] = []
 """Per probe run: e-stop requests sent again (tests/faults/estop_probe.py)."""
 RIG_RESENT_CALLS: list[str] = []
@@ -58,11 +61,9 @@ ESTOP_SCHEDULING: set[str] = set()
 """What the probe ran at (SCHED_FIFO, or a niceness where FIFO is not permitted)."""
 ESTOP_SETTLE_S: list[float] = []
 """How long each probe waited for its discovery of the graph to settle before measuring."""
-FREEZES: list = []
-"""Every SIGSTOP of a node by a rig (freeze.Freeze): the tries each took to find no thread in
-user code, and whether one did."""
-
-"""Tests re-run because the TEST RIG stalled before the fault (see RigHiccup)."""
+FREEZES: list[Freeze] = []
+"""Every SIGSTOP of a node by a rig: the stops each took to find every thread in a blocking
+wait, and whether one did (freeze.py)."""
 MAX_ATTEMPTS = 3
 
 
@@ -206,8 +207,9 @@ def pytest_terminal_summary(terminalreporter):
     if FREEZES:
         tries = [f.tries for f in FREEZES]
         tr.write_line(
-            f"nodes frozen (SIGSTOP) with every thread waiting in a system call, so outside any shared-memory port lock: "
-            f"{sum(f.quiescent for f in FREEZES)} of {len(FREEZES)}, after {min(tries)}-{max(tries)} tries"
+            f"nodes frozen (SIGSTOP) with every thread in a blocking wait (freeze.py: not inside a shared-memory "
+            f"port's push or wake): {sum(f.quiescent for f in FREEZES)} of {len(FREEZES)}, after {min(tries)}-{max(tries)} "
+            f"stops, the longest freeze {max(f.stopped_s - f.first_stop_s for f in FREEZES) * 1e3:.0f} ms from first to final stop"
         )
     for h in HICCUPS:
         tr.write_line(f"  {h}")

@@ -704,7 +704,8 @@ class Rig:
         raise LookupError(f"node {name} not found under the launcher")
 
     def freeze(self, pid: int) -> Freeze:
-        """SIGSTOP `pid` outside any shared-memory port lock (freeze.py); returns when and how."""
+        """SIGSTOP `pid` where every thread waits in the kernel, so (almost surely) outside any
+        shared-memory port lock (freeze.py); returns when and how."""
         self.stopped_pids.add(pid)
         frozen = freeze_outside_user_code(pid)
         from .conftest import FREEZES

@@ -38,6 +38,7 @@ from egomimic_msgs.msg import CameraHealth
 from egomimic_safety.checks import joint_bounds
 
 from .conftest import RESULTS, RigHiccup, TrialResult
+from .freeze import Freeze
 from .rig import PERIOD_S, Rig
 
 pytestmark = pytest.mark.integration
@@ -97,6 +98,16 @@ def newest_frame_before_hold(rig: Rig, cameras: list[str], t_inject: float) -> f
     ]
     newest = [n for n in newest if n is not None]
     return min(newest) if newest else t_inject
+
+
+def newest_state_before_hold(rig: Rig, arm, frozen: Freeze) -> float:
+    """The stamp of the newest state the frozen driver published before its final stop (the
+    gate's bound counts from it; the driver may have run a few ms between the freeze's tries),
+    taken once the gate held, when this rig has every state in flight; the first stop when none."""
+    rig.wait_state({"HOLD"}, frozen.first_stop_s - 0.001, 3.0)
+    with rig.lock:
+        stamps = [j.stamp_s for j in rig.joint_history[arm] if j.stamp_s <= frozen.stopped_s]
+    return max(stamps, default=frozen.first_stop_s)
 
 
 @pytest.fixture(scope="module")
@@ -534,10 +545,12 @@ def test_stale_state_driver_frozen(rig):
     for rng in trials("stale_state"):
         t_start = time.time()
         arm_and_stream(rig, rng)
-        driver = f"driver_{random_arm(rng).value}"
+        arm = random_arm(rng)
+        driver = f"driver_{arm.value}"
         pid = rig.node_pid(driver)
-        t_fault = rig.freeze(pid).stopped_s
+        frozen = rig.freeze(pid)
         try:
+            t_fault = newest_state_before_hold(rig, arm, frozen)
             conclude(
                 rig,
                 "stale_state",
@@ -562,7 +575,7 @@ def _camera_trial(rig: Rig, rng, fault: str, how: str) -> None:
     t_inject = time.time()
     if how == "sigstop":
         pid = rig.node_pid("cameras")
-        t_inject = rig.freeze(pid).stopped_s
+        t_inject = rig.freeze(pid).first_stop_s
     else:
         assert rig.set_camera_fault(f"{how}:{cam}")
     try:

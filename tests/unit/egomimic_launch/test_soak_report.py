@@ -87,14 +87,15 @@ def test_a_cpu_taken_away_under_the_action_gap_is_named():
         "stalls": [],
         "worst_s": 0.006,
         "steal_s": 3.5,
-        "steal_bursts": [[1000.01, 1, 0.08], [700.0, 0, 0.03]],  # (end, cpu, stolen): the first overlaps
+        # (read, cpu, stolen, previous read): the first overlaps, read 10 ms after the gap ended
+        "steal_bursts": [[1000.01, 1, 0.08, 1000.0], [700.0, 0, 0.03, 699.99]],
         "duration_s": 600.0,
     }
     line = soak.machine_stalls(action, stalls)
     assert "overlaps 0 of them" in line
     assert "over 20 ms: 2 time(s), the longest 80 ms; under the action stream's worst gap: 1 (cpu1 80 ms)" in line
     assert "under the action stream's worst gap: 0" in soak.machine_stalls(
-        action, {**stalls, "steal_bursts": [[700.0, 0, 0.03]]}
+        action, {**stalls, "steal_bursts": [[700.0, 0, 0.03, 699.99]]}
     )
     assert "taken away" not in soak.machine_stalls(action, {k: v for k, v in stalls.items() if k != "steal_bursts"})
 
@@ -105,11 +106,12 @@ def test_the_probe_reports_a_cpu_taken_away_between_two_readings(tmp_path):
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
     stat = tmp_path / "stat"
-    stat.write_text("cpu  10 0 10 10 0 0 0 300 0 0\ncpu0 5 0 5 5 0 0 0 100 0 0\ncpu1 5 0 5 5 0 0 0 200 0 0\n")
+    # cpu1 offline: the lines are cpu0 and cpu2
+    stat.write_text("cpu  10 0 10 10 0 0 0 300 0 0\ncpu0 5 0 5 5 0 0 0 100 0 0\ncpu2 5 0 5 5 0 0 0 200 0 0\n")
     import os
 
-    assert probe.steal_by_cpu(stat) == [100 / os.sysconf("SC_CLK_TCK"), 200 / os.sysconf("SC_CLK_TCK")]
-    readings = iter([[1.0, 2.0], [1.005, 2.0], [1.005, 2.09], [1.01, 2.09]])
+    assert probe.steal_by_cpu(stat) == {0: 100 / os.sysconf("SC_CLK_TCK"), 2: 200 / os.sysconf("SC_CLK_TCK")}
+    readings = iter([{0: 1.0, 2: 2.0}, {0: 1.005, 2: 2.0}, {0: 1.005, 2: 2.09}, {0: 1.01, 2: 2.09}])
     stop, ticks = [False], []
 
     def sleep(_s):
@@ -118,4 +120,4 @@ def test_the_probe_reports_a_cpu_taken_away_between_two_readings(tmp_path):
             stop[0] = True
 
     result = probe.probe(0.02, stop, sleep=sleep, read_steal=lambda: next(readings))
-    assert [(cpu, stolen) for _, cpu, stolen in result["steal_bursts"]] == [(1, 0.09)]
+    assert [(cpu, stolen) for _, cpu, stolen, _ in result["steal_bursts"]] == [(2, 0.09)]
