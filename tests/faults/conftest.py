@@ -210,6 +210,7 @@ def pytest_terminal_summary(terminalreporter):
             f"nodes frozen (SIGSTOP) with every thread in a blocking wait (freeze.py: not inside a shared-memory "
             f"port's push or wake): {sum(f.quiescent for f in FREEZES)} of {len(FREEZES)}, after {min(tries)}-{max(tries)} "
             f"stops, the longest freeze {max(f.stopped_s - f.first_stop_s for f in FREEZES) * 1e3:.0f} ms from first to final stop"
+            + "".join(f"; not quiet: {f.busy}" for f in FREEZES if not f.quiescent)
         )
     for h in HICCUPS:
         tr.write_line(f"  {h}")

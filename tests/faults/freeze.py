@@ -14,7 +14,7 @@ to meet. That is a deaf gate, not the stale driver the trial measures.
 So a stop counts as quiet only when /proc/<pid>/task/<tid>/syscall shows every thread inside a
 blocking wait (a futex wait, epoll, poll, select, a sleep, a blocking receive); a thread in user
 code shows -1, one in any other system call (a futex wake, clock_gettime without the vDSO, a
-send) its number. Otherwise the process is resumed for 1-5 ms and stopped again.
+send) its number. Otherwise the process is resumed for 2-10 ms and stopped again.
 bench/deaf_reader.py --stops-as both (1 kHz writer, 200 stops of 400 ms each, one run): plain
 stops left the reader deaf 3 times, quiet stops 0 times.
 
@@ -32,6 +32,7 @@ import platform
 import random
 import signal
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 
@@ -45,6 +46,9 @@ class Freeze:
     stopped_s: float
     tries: int
     quiescent: bool
+    busy: str = ""
+    """At the final stop, when not quiescent: what the busy threads were in (their /proc
+    syscall number, -1 for user code, and a futex's operation), e.g. "-1 x2, 202/0x81"."""
 
 
 BLOCKING_WAITS = {
@@ -97,10 +101,11 @@ def _quiet(fields: list[str]) -> bool:
     return number in BLOCKING_WAITS
 
 
-def threads_in_user_code(pid: int) -> list[int] | None:
+def threads_in_user_code(pid: int) -> dict[int, str] | None:
     """The live threads of the stopped `pid` that are not in a blocking wait (module docstring),
-    or None when /proc does not say (no permission to read a thread's syscall file)."""
-    busy = []
+    each with what it was in (its syscall number, -1 for user code, a futex's operation), or
+    None when /proc does not say (no permission to read a thread's syscall file)."""
+    busy = {}
     for tid in _tasks(pid):
         if _state(pid, tid) in (None, *EXITING):  # an exiting thread's line says nothing
             continue
@@ -112,14 +117,17 @@ def threads_in_user_code(pid: int) -> list[int] | None:
         except PermissionError:
             return None
         if not _quiet(fields):
-            busy.append(int(tid))
+            busy[int(tid)] = "/".join(fields[:1] + (fields[2:3] if fields[:1] == [str(FUTEX)] else []))
     return busy
 
 
-def freeze_outside_user_code(pid: int, within_s: float = 0.05, settle_s: float = 0.5) -> Freeze:
+def freeze_outside_user_code(pid: int, within_s: float = 0.15, settle_s: float = 0.5) -> Freeze:
     """SIGSTOP `pid` until a stop finds every thread in a blocking wait, trying for at most
-    `within_s` (each failed try is followed by a resume of 1-5 ms); the process is left stopped
-    either way. `settle_s`: how long one stop may take to reach every thread."""
+    `within_s` (each failed try is followed by a resume of 2-10 ms: a thread preempted in user
+    code needs the CPU to reach its wait); the process is left stopped either way. `settle_s`:
+    how long one stop may take to reach every thread. Why 0.15 s: in a fresh clone's fault
+    battery 2 of 4 freezes found no quiet instant in 50 ms of 1-5 ms resumes; and it is short of
+    the 0.3 s after which the gate holds for a silent stream, which the tries' own stops add up to."""
     first_stop_s, tries = None, 0
     give_up = time.monotonic() + within_s
     while True:
@@ -130,8 +138,15 @@ def freeze_outside_user_code(pid: int, within_s: float = 0.05, settle_s: float =
         deadline = time.monotonic() + settle_s
         while not all_stopped(pid) and time.monotonic() < deadline:
             time.sleep(0.0005)  # a thread in an uninterruptible wait stops when it leaves it
-        busy = threads_in_user_code(pid) if all_stopped(pid) else [-1]
+        busy = threads_in_user_code(pid) if all_stopped(pid) else {-1: "not stopped"}
         if busy is None or not busy or time.monotonic() >= give_up:
-            return Freeze(first_stop_s, stopped_s, tries, busy == [])
+            return Freeze(first_stop_s, stopped_s, tries, busy == {}, _summary(busy))
         os.kill(pid, signal.SIGCONT)
-        time.sleep(random.uniform(0.001, 0.005))
+        time.sleep(random.uniform(0.002, 0.01))
+
+
+def _summary(busy: dict[int, str] | None) -> str:
+    if busy is None:
+        return "/proc/<pid>/task/*/syscall not readable"
+    counts = Counter(busy.values())
+    return ", ".join(f"{what} x{n}" if n > 1 else what for what, n in sorted(counts.items()))

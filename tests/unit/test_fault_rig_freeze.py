@@ -47,7 +47,7 @@ def test_a_sleeping_process_is_frozen_in_its_sleep(child):
     frozen = freeze_outside_user_code(p.pid)
     assert frozen.quiescent, f"no quiet stop in {frozen.tries} tries"
     assert all_stopped(p.pid)
-    assert threads_in_user_code(p.pid) == []
+    assert threads_in_user_code(p.pid) == {}
 
 
 def _cpu_ticks(pid: int) -> int:
@@ -65,7 +65,8 @@ def test_a_process_always_in_user_code_is_left_stopped_and_reported(child):
     assert not frozen.quiescent and frozen.tries >= 2
     assert frozen.first_stop_s < frozen.stopped_s
     assert all_stopped(p.pid)
-    assert threads_in_user_code(p.pid) != []
+    assert set(threads_in_user_code(p.pid).values()) == {"-1"}  # user code
+    assert frozen.busy == "-1"
 
 
 def test_a_process_half_in_user_code_is_frozen_in_its_sleep(child):
@@ -74,7 +75,7 @@ def test_a_process_half_in_user_code_is_frozen_in_its_sleep(child):
     frozen = freeze_outside_user_code(p.pid)
     assert frozen.quiescent, f"no quiet stop in {frozen.tries} tries"
     assert t0 <= frozen.stopped_s <= time.time()
-    assert threads_in_user_code(p.pid) == []
+    assert threads_in_user_code(p.pid) == {}
 
 
 @pytest.mark.skipif(freeze.FUTEX is None, reason="futex's number is known on x86_64 and aarch64")
