@@ -159,7 +159,7 @@ def main() -> None:
             f"stops that left the reader deaf (gap > {DEAF_MS:.0f} ms): {deaf}/{len(g)} "
             f"({100 * deaf / len(g):.1f} %; physical limit 0); gap median {g[len(g) // 2]:.0f} ms, worst {g[-1]:.0f} ms "
             f"({r['commands']} commands, {r['states']} states heard"
-            + (f"; {r['not_quiet']} stop(s) found no quiet instant within 50 ms" if quiet else "")
+            + (f"; {r['not_quiet']} stop(s) found no quiet instant in the freeze's time" if quiet else "")
             + ")",
             flush=True,
         )

@@ -108,5 +108,19 @@ def test_only_a_thread_in_a_blocking_wait_is_quiet():
     args = "0x0 0x0 0x7fff27dcebd0 0x7fff27dcec10 0x0 0x0 0x7fff27dcebb8 0x7f6e36a4c503"
     assert freeze._quiet(f"230 {args}".split())  # clock_nanosleep
     assert freeze._quiet(f"232 {args}".split())  # epoll_wait
+    assert freeze._quiet(f"219 {args}".split())  # restart_syscall: a timed wait resumed after a stop
     assert not freeze._quiet(f"228 {args}".split())  # clock_gettime without the vDSO: not a wait
     assert not freeze._quiet(f"1 {args}".split())  # write
+
+
+def test_a_sleep_resumed_after_a_stop_is_still_quiet(child):
+    """After a SIGSTOP and SIGCONT a timed wait goes on in restart_syscall: a freeze's second
+    try must see it as the wait it is (fc151: 7 threads of a driver in it, a freeze gave up)."""
+    p = child(SLEEPER)
+    os.kill(p.pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 5
+    while not all_stopped(p.pid) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    os.kill(p.pid, signal.SIGCONT)
+    frozen = freeze_outside_user_code(p.pid)
+    assert frozen.quiescent, f"no quiet stop in {frozen.tries} tries: {frozen.busy}"
