@@ -16,7 +16,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = REPO / "config" / "fastdds_local.xml"
 sys.path.insert(0, str(REPO))
-from tests.faults.freeze import freeze_outside_user_code  # noqa: E402 - the fault rig's freeze, shared
+from tests.faults.freeze import freeze_in_blocking_wait  # noqa: E402 - the fault rig's freeze, shared
 
 
 def local_dds_env(domain: int) -> dict[str, str]:
@@ -49,7 +49,7 @@ def stop_repeatedly(
     for _ in range(stops):
         time.sleep(pause_s[0] + rng.random() * (pause_s[1] - pause_s[0]))
         if quiet:
-            frozen = freeze_outside_user_code(pid)
+            frozen = freeze_in_blocking_wait(pid)
             t0 = clock() - time.time() + frozen.first_stop_s
             if freezes is not None:
                 freezes.append(frozen)

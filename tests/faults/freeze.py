@@ -15,8 +15,8 @@ So a stop counts as quiet only when /proc/<pid>/task/<tid>/syscall shows every t
 blocking wait (a futex wait, epoll, poll, select, a sleep, a blocking receive); a thread in user
 code shows -1, one in any other system call (a futex wake, clock_gettime without the vDSO, a
 send) its number. Otherwise the process is resumed for 2-10 ms and stopped again.
-bench/deaf_reader.py --stops-as both (1 kHz writer, 200 stops of 400 ms each, one run): plain
-stops left the reader deaf 3 times, quiet stops 0 times.
+bench/deaf_reader.py --stops-as both (1 kHz writer, 200 stops of 400 ms each), two runs: plain
+stops left the reader deaf 0 and 1 times, quiet stops 0 and 0 (README has every run).
 
 This lowers the chance; it does not rule it out. A reader thread that, after a wake, waits for
 the list mutex (a futex wait) while a writer of another process finishes its post holds its own
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Freeze:
     """One freeze: the first and the final SIGSTOP (the node ran at most a few ms between the
-    two, in 1-5 ms resumes), how many stops it took, and whether /proc showed every thread in
+    two, in 2-10 ms resumes), how many stops it took, and whether /proc showed every thread in
     a blocking wait at the final one (False: it could not be read, or none managed it in time)."""
 
     first_stop_s: float
@@ -105,7 +105,7 @@ def _quiet(fields: list[str]) -> bool:
     return number in BLOCKING_WAITS
 
 
-def threads_in_user_code(pid: int) -> dict[int, str] | None:
+def threads_not_waiting(pid: int) -> dict[int, str] | None:
     """The live threads of the stopped `pid` that are not in a blocking wait (module docstring),
     each with what it was in (its syscall number, -1 for user code, a futex's operation), or
     None when /proc does not say (no permission to read a thread's syscall file)."""
@@ -125,7 +125,7 @@ def threads_in_user_code(pid: int) -> dict[int, str] | None:
     return busy
 
 
-def freeze_outside_user_code(pid: int, within_s: float = 0.15, settle_s: float = 0.5) -> Freeze:
+def freeze_in_blocking_wait(pid: int, within_s: float = 0.15, settle_s: float = 0.5) -> Freeze:
     """SIGSTOP `pid` until a stop finds every thread in a blocking wait, trying for at most
     `within_s` (each failed try is followed by a resume of 2-10 ms: a thread preempted in user
     code needs the CPU to reach its wait); the process is left stopped either way. `settle_s`:
@@ -142,7 +142,7 @@ def freeze_outside_user_code(pid: int, within_s: float = 0.15, settle_s: float =
         deadline = time.monotonic() + settle_s
         while not all_stopped(pid) and time.monotonic() < deadline:
             time.sleep(0.0005)  # a thread in an uninterruptible wait stops when it leaves it
-        busy = threads_in_user_code(pid) if all_stopped(pid) else {-1: "not stopped"}
+        busy = threads_not_waiting(pid) if all_stopped(pid) else {-1: "not stopped"}
         if busy is None or not busy or time.monotonic() >= give_up:
             return Freeze(first_stop_s, stopped_s, tries, busy == {}, _summary(busy))
         os.kill(pid, signal.SIGCONT)

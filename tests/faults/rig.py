@@ -34,7 +34,7 @@ from egomimic_hw.kinematics import ArmKinematics
 from egomimic_safety.config import GateConfig
 from egomimic_safety.oracle import audit_command
 
-from .freeze import Freeze, freeze_outside_user_code
+from .freeze import Freeze, freeze_in_blocking_wait
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SIM_YAML = REPO_ROOT / "ros2_ws/src/egomimic_bringup/config/eva_sim.yaml"
@@ -707,7 +707,7 @@ class Rig:
         """SIGSTOP `pid` where every thread waits in the kernel, so (almost surely) outside any
         shared-memory port lock (freeze.py); returns when and how."""
         self.stopped_pids.add(pid)
-        frozen = freeze_outside_user_code(pid)
+        frozen = freeze_in_blocking_wait(pid)
         from .conftest import FREEZES
 
         FREEZES.append(frozen)

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.faults import freeze
-from tests.faults.freeze import all_stopped, freeze_outside_user_code, threads_in_user_code
+from tests.faults.freeze import all_stopped, freeze_in_blocking_wait, threads_not_waiting
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/syscall"), reason="needs Linux /proc/<pid>/syscall")
 
@@ -45,10 +45,10 @@ def child():
 
 def test_a_sleeping_process_is_frozen_in_its_sleep(child):
     p = child(SLEEPER)
-    frozen = freeze_outside_user_code(p.pid)
+    frozen = freeze_in_blocking_wait(p.pid)
     assert frozen.quiescent, f"no quiet stop in {frozen.tries} tries"
     assert all_stopped(p.pid)
-    assert threads_in_user_code(p.pid) == {}
+    assert threads_not_waiting(p.pid) == {}
 
 
 def _cpu_ticks(pid: int) -> int:
@@ -62,21 +62,21 @@ def test_a_process_always_in_user_code_is_left_stopped_and_reported(child):
     ready, deadline = _cpu_ticks(p.pid), time.monotonic() + 10  # in its loop: past the write of "ready"
     while _cpu_ticks(p.pid) < ready + 3 and time.monotonic() < deadline:
         time.sleep(0.01)
-    frozen = freeze_outside_user_code(p.pid, within_s=0.02)
+    frozen = freeze_in_blocking_wait(p.pid, within_s=0.02)
     assert not frozen.quiescent and frozen.tries >= 2
     assert frozen.first_stop_s < frozen.stopped_s
     assert all_stopped(p.pid)
-    assert set(threads_in_user_code(p.pid).values()) == {"-1"}  # user code
+    assert set(threads_not_waiting(p.pid).values()) == {"-1"}  # user code
     assert frozen.busy == "-1"
 
 
 def test_a_process_half_in_user_code_is_frozen_in_its_sleep(child):
     p = child(HALF_BUSY)
     t0 = time.time()
-    frozen = freeze_outside_user_code(p.pid)
+    frozen = freeze_in_blocking_wait(p.pid)
     assert frozen.quiescent, f"no quiet stop in {frozen.tries} tries"
     assert t0 <= frozen.stopped_s <= time.time()
-    assert threads_in_user_code(p.pid) == {}
+    assert threads_not_waiting(p.pid) == {}
 
 
 @pytest.mark.skipif(freeze.FUTEX is None, reason="futex's number is known on x86_64 and aarch64")
@@ -127,5 +127,5 @@ def test_a_sleep_resumed_after_a_stop_is_still_quiet(child):
     os.kill(p.pid, signal.SIGCONT)
     while freeze._state(p.pid, str(p.pid)) != "S" and time.monotonic() < deadline:  # back asleep
         time.sleep(0.001)
-    frozen = freeze_outside_user_code(p.pid)
+    frozen = freeze_in_blocking_wait(p.pid)
     assert frozen.quiescent, f"no quiet stop in {frozen.tries} tries: {frozen.busy}"
