@@ -100,7 +100,7 @@ def newest_frame_before_hold(rig: Rig, cameras: list[str], t_inject: float) -> f
     return min(newest) if newest else t_inject
 
 
-def newest_state_before_hold(rig: Rig, arm, frozen: Freeze) -> float:
+def newest_state_before_hold(rig: Rig, arm: Arm, frozen: Freeze) -> float:
     """The stamp of the newest state the frozen driver published before its final stop (the
     gate's bound counts from it; the driver may have run a few ms between the freeze's tries),
     taken once the gate held, when this rig has every state in flight; the first stop when none."""
@@ -261,8 +261,9 @@ def conclude(
             # same, on the first stream to go stale (its command timeout, or a camera's 300 ms:
             # fc125 and fc126 saw front_1 "307 ms old" beside a SIGSTOPped driver, before the
             # state bound), but the staleness under test was not what it measured: re-run, listed.
-            # The rig's freeze (freeze.py) now stops a node only outside user code, so outside
-            # any port lock; this stays for a freeze that found no such instant. Its evidence is
+            # The rig's freeze (freeze.py) now stops a node only where every thread is in a
+            # blocking wait, which makes a held port lock unlikely, not impossible; this stays for
+            # that rest and for a freeze that found no such instant. Its evidence is
             # partial: a writer to the gate blocks on the held lock too, so the camera node may
             # send the rig one frame and stop in its send to the gate (CI, 2026-12-07: 1 frame).
             bad = [c for c in rig.commands_since(t_start) if c.violations]
