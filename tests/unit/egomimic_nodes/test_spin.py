@@ -222,6 +222,69 @@ def test_a_node_raised_after_its_start_up_gives_every_thread_its_tier_but_the_mo
     assert "thread(s) moved" in said and "unchanged" not in said, said
 
 
+def test_the_policys_tick_and_action_writer_go_to_the_path_tier_and_what_the_tick_starts_inherits_it():
+    """The policy's tick (the thread that spins it) and its action writer run at SCHED_FIFO below the
+    gate, the rest at the control tier's niceness, the model worker at the stack's; a thread the
+    tick's thread starts afterwards (the executor's timer thread, made by its first spin) is FIFO
+    too. In a child of its own session."""
+    import os
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0:
+        pytest.skip("SCHED_FIFO needs CAP_SYS_NICE")
+    code = (
+        "import os, threading\n"
+        "from egomimic_nodes.spin import PATH_FIFO_PRIORITY, raise_after_init\n"
+        "stop = threading.Event()\n"
+        "threads = [threading.Thread(target=stop.wait) for _ in range(3)]\n"
+        "[t.start() for t in threads[:2]]\n"
+        "main, writer, worker = threading.get_native_id(), threads[0].native_id, threads[1].native_id\n"
+        "said = raise_after_init('nice', {worker}, frozenset({main, writer}))\n"
+        "threads[2].start()\n"
+        "tier = lambda t: (os.sched_getscheduler(t), os.sched_getparam(t).sched_priority, os.getpriority(os.PRIO_PROCESS, t))\n"
+        "print(said)\n"
+        "print(*(tier(t) for t in (main, writer, worker, threads[2].native_id)), sep=';')\n"
+        "stop.set()\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, start_new_session=True
+    )
+    assert out.returncode == 0, out.stderr
+    said, got = out.stdout.strip().splitlines()
+    main, writer, worker, later = got.split(";")
+    from egomimic_nodes.spin import PATH_FIFO_PRIORITY, STACK_NICENESS
+
+    fifo = f"({os.SCHED_FIFO}, {PATH_FIFO_PRIORITY},"  # a FIFO thread's niceness does not count
+    assert all(t.startswith(fifo) for t in (main, writer, later)), got
+    assert worker == str((os.SCHED_OTHER, 0, STACK_NICENESS)), got
+    assert f"2 at SCHED_FIFO priority {PATH_FIFO_PRIORITY}" in said and "unchanged" not in said, said
+
+
+def test_the_path_tier_is_fifo_below_the_gate():
+    import os
+    import subprocess
+    import sys
+
+    from egomimic_nodes.spin import FIFO_PRIORITY, PATH_FIFO_PRIORITY
+
+    assert 0 < PATH_FIFO_PRIORITY < FIFO_PRIORITY
+    if os.geteuid() != 0:
+        pytest.skip("SCHED_FIFO needs CAP_SYS_NICE")
+    code = (
+        "import os\nfrom egomimic_nodes.spin import raise_priority\n"
+        "print(raise_priority('path')); print(os.sched_getscheduler(0), os.sched_getparam(0).sched_priority)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, start_new_session=True
+    )
+    assert out.returncode == 0, out.stderr
+    said, got = out.stdout.strip().splitlines()
+    assert said == f"SCHED_FIFO priority {PATH_FIFO_PRIORITY}" and got == f"{os.SCHED_FIFO} {PATH_FIFO_PRIORITY}", (
+        out.stdout
+    )
+
+
 def test_without_autogroups_nothing_is_said_and_a_refusal_is_reported(tmp_path):
     from egomimic_nodes.spin import set_autogroup_nice
 

@@ -112,9 +112,9 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
     LaunchArgument(
         "realtime",
         "true",
-        "run the gate (SCHED_FIFO), the drivers, frames, cameras and the policy's tick (niceness -5), the "
-        "recorder, bag and the policy's model (-2) at a higher scheduling priority than the rest, where "
-        "permitted; logged either way",
+        "run the gate (SCHED_FIFO), the frames node and the policy's tick (SCHED_FIFO below the gate), the "
+        "drivers, cameras and the rest of the policy (niceness -5), the recorder, bag and the policy's model "
+        "(-2) at a higher scheduling priority than the rest, where permitted; logged either way",
         ("true", "false"),
     ),
     LaunchArgument(
@@ -208,8 +208,9 @@ class NodeSpec:
     """Teardown stops this node before every other (Graph.stop_order), whatever its place in
     the start order: the recorder, so that its episode ends while every stream is still live."""
     priority: str = ""
-    """With the `realtime` launch argument: "fifo" (the gate: SCHED_FIFO where permitted), "nice"
-    (the drivers, frames, cameras and policy: niceness -5) or "stack" (recorder, bag: niceness -2);
+    """With the `realtime` launch argument: "fifo" (the gate: SCHED_FIFO where permitted), "path"
+    (frames: SCHED_FIFO below the gate), "nice" (the drivers, cameras and policy: niceness -5; the
+    policy's tick and action writer at the path tier) or "stack" (recorder, bag: niceness -2);
     "" runs at normal priority (rviz's nodes, the web view: an observer tier at niceness 10 with its
     middleware threads at the control tier measured no better, bench/observers.py). See
     egomimic_nodes.spin."""
@@ -413,7 +414,8 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
             )
         )
     # frames is a hop of the command path (policy/action -> command/proposed), so it runs at the
-    # drivers' priority: a command that waits behind the cameras arrives late at the gate.
+    # path tier (SCHED_FIFO below the gate; spin.PATH_FIFO_PRIORITY): a command that waits
+    # behind the cameras or the observers arrives late at the gate.
     nodes.append(
         NodeSpec(
             "frames",
@@ -421,7 +423,7 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
             ns,
             {},
             **yaml_files,
-            priority="nice" if args["realtime"] == "true" else "",
+            priority="path" if args["realtime"] == "true" else "",
             cpus=args["control_cpus"],
             description="hardware <-> dataset frame conversion",
         )
@@ -573,8 +575,10 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
     )
     if args["policy"] != "none":
         # The policy's 30 Hz tick is a hop of the command path: its process runs at the drivers'
-        # priority and its model worker lowers itself to the stack's (policy_node._lower_worker).
-        # A soak beside a CPU hog at -2 saw one 85 ms gap between actions.
+        # priority, its tick and action writer at the path tier (SCHED_FIFO below the gate:
+        # policy_node.path_tier_threads) and its model worker at the stack's
+        # (policy_node._lower_worker). A soak beside a CPU hog at -2 saw one 85 ms gap between
+        # actions.
         nodes.append(
             NodeSpec(
                 "policy",

@@ -88,6 +88,11 @@ class Outbox:
         self._thread = threading.Thread(target=self._run, name=name or f"outbox {self.topic}", daemon=True)
         self._thread.start()
 
+    @property
+    def native_id(self) -> int | None:
+        """The sending thread's kernel id (its scheduling priority: spin.raise_after_init)."""
+        return self._thread.native_id
+
     def publish(self, msg) -> None:
         self.publish_bytes(serialize_message(msg))
 

@@ -215,6 +215,7 @@ class PolicyNode(Node):
         )
         self._status = TickStatus.WAITING
         self._stall_dump = StallDump(STALL_DUMP_S)
+        self._spin_tid = threading.get_native_id()
         self._last_tick: tuple[float, float] | None = None  # (monotonic, this thread's CPU time)
         self.late_ticks = 0
         self.create_timer(1.0 / rate_hz, self._on_tick)
@@ -312,6 +313,11 @@ class PolicyNode(Node):
         )
 
     # ----------------------------------------------------------------- tick
+    def path_tier_threads(self) -> frozenset[int]:
+        """The tick's thread (the one that spins this node: it builds it) and the action writer's
+        (for spin.raise_after_init): the command path's tier, above the model and the observers."""
+        return frozenset({self._spin_tid, self._pub_action.native_id})
+
     def stack_tier_threads(self) -> set[int]:
         """The model worker (for spin.raise_after_init): it stays at the stack tier."""
         tid = self.rollout.worker_native_id

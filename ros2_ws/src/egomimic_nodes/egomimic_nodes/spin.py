@@ -62,6 +62,14 @@ every node's log at the kill, with nothing to say which node was slow to leave (
 DDS_LOG_LEVELS = {"info": 20, "warning": 30, "error": 40}
 """rmw_log_severity_t values (rmw/types.h)."""
 SPIN_TIMEOUT_S = 0.1
+GIL_SWITCH_INTERVAL_S = 0.0005
+"""How long a thread that wants the GIL waits before it asks the holder to drop it (CPython's
+default: 5 ms). Every node runs a latency-bound thread beside others that run Python: the
+policy's tick beside its model worker, and each Outbox's sending thread, which needs the GIL
+for a moment after it is woken, beside the thread that handed it the message. With 5 ms the
+policy's action waited for the tick to finish building the chunk it had just accepted: the
+actions' stamp-to-write delays of 6-13 ms fell on chunk ticks (sim graph with the observers on,
+2026-12-07). A switch costs a few microseconds, and only while two threads want the GIL."""
 """The spin loop wakes at least this often to see a signal or a dead parent."""
 PR_SET_PDEATHSIG = 1
 SLOW_REFRESH_S = 0.1
@@ -77,19 +85,31 @@ launch). Measured in `make run`: 1-10 ms per node."""
 EXECUTOR_ENV = "EGOMIMIC_EXECUTOR"
 """`single` forces the SingleThreadedExecutor on every node (a comparison run: bench/graph_cpu.py)."""
 PRIORITY_ENV = "EGOMIMIC_PRIORITY"
-"""`fifo` (the gate), `nice` (the drivers, frames, cameras, policy), `stack` (recorder, bag) or empty; set by the
-launcher (graph.NodeSpec.priority)."""
+"""`fifo` (the gate), `path` (the frames node), `nice` (the drivers, cameras, policy), `stack` (recorder, bag) or
+empty; set by the launcher (graph.NodeSpec.priority)."""
 FIFO_PRIORITY = 10
 """SCHED_FIFO priority of the gate (1..99; kernel threads use 50). The gate is light (about a
 sixth of a core) and every deadline of the robot runs through it, so it preempts everything
 else; Linux keeps 5 % of each second for normal tasks, so even a runaway gate cannot freeze
 the machine. The drivers are not FIFO: on a 2-core machine two simulated drivers (a quarter
 of a core each) would starve the cameras and the policy outright."""
+PATH_FIFO_PRIORITY = 5
+"""SCHED_FIFO priority of the command path's hops before the gate: the frames node (all of it) and
+the policy's tick and action writer (the rest of the policy stays at PRIORITY_NICENESS, its model
+at STACK_NICENESS: policy_node.path_tier_threads). Below the gate, above every normal thread.
+Why: at niceness -5 these hops still waited for the CPU behind the observers (recorder, bag,
+rviz's nodes, web view: half a core at nice -2 and 0): the kernel lets a running thread finish
+its slice before a woken one of higher weight preempts it. bench/observers.py, 3 + 3 alternated
+40 s runs on the 2-core VM (2026-12-07): policy/action's worst gap at its source 39.7, 37.6, 39.2
+ms off against 48.1, 39.6, 43.8 on at -5; 37.5, 34.9, 35.4 off against 39.1, 37.1, 35.3 on with
+this tier. Light work only (the frames node and the tick are about a tenth of a core each): the
+cameras at SCHED_FIFO starved the drivers (README, Headroom)."""
 PRIORITY_NICENESS = -5
-"""Niceness of the drivers, frames, the cameras (the gate requires their frames fresh: a starved
+"""Niceness of the drivers, the cameras (the gate requires their frames fresh: a starved
 camera is a STALE_CAMERA HOLD) and the policy (its model worker lowers itself to
-STACK_NICENESS), and of the gate where SCHED_FIFO is not permitted: under load the
-kernel gives them about 3x the CPU share of a niceness-0 process and wakes them first."""
+STACK_NICENESS), and of the gate, the frames node and the policy's tick where SCHED_FIFO is not
+permitted: under load the kernel gives them about 3x the CPU share of a niceness-0 process and
+wakes them first."""
 STACK_NICENESS = -2
 """Niceness of the rest of the robot's stack (recorder, bag, the policy's model worker): below the
 control path, above what else runs on a robot PC at niceness 0 (a browser, rviz, loggers, this
@@ -262,10 +282,11 @@ def raise_priority(kind: str) -> str:
     threads inherit it. A node that leads a session of its own (started by hand, or by a launcher
     that makes one per node) gives its autogroup the niceness too (set_autogroup_nice); under
     egomimic-launch the nodes share the launcher's session and the launcher sets the group's."""
-    if kind == "fifo":
+    if kind in ("fifo", "path"):
+        priority = FIFO_PRIORITY if kind == "fifo" else PATH_FIFO_PRIORITY
         try:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(FIFO_PRIORITY))
-            return f"SCHED_FIFO priority {FIFO_PRIORITY}"
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+            return f"SCHED_FIFO priority {priority}"
         except (OSError, AttributeError):
             pass
     niceness = STACK_NICENESS if kind == "stack" else PRIORITY_NICENESS
@@ -279,7 +300,7 @@ def raise_priority(kind: str) -> str:
         group = ", in its launcher's autogroup"  # egomimic-launch: process.GraphAutogroup
     else:
         group = set_autogroup_nice(niceness)
-    return f"niceness {os.nice(0)}" + (" (SCHED_FIFO not permitted)" if kind == "fifo" else "") + group
+    return f"niceness {os.nice(0)}" + (" (SCHED_FIFO not permitted)" if kind in ("fifo", "path") else "") + group
 
 
 AUTOGROUP_PATH = "/proc/self/autogroup"
@@ -356,19 +377,29 @@ def raise_middleware_threads(niceness: int = PRIORITY_NICENESS) -> str:
     return f"{len(raised)} middleware thread(s) at niceness {niceness}: {', '.join(sorted(raised))}{failed}"
 
 
-def raise_after_init(kind: str, stack_tids: set[int]) -> str:
+def raise_after_init(kind: str, stack_tids: set[int], path_tids: frozenset[int] = frozenset()) -> str:
     """For a node whose start-up is heavy (`RAISE_PRIORITY_AFTER_INIT` on its class: the policy
     imports torch and loads its checkpoint in __init__, seconds of CPU, while the gate is already
     armed and the cameras must keep their 30 Hz): it started at the launcher's niceness, and its
     tier is given now, to every thread it has, except `stack_tier_threads` (its model worker),
-    which get STACK_NICENESS. Measured before (make run, py-spy): the policy's __init__ took
+    which get STACK_NICENESS, and `path_tids` (its tick and action writer), which get SCHED_FIFO
+    PATH_FIFO_PRIORITY (the tier's niceness where that is not permitted). A thread that a FIFO
+    thread starts later inherits FIFO: the executor's timer thread, which wakes the tick, is
+    started by its first spin. Measured before (make run, py-spy): the policy's __init__ took
     half of its samples over the first 18 s, at niceness -5, above the cameras."""
     done = raise_priority(kind)
     target = STACK_NICENESS if kind == "stack" else PRIORITY_NICENESS
-    moved, failed = 0, []
+    moved, fifo, failed = 0, 0, []
     for tid in (int(t) for t in os.listdir("/proc/self/task")):
         want = STACK_NICENESS if tid in stack_tids else target
         try:
+            if tid in path_tids:
+                try:
+                    os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(PATH_FIFO_PRIORITY))
+                    fifo += 1
+                    continue
+                except PermissionError as exc:
+                    failed.append(f"{tid}: SCHED_FIFO {exc.strerror or exc}")
             if os.getpriority(os.PRIO_PROCESS, tid) != want:
                 os.setpriority(os.PRIO_PROCESS, tid, want)
                 moved += 1
@@ -377,6 +408,7 @@ def raise_after_init(kind: str, stack_tids: set[int]) -> str:
     return (
         f"{done}; {moved} thread(s) moved"
         + (f", {len(stack_tids)} at niceness {STACK_NICENESS}" if stack_tids else "")
+        + (f", {fifo} at SCHED_FIFO priority {PATH_FIFO_PRIORITY}" if path_tids else "")
         + (f" (unchanged: {', '.join(failed)})" if failed else "")
     )
 
@@ -461,7 +493,7 @@ def run_node(factory, args=None) -> int:
             return 1
     kind = os.environ.get(PRIORITY_ENV, "")
     late = kind == "nice" and getattr(factory, "RAISE_PRIORITY_AFTER_INIT", False)
-    if kind in ("fifo", "nice", "stack") and not late:
+    if kind in ("fifo", "path", "nice", "stack") and not late:
         say(f"[INFO] scheduling: {raise_priority(kind)}")
     if os.environ.get(CPUS_ENV, "").strip():
         try:
@@ -479,12 +511,14 @@ def run_node(factory, args=None) -> int:
     try:
         node = factory()
         if late:
-            say(f"[INFO] scheduling (start-up done): {raise_after_init(kind, node.stack_tier_threads())}")
+            path = node.path_tier_threads() if hasattr(node, "path_tier_threads") else frozenset()
+            say(f"[INFO] scheduling (start-up done): {raise_after_init(kind, node.stack_tier_threads(), path)}")
         if os.environ.get(PRIORITY_ENV) == "stack":
             done = raise_middleware_threads()
             if done:
                 say(f"[INFO] scheduling: {done}")
         freeze_heap()
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         executor = make_executor(node)
         executor.add_node(node)
         profiler = start_profile()
