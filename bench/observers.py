@@ -125,6 +125,27 @@ def run(observers: bool, seconds: float, settle_s: float, domain: int) -> dict:
     return {"cpu_pct": cpu, "streams": streams, "viewer_messages": viewer.messages if viewer else 0}
 
 
+RATE_TOLERANCE = 0.005
+"""The rate counts as unchanged within 0.5 % (0.15 Hz at 30 Hz)."""
+
+
+def verdict(both: list[tuple[dict, dict]]) -> str:
+    """Whether recording and monitoring left a stream unchanged: its rate within RATE_TOLERANCE,
+    and the median of its worst gaps with them on no longer than the longest of the runs without
+    them, both at the source (the writer's DDS timestamps: what its consumer, the gate, gets
+    apart from transport) and at arrival in the launcher (itself a process at normal priority).
+    A worst gap is one run's maximum over about 1200 gaps: one pair says little, so the runs
+    without observers give the spread that a change must exceed."""
+    off, on = [so for so, _ in both], [sn for _, sn in both]
+    rate = statistics.median(s["rate_hz"] for s in on) / statistics.median(s["rate_hz"] for s in off)
+    parts = [f"rate {'unchanged' if abs(rate - 1) <= RATE_TOLERANCE else 'CHANGED'} ({rate:.3f}x)"]
+    for key, where in (("max_source_gap_s", "source"), ("max_gap_s", "arrival")):
+        med_on, top_off = statistics.median(s[key] for s in on) * 1e3, max(s[key] for s in off) * 1e3
+        word = "unchanged" if med_on <= top_off else "LONGER"
+        parts.append(f"worst gap at {where} {word} (median on {med_on:.1f} ms, longest off {top_off:.1f} ms)")
+    return "; ".join(parts)
+
+
 def _stream_line(topic: str, label: str, r: dict) -> str:
     s = r["streams"].get(topic)
     if s is None:
@@ -179,6 +200,7 @@ def main() -> None:
                 f"{'':<28}{'on/off':>8}{mn['rate_hz'] / mo['rate_hz']:>9.3f}{mn['max_gap_s'] / mo['max_gap_s']:>8.2f}"
                 f"{mn['max_source_gap_s'] / mo['max_source_gap_s']:>11.2f}"
             )
+            print(f"{'':<28}{'':>8}{verdict(both)}")
     off, on = pairs[-1]
     names = sorted(set(off["cpu_pct"]) | set(on["cpu_pct"]), key=lambda n: -on["cpu_pct"].get(n, 0.0))
     print(f"{'process':<16}{'off %':>8}{'on %':>8}" + ("   (the last pair)" if len(pairs) > 1 else ""))
