@@ -31,6 +31,8 @@ DEFAULT_RUN := policy:=$(DEFAULT_POLICY) task_seed:=1004 params_file:=$(CURDIR)/
 RUN_DEFAULTS = $(if $(filter policy:=% camera_backend:=% backend:=%,$(RUN_ARGS)),,$(DEFAULT_RUN))
 PYTEST_ARGS ?=
 DEMO_ARGS   ?=
+EVAL_POLICY ?= $(DEFAULT_POLICY)
+EVAL_SEEDS  ?= 1000:1020
 
 export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
 export ROS_DOMAIN_ID ?= 42
@@ -66,7 +68,7 @@ help: ## list the targets
 	@echo "  make wheelhouse   download every wheel the container images install into wheelhouse/ (TORCH=cpu|cuda)"
 	@echo "  make docker-check build the robot and policy-server images with buildah and smoke-test them (root, ~8 min, ~9 GB; not in make test)"
 	@echo "  make clean-venv   delete .venv"
-	@echo "variables: DURATION=<s>  RUN_ARGS='policy:=scripted ...'  PYTEST_ARGS=...  DEMO_ARGS='--demos 0:40 ...'  ROS_DOMAIN_ID=<0-232>"
+	@echo "variables: DURATION=<s>  RUN_ARGS='policy:=scripted ...'  PYTEST_ARGS=...  DEMO_ARGS='--demos 0:40 ...'  EVAL_POLICY=<ckpt> EVAL_SEEDS=a:b  ROS_DOMAIN_ID=<0-232>"
 
 setup: $(STAMP) ## idempotent; a no-op when nothing changed
 
@@ -149,6 +151,11 @@ soak: $(STAMP) ## not part of make test: 10 minutes by default
 
 demo-learn: $(STAMP) ## record expert episodes through the graph, train, deploy, compare (not in make test)
 	$(PY) tools/demo_learn.py --out out/demo_learn $(DEMO_ARGS)
+
+eval-policy: $(STAMP) ## the box task's trials for EVAL_POLICY (default: make run's) on EVAL_SEEDS (1000:1020), as demo-learn judges them
+	$(VENV)/bin/egomimic-launch eva_bimanual.launch.py policy:=$(EVAL_POLICY) \
+		task_seed:=$(firstword $(subst :, ,$(EVAL_SEEDS))) params_file:=$(CURDIR)/config/box_policy_eval.yaml \
+		--trials $(EVAL_SEEDS) --trial-timeout 12 --trials-json out/eval/trials.json --run-dir out/eval/run --quiet
 
 default-policy: $(STAMP) ## make demo-learn into out/default_policy, then ship it as make run's default policy
 	$(PY) tools/demo_learn.py --out out/default_policy $(DEMO_ARGS)
