@@ -1,6 +1,7 @@
 """bag:=true on the simulated graph, over DDS: the bag node loses nothing; the bag opens with rosbags
 and with the independent `mcap` reader, its per-topic rates over the run's steady part match the launcher's measured rates
-within 2 %, every connection's RIHS01 hash is the live type's (rclpy's endpoint info), a bag node
+within 2 %, every message reads back with rosbags, every connection's RIHS01 hash is the live
+type's (rclpy's endpoint info), a bag node
 killed -9 mid-run is recovered by `egomimic-bag repair`, and `egomimic-bag play` republishes at
 the recorded rate with /clock advancing."""
 
@@ -104,6 +105,26 @@ def test_type_hashes_are_the_live_types(recorded, ros_node):
         live = ros_node.get_publishers_info_by_topic(probe)[0].topic_type_hash
         assert conn.digest == str(live), conn.msgtype
         assert conn.msgdef.data.strip(), "the full definition is embedded"
+
+
+def test_every_message_reads_back_with_rosbags(recorded):
+    """rosbags refuses a message with bytes after its end; the Outboxes and the serialized templates
+    sent rclpy's estimate-sized buffers (JointState: 212 bytes for 204), so a lab's rosbags script
+    failed on every joint state of our bags (cdr_length.py)."""
+    from rosbags.highlevel import AnyReader
+
+    bag, _, _ = recorded
+    failed: dict[str, str] = {}
+    read = 0
+    with AnyReader([bag]) as reader:
+        for conn, _, raw in reader.messages():
+            try:
+                reader.deserialize(raw, conn.msgtype)
+                read += 1
+            except Exception as exc:  # noqa: BLE001 - collected per topic, asserted below
+                failed.setdefault(conn.topic, f"{conn.msgtype}: {exc}")
+    assert not failed, failed
+    assert read > 1000
 
 
 def test_play_republishes_at_the_recorded_rate_with_clock(recorded, ros_node):

@@ -50,7 +50,6 @@ from geometry_msgs.msg import PoseStamped
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
-from rclpy.serialization import serialize_message
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 
 from egomimic_hw.cameras.backends import open_camera
@@ -64,6 +63,7 @@ from egomimic_hw.errors import ConfigError
 from egomimic_hw.sim_task import target_for
 from egomimic_msgs.msg import CameraHealth
 from egomimic_nodes import diagnostics, topics
+from egomimic_nodes.cdr_length import serialize
 from egomimic_nodes.msg_convert import ns_to_stamp, pose_to_array
 from egomimic_nodes.outbox import Outbox, close_all, publish_serialized
 from egomimic_nodes.params import declare_config
@@ -210,7 +210,7 @@ class _Stream:
         if self.out_compressed is not None:
             self.compressed.header.stamp = ns_to_stamp(capture_ns)
             self.compressed.data = simplejpeg.encode_jpeg(rgb, quality=self.jpeg_quality, colorspace="RGB")
-            self.out_compressed.publish_bytes(serialize_message(self.compressed))
+            self.out_compressed.publish_bytes(serialize(self.compressed))
 
     def outbox_stats(self) -> dict:
         """Sent, dropped and failed per outbox, for /diagnostics."""
@@ -229,7 +229,7 @@ class _Stream:
         # shared-memory port is locked (a process that died holding it: 1 s per push), and the
         # node's other threads, its exit included, would stop with this one.
         try:
-            if not publish_serialized(self.pub_health, serialize_message(health_message(report, ns_to_stamp(now_ns)))):
+            if not publish_serialized(self.pub_health, serialize(health_message(report, ns_to_stamp(now_ns)))):
                 self.publish_errors += 1
         except Exception:  # noqa: BLE001 - counted like image publish failures
             self.publish_errors += 1

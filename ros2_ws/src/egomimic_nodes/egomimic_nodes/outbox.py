@@ -25,8 +25,7 @@ import threading
 import time
 from collections import deque
 
-from rclpy.serialization import serialize_message
-
+from egomimic_nodes.cdr_length import serialize
 from egomimic_nodes.rcl_ctypes import Allocator, SerializedMessage, loaded_library, rcutils_errors
 
 _RCL = None
@@ -94,7 +93,7 @@ class Outbox:
         return self._thread.native_id
 
     def publish(self, msg) -> None:
-        self.publish_bytes(serialize_message(msg))
+        self.publish_bytes(serialize(msg))
 
     def publish_bytes(self, data: bytes) -> None:
         """Queue CDR bytes that are already a message of the publisher's type (serialized.py)."""

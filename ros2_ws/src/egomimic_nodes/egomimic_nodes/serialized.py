@@ -8,9 +8,10 @@ message in which only the stamp and the pixels change from frame to frame. Here 
 serializer writes the message once, with the camera's frame_id, size and encoding; each frame
 then writes its stamp into those bytes and copies its pixels into the data field (one copy,
 ~30 us), and outbox.publish_serialized hands the bytes to the middleware. The bytes are the
-message publish() would have sent: the same length and the same fields when read back (tests/unit
-checks both; only CDR alignment padding, which is unspecified, may differ), so every subscriber,
-rviz and a bag included, sees the same message.
+message publish() would have sent: the same length (cut where publish() ends the message:
+cdr_length.py) and the same fields when read back (tests/unit checks both; only CDR alignment
+padding, which is unspecified, may differ), so every subscriber, rviz and a bag included, sees the
+same message.
 
 CDR layout used (little-endian, as rclpy writes on these machines): a 4-byte encapsulation
 header, then the first field, std_msgs/Header, whose stamp (int32 sec, uint32 nanosec) sits
@@ -24,8 +25,9 @@ from __future__ import annotations
 import struct
 
 import numpy as np
-from rclpy.serialization import serialize_message
 from sensor_msgs.msg import Image, JointState
+
+from egomimic_nodes.cdr_length import serialize
 
 STAMP = struct.Struct("<iI")
 STAMP_OFFSET = 4
@@ -44,7 +46,7 @@ class SerializedTemplate:
         saved = (stamp.sec, stamp.nanosec)
         stamp.sec, stamp.nanosec = PROBE_STAMP  # distinct values, found where the layout says
         try:
-            self.buffer = bytearray(serialize_message(msg))
+            self.buffer = bytearray(serialize(msg))
         finally:
             stamp.sec, stamp.nanosec = saved
         if bytes(self.buffer[:2]) != CDR_LE:

@@ -35,13 +35,14 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from rclpy.serialization import deserialize_message, serialize_message
+from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import CompressedImage, Image
 
 from egomimic_data.bags import InterfaceDefinitions
 from egomimic_data.recording_config import IMAGE_TRANSPORTS
 from egomimic_hw.description import ARMS, CAMERAS
 from egomimic_nodes import diagnostics, topics
+from egomimic_nodes.cdr_length import serialize
 from egomimic_nodes.msg_convert import ns_to_stamp
 from egomimic_nodes.outbox import Outbox
 from egomimic_nodes.params import declare_config, field_meta
@@ -258,7 +259,7 @@ class WebViewNode(Node):
         out.data = simplejpeg.encode_jpeg(
             np.ascontiguousarray(pixels), quality=self.config.jpeg_quality, colorspace=colorspace
         )
-        return serialize_message(out)
+        return serialize(out)
 
     # --- diagnostics and shutdown ---
 
