@@ -1,18 +1,22 @@
 """Recording and monitoring on, against off: does watching the robot slow it?
 
-    .venv/bin/python bench/observers.py [--seconds 40] [--pairs 3] [--out out/bench/observers.json]
+    .venv/bin/python bench/observers.py [--seconds 40] [--pairs 3] [--observers record,bag,viz,web]
+                                        [--out out/bench/observers.json]
 
-Runs the simulated graph twice in one go, as `make run` does (synthetic cameras, simulated arms,
-the default policy, auto_arm):
+Runs the simulated graph in alternating pairs of runs, as `make run` does (synthetic cameras,
+simulated arms, the default policy, auto_arm):
   1. off: the control graph alone;
-  2. on: the same with every observer this project ships: the episode recorder (record:=true),
-     the bag (bag:=true), rviz's nodes (viz:=true) and the web view (web:=true) with a live
-     WebSocket client watching the three cameras and the gate's status, as a browser would.
+  2. on: the same with the observers (default every one this project ships): the episode
+     recorder (record:=true), the bag (bag:=true), rviz's nodes (viz:=true) and the web view
+     (web:=true) with a live WebSocket client watching the three cameras and the gate's status,
+     as a browser would. `--observers record` is recording alone (the recorder's acceptance).
 For each it prints the control stream's figures from the launcher's own summary (the policy's
 actions and the left arm's joint commands: rate and worst gap, at arrival and at the source) and
 each process's CPU over the same window after start-up, then the ratios on/off and the CPU the
 observers add. CPU shares are only comparable on an otherwise idle machine: the bench says the
-load average it started at.
+load average it started at. Beside each run, tools/stall_probe.py (SCHED_FIFO 90) says whether the
+machine itself stood still (or the hypervisor took a CPU away) under the action stream's worst gap:
+such a gap is the host's, not the observers'.
 """
 
 from __future__ import annotations
@@ -36,10 +40,21 @@ import psutil
 from egomimic_launch.process import cpu_percent, node_processes
 from egomimic_nodes import topics
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from soak import machine_stalls  # tools/ is not a package: the soak's own report line
+
 REPO = Path(__file__).resolve().parents[1]
 NS = "eva"
 STREAMS = (topics.POLICY_ACTION.resolve(NS), topics.JOINT_COMMAND.resolve(NS, arm="left"))
-OBSERVER_ARGS = ("record:=true", "bag:=true", "viz:=true", "web:=true", "web_port:=0")
+OBSERVERS = {
+    "record": (("record:=true",), {"recorder"}),
+    "bag": (("bag:=true",), {"bag"}),
+    "viz": (("viz:=true",), {"robot_state", "monitor"}),
+    "web": (("web:=true", "web_port:=0"), {"webview", "robot_state", "monitor"}),  # web runs viz's nodes too
+}
+"""Each observer: its launch arguments and the processes it adds."""
+CONTROL_NODES = 6
+"""drivers x2, frames, cameras, gate, policy."""
 
 
 class Viewer(threading.Thread):
@@ -79,7 +94,8 @@ class Viewer(threading.Thread):
                     self.messages += 1
 
 
-def run(observers: bool, seconds: float, settle_s: float, domain: int) -> dict:
+def run(observers: tuple[str, ...], seconds: float, settle_s: float, domain: int) -> dict:
+    """One launcher run with `observers` (names of OBSERVERS; none: the control graph alone)."""
     env = dict(
         os.environ,
         ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
@@ -88,7 +104,10 @@ def run(observers: bool, seconds: float, settle_s: float, domain: int) -> dict:
     )
     with tempfile.TemporaryDirectory() as tmp:
         summary = Path(tmp) / "summary.json"
-        extra = [*OBSERVER_ARGS, f"record_dir:={tmp}/episodes", f"bag_dir:={tmp}/bags"] if observers else []
+        stalls_path = Path(tmp) / "stalls.json"
+        probe = subprocess.Popen([sys.executable, str(REPO / "tools" / "stall_probe.py"), "--out", str(stalls_path)])
+        extra = [arg for name in observers for arg in OBSERVERS[name][0]]
+        extra += [f"record_dir:={tmp}/episodes", f"bag_dir:={tmp}/bags"] if observers else []
         cmd = [
             sys.executable, "-m", "egomimic_launch.cli", "eva_bimanual.launch.py", "auto_arm:=true", *extra,
             "--quiet", "--run-dir", str(Path(tmp) / "run"), "--summary", "--summary-json", str(summary),
@@ -98,11 +117,11 @@ def run(observers: bool, seconds: float, settle_s: float, domain: int) -> dict:
         viewer = None
         try:
             launcher = psutil.Process(proc.pid)
-            expected = 6 + (5 if observers else 0)
+            expected = CONTROL_NODES + len(set().union(*(OBSERVERS[name][1] for name in observers)))
             deadline = time.monotonic() + 90
             while time.monotonic() < deadline and len(node_processes(launcher)) < expected + 1:
                 time.sleep(0.2)
-            if observers:
+            if "web" in observers:
                 log = Path(tmp) / "run" / "logs" / "webview.log"
                 while time.monotonic() < deadline:
                     m = log.exists() and re.search(r"web view: (ws://[\d.]+:\d+)", log.read_text())
@@ -120,9 +139,18 @@ def run(observers: bool, seconds: float, settle_s: float, domain: int) -> dict:
                 proc.wait(60)
             if viewer is not None:
                 viewer.stop = True
+            probe.terminate()
+            try:
+                probe.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                probe.kill()
         data = json.loads(summary.read_text())
+        try:
+            stalls = json.loads(stalls_path.read_text())
+        except (OSError, ValueError):  # the probe died or wrote nothing: machine_stalls says so
+            stalls = None
     streams = {s["topic"]: s for s in data["streams"] if s["topic"] in STREAMS}
-    return {"cpu_pct": cpu, "streams": streams, "viewer_messages": viewer.messages if viewer else 0}
+    return {"cpu_pct": cpu, "streams": streams, "viewer_messages": viewer.messages if viewer else 0, "stalls": stalls}
 
 
 RATE_TOLERANCE = 0.005
@@ -161,19 +189,30 @@ def main() -> None:
     ap.add_argument(
         "--pairs",
         type=int,
-        default=1,
-        help="off/on pairs, alternating (default 1): a worst gap is one run's maximum, so one pair cannot tell "
+        default=3,
+        help="off/on pairs, alternating (default 3): a worst gap is one run's maximum, so one pair cannot tell "
         "a change from noise; the medians over the pairs are printed too",
+    )
+    ap.add_argument(
+        "--observers",
+        default=",".join(OBSERVERS),
+        help=f"which observers the 'on' runs add, comma-separated from {', '.join(OBSERVERS)} (default all); "
+        "record alone is the recorder's acceptance (recording on and off side by side)",
     )
     ap.add_argument("--out", type=Path, help="also write the figures as JSON here")
     a = ap.parse_args()
+    observers = tuple(dict.fromkeys(o.strip() for o in a.observers.split(",") if o.strip()))
+    unknown = [o for o in observers if o not in OBSERVERS]
+    if unknown or not observers:
+        ap.error(f"--observers: {', '.join(unknown) or 'none given'}; choose from {', '.join(OBSERVERS)}")
     load = os.getloadavg()[0]
     print(
-        f"observers on vs off, {a.seconds:.0f} s window each, {a.pairs} pair(s), {psutil.cpu_count()} cores, "
+        f"observers ({', '.join(observers)}) on vs off, {a.seconds:.0f} s window each, {a.pairs} pair(s), "
+        f"{psutil.cpu_count()} cores, "
         f"load average {load:.2f}"
     )
     pairs = [
-        (run(False, a.seconds, a.settle, a.domain), run(True, a.seconds, a.settle, a.domain)) for _ in range(a.pairs)
+        (run((), a.seconds, a.settle, a.domain), run(observers, a.seconds, a.settle, a.domain)) for _ in range(a.pairs)
     ]
     print(f"{'stream':<28}{'':>8}{'rate Hz':>9}{'gap ms':>8}{'src gap ms':>11}")
     for topic in STREAMS:
@@ -201,6 +240,11 @@ def main() -> None:
                 f"{mn['max_source_gap_s'] / mo['max_source_gap_s']:>11.2f}"
             )
             print(f"{'':<28}{'':>8}{verdict(both)}")
+    print("the machine under each run's worst policy/action gap (at the source):")
+    for i, (off, on) in enumerate(pairs, start=1):
+        for tag, r in ((f"off {i}", off), (f"on {i}", on)):
+            worst = r["streams"].get(STREAMS[0], {})
+            print(f" {tag}:" + machine_stalls(worst, r.get("stalls")).replace("\n", "\n      "))
     off, on = pairs[-1]
     names = sorted(set(off["cpu_pct"]) | set(on["cpu_pct"]), key=lambda n: -on["cpu_pct"].get(n, 0.0))
     print(f"{'process':<16}{'off %':>8}{'on %':>8}" + ("   (the last pair)" if len(pairs) > 1 else ""))
@@ -220,7 +264,12 @@ def main() -> None:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(
             json.dumps(
-                {"window_s": a.seconds, "load_at_start": load, "pairs": [{"off": f, "on": n} for f, n in pairs]},
+                {
+                    "window_s": a.seconds,
+                    "observers": list(observers),
+                    "load_at_start": load,
+                    "pairs": [{"off": f, "on": n} for f, n in pairs],
+                },
                 indent=2,
             )
         )
