@@ -150,7 +150,15 @@ def run(observers: tuple[str, ...], seconds: float, settle_s: float, domain: int
         except (OSError, ValueError):  # the probe died or wrote nothing: machine_stalls says so
             stalls = None
     streams = {s["topic"]: s for s in data["streams"] if s["topic"] in STREAMS}
-    return {"cpu_pct": cpu, "streams": streams, "viewer_messages": viewer.messages if viewer else 0, "stalls": stalls}
+    holds = [state for _, state in data.get("gate_history", []) if state in ("HOLD", "ESTOP")]
+    return {
+        "cpu_pct": cpu,
+        "streams": streams,
+        "viewer_messages": viewer.messages if viewer else 0,
+        "stalls": stalls,
+        "holds": holds,
+        "gate": data.get("gate"),
+    }
 
 
 RATE_TOLERANCE = 0.005
@@ -240,6 +248,15 @@ def main() -> None:
                 f"{mn['max_source_gap_s'] / mo['max_source_gap_s']:>11.2f}"
             )
             print(f"{'':<28}{'':>8}{verdict(both)}")
+    held = [
+        (f"{tag} {i}", r) for i, pair in enumerate(pairs, start=1) for tag, r in zip(("off", "on"), pair) if r["holds"]
+    ]
+    print(
+        "gate: no HOLD or ESTOP in any run"
+        if not held
+        else "gate HOLD/ESTOP in: "
+        + "; ".join(f"{tag} ({', '.join(r['holds'])}; {(r['gate'] or {}).get('reasons')})" for tag, r in held)
+    )
     print("the machine under each run's worst policy/action gap (at the source):")
     for i, (off, on) in enumerate(pairs, start=1):
         for tag, r in ((f"off {i}", off), (f"on {i}", on)):
