@@ -2,7 +2,7 @@
 
 import pytest
 
-from .child import run_python
+from .child import lines_in_own_session, run_python
 
 
 def test_a_thread_lowers_itself_to_the_stack_tier_and_the_process_keeps_its_own():
@@ -141,8 +141,6 @@ def test_a_node_gives_its_autogroup_its_niceness():
     niceness is what ranks a node against other sessions' processes: set and read back in a
     child that is alone in its session (so the test runner's own group is untouched)."""
     import os
-    import subprocess
-    import sys
 
     if not os.path.exists("/proc/self/autogroup"):
         pytest.skip("this kernel has no autogroups")
@@ -150,12 +148,8 @@ def test_a_node_gives_its_autogroup_its_niceness():
         "from egomimic_nodes.spin import set_autogroup_nice\n"
         "print(set_autogroup_nice(3)); print(open('/proc/self/autogroup').read().split()[-1])\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, start_new_session=True
-    )
-    assert out.returncode == 0, out.stderr
-    said, now = out.stdout.strip().splitlines()
-    assert said.startswith(", autogroup niceness 3 (was ") and now == "3", out.stdout
+    said, now = lines_in_own_session(code)
+    assert said.startswith(", autogroup niceness 3 (was ") and now == "3", (said, now)
 
 
 def test_a_node_in_its_launchers_session_leaves_the_graphs_autogroup_to_the_launcher():
@@ -164,8 +158,6 @@ def test_a_node_in_its_launchers_session_leaves_the_graphs_autogroup_to_the_laun
     child runs in a session of its own, as a launcher does, and starts a node-like grandchild
     in that session; the grandchild raises its priority and the group keeps its niceness."""
     import os
-    import subprocess
-    import sys
 
     if not os.path.exists("/proc/self/autogroup"):
         pytest.skip("this kernel has no autogroups")
@@ -180,11 +172,7 @@ def test_a_node_in_its_launchers_session_leaves_the_graphs_autogroup_to_the_laun
         "open('/proc/self/autogroup', 'w').write('3')\n"
         f"sys.exit(subprocess.run([sys.executable, '-c', {node!r}], process_group=0).returncode)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", launcher], capture_output=True, text=True, timeout=60, start_new_session=True
-    )
-    assert out.returncode == 0, out.stderr
-    said, group = out.stdout.strip().splitlines()
+    said, group = lines_in_own_session(launcher)
     assert said.endswith(", in its launcher's autogroup"), said
     assert group == "3", f"the node changed its launcher's group to {group}"
 
@@ -195,8 +183,6 @@ def test_a_node_raised_after_its_start_up_gives_every_thread_its_tier_but_the_mo
     outboxes) move with it, its model worker goes to the stack tier. In a child of its own session
     (so the test runner's autogroup and niceness are untouched)."""
     import os
-    import subprocess
-    import sys
 
     if os.geteuid() != 0:
         pytest.skip("raising a priority needs CAP_SYS_NICE")
@@ -213,11 +199,7 @@ def test_a_node_raised_after_its_start_up_gives_every_thread_its_tier_but_the_mo
         "print(PRIORITY_NICENESS, PRIORITY_NICENESS, STACK_NICENESS)\n"
         "stop.set()\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, start_new_session=True
-    )
-    assert out.returncode == 0, out.stderr
-    said, got, want = out.stdout.strip().splitlines()
+    said, got, want = lines_in_own_session(code)
     assert got == want, f"niceness of main, a thread made during start-up, the worker: {got}, expected {want}"
     assert "thread(s) moved" in said and "unchanged" not in said, said
 
@@ -228,8 +210,6 @@ def test_the_policys_tick_and_action_writer_go_to_the_path_tier_and_what_the_tic
     tick's thread starts afterwards (the executor's timer thread, made by its first spin) is FIFO
     too. In a child of its own session."""
     import os
-    import subprocess
-    import sys
 
     if os.geteuid() != 0:
         pytest.skip("SCHED_FIFO needs CAP_SYS_NICE")
@@ -247,11 +227,7 @@ def test_the_policys_tick_and_action_writer_go_to_the_path_tier_and_what_the_tic
         "print(*(tier(t) for t in (main, writer, worker, threads[2].native_id)), sep=';')\n"
         "stop.set()\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, start_new_session=True
-    )
-    assert out.returncode == 0, out.stderr
-    said, got = out.stdout.strip().splitlines()
+    said, got = lines_in_own_session(code)
     main, writer, worker, later = got.split(";")
     from egomimic_nodes.spin import PATH_FIFO_PRIORITY, STACK_NICENESS
 
@@ -263,8 +239,6 @@ def test_the_policys_tick_and_action_writer_go_to_the_path_tier_and_what_the_tic
 
 def test_the_path_tier_is_fifo_below_the_gate():
     import os
-    import subprocess
-    import sys
 
     from egomimic_nodes.spin import FIFO_PRIORITY, PATH_FIFO_PRIORITY
 
@@ -275,13 +249,10 @@ def test_the_path_tier_is_fifo_below_the_gate():
         "import os\nfrom egomimic_nodes.spin import raise_priority\n"
         "print(raise_priority('path')); print(os.sched_getscheduler(0), os.sched_getparam(0).sched_priority)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, start_new_session=True
-    )
-    assert out.returncode == 0, out.stderr
-    said, got = out.stdout.strip().splitlines()
+    said, got = lines_in_own_session(code)
     assert said == f"SCHED_FIFO priority {PATH_FIFO_PRIORITY}" and got == f"{os.SCHED_FIFO} {PATH_FIFO_PRIORITY}", (
-        out.stdout
+        said,
+        got,
     )
 
 
