@@ -45,7 +45,7 @@ MSG_SOURCES += $(wildcard ros2_ws/src/tf2_msgs/msg/*.msg ros2_ws/src/tf2_msgs/sr
                ros2_ws/src/tf2_msgs/CMakeLists.txt ros2_ws/src/tf2_msgs/package.xml ros2_ws/src/tf2_msgs/pyproject.toml
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test lint test-unit test-integration test-properties test-faults test-py312 bench soak replay-fixtures demo-learn default-policy clean-venv shm-clean wheelhouse docker-check
+.PHONY: help setup run test lint test-unit test-integration test-properties test-faults test-py312 bench soak replay-fixtures demo-learn eval-policy default-policy clean-venv shm-clean wheelhouse docker-check
 
 help: ## list the targets
 	@echo "EVA control service"
@@ -63,6 +63,7 @@ help: ## list the targets
 	@echo "  make soak         the sim graph for DURATION s (default 600 here) beside a one-core CPU hog: HOLDs, rejections, rates, CPU, RSS"
 	@echo "  make replay-fixtures  re-record the replay regression's fixture bags (tests/fixtures/bags) from the sim graph"
 	@echo "  make demo-learn   record expert episodes through the graph, train, deploy: trained vs untrained vs expert success (DEMO_ARGS)"
+	@echo "  make eval-policy  the box task's held-out trials for EVAL_POLICY (default: make run's) on EVAL_SEEDS (1000:1020) -> out/eval"
 	@echo "  make default-policy  make demo-learn, then ship its checkpoint as make run's default (policies/sim_box_grasp.*; ~25 min)"
 	@echo "  make shm-clean    remove Fast DDS shared memory left by killed processes on ROS_DOMAIN_ID (groups no live participant locks)"
 	@echo "  make wheelhouse   download every wheel the container images install into wheelhouse/ (TORCH=cpu|cuda)"
