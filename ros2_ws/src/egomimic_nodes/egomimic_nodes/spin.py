@@ -62,6 +62,7 @@ every node's log at the kill, with nothing to say which node was slow to leave (
 DDS_LOG_LEVELS = {"info": 20, "warning": 30, "error": 40}
 """rmw_log_severity_t values (rmw/types.h)."""
 SPIN_TIMEOUT_S = 0.1
+"""The spin loop wakes at least this often to see a signal or a dead parent."""
 GIL_SWITCH_INTERVAL_S = 0.0005
 """How long a thread that wants the GIL waits before it asks the holder to drop it (CPython's
 default: 5 ms). Every node runs a latency-bound thread beside others that run Python: the
@@ -70,7 +71,6 @@ for a moment after it is woken, beside the thread that handed it the message. Wi
 policy's action waited for the tick to finish building the chunk it had just accepted: the
 actions' stamp-to-write delays of 6-13 ms fell on chunk ticks (sim graph with the observers on,
 2026-12-07). A switch costs a few microseconds, and only while two threads want the GIL."""
-"""The spin loop wakes at least this often to see a signal or a dead parent."""
 PR_SET_PDEATHSIG = 1
 SLOW_REFRESH_S = 0.1
 """A graph refresh this slow (a peer's shared-memory port blocked) is reported at exit."""
