@@ -11,7 +11,8 @@ simulated arms, the default policy, auto_arm):
      (web:=true) with a live WebSocket client watching the three cameras and the gate's status,
      as a browser would. `--observers record` is recording alone (the recorder's acceptance).
 For each it prints the control stream's figures from the launcher's own summary (the policy's
-actions and the left arm's joint commands: rate and worst gap, at arrival and at the source) and
+actions, the frames node's proposals and the left arm's joint commands: rate and worst gap, at
+arrival and at the source) and
 each process's CPU over the same window after start-up, then the ratios on/off and the CPU the
 observers add. CPU shares are only comparable on an otherwise idle machine: the bench says the
 load average it started at. Beside each run, tools/stall_probe.py (SCHED_FIFO 90) says whether the
@@ -45,7 +46,14 @@ from soak import machine_stalls  # tools/ is not a package: the soak's own repor
 
 REPO = Path(__file__).resolve().parents[1]
 NS = "eva"
-STREAMS = (topics.POLICY_ACTION.resolve(NS), topics.JOINT_COMMAND.resolve(NS, arm="left"))
+STREAMS = (
+    topics.POLICY_ACTION.resolve(NS),
+    topics.COMMAND_PROPOSED.resolve(NS),
+    topics.JOINT_COMMAND.resolve(NS, arm="left"),
+)
+"""The command path hop by hop: the policy's actions, the frames node's proposals (hardware frame)
+and the gate's joint commands to the left arm; a gap that appears at one hop and not at the one
+before it was made there."""
 OBSERVERS = {
     "record": (("record:=true",), {"recorder"}),
     "bag": (("bag:=true",), {"bag"}),
@@ -186,7 +194,11 @@ def _stream_line(topic: str, label: str, r: dict) -> str:
     s = r["streams"].get(topic)
     if s is None:
         return f"{topic:<28}{label:>8}   (not in the summary)"
-    return f"{topic:<28}{label:>8}{s['rate_hz']:>9.2f}{s['max_gap_s'] * 1e3:>8.1f}{s['max_source_gap_s'] * 1e3:>11.1f}"
+    missed = f"   {s['missed']} never reached the launcher" if s.get("missed") else ""
+    return (
+        f"{topic:<28}{label:>8}{s['rate_hz']:>9.2f}{s['max_gap_s'] * 1e3:>8.1f}{s['max_source_gap_s'] * 1e3:>11.1f}"
+        + missed
+    )
 
 
 def main() -> None:
@@ -256,6 +268,18 @@ def main() -> None:
         if not held
         else "gate HOLD/ESTOP in: "
         + "; ".join(f"{tag} ({', '.join(r['holds'])}; {(r['gate'] or {}).get('reasons')})" for tag, r in held)
+    )
+    deferring = [
+        (f"{tag} {i}", r["gate"])
+        for i, pair in enumerate(pairs, start=1)
+        for tag, r in zip(("off", "on"), pair)
+        if (r["gate"] or {}).get("deferred")
+    ]
+    print(
+        "gate: no proposal deferred in any run"
+        if not deferring
+        else "gate deferred proposals (an input late: no joint command for that tick) in: "
+        + "; ".join(f"{tag} ({g['deferred']}, the last: {g.get('last_deferral')})" for tag, g in deferring)
     )
     print("the machine under each run's worst policy/action gap (at the source):")
     for i, (off, on) in enumerate(pairs, start=1):

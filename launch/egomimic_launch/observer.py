@@ -115,9 +115,10 @@ class GraphObserver:
         # executor callback per sample; arrival = the DDS reception time in the message info, so
         # a poll that comes late changes no rate and no latency. The few small messages whose
         # content matters are deserialized from the same raw bytes.
-        from egomimic_nodes.taken import TakenSubscriptions
+        from egomimic_nodes.taken import SequenceGaps, TakenSubscriptions
 
         self._taken = TakenSubscriptions(node.context, f"{node.get_name()}_observer")
+        self._gaps = SequenceGaps()
         self._streams = []
         content = {topics.POLICY_ACTION.resolve(namespace): (BimanualCommand, self._on_action)}
         for arm in ARMS:
@@ -152,7 +153,8 @@ class GraphObserver:
                 for raw, info in self._taken.take(sub, limit=10_000):
                     received = (info.get("received_timestamp") or time.time_ns()) * 1e-9
                     source = info.get("source_timestamp")
-                    add(received, received - header_stamp_s(raw), source * 1e-9 if source else None)
+                    missed = self._gaps.count(topic, info)
+                    add(received, received - header_stamp_s(raw), source * 1e-9 if source else None, missed)
                     if content is not None:
                         msg_type, handler = content
                         handler(deserialize_message(raw, msg_type))

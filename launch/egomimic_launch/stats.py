@@ -23,6 +23,10 @@ class StreamStats:
     max_source_gap_end_s: float = float("nan")
     """The source timestamp (s, system clock) that ended that longest gap: when it happened, to
     tell one producer's stall from the whole machine's (every stream's gap at the same time)."""
+    missed: int = 0
+    """Publications inside the window that this observer never received (the gaps in the writer's
+    sequence numbers). A gap across a missed publication is the observer's, not the writer's, and
+    does not count as a source gap; a missed one makes the rate look lower than the writer's."""
 
     @property
     def rate_error(self) -> float:
@@ -72,12 +76,15 @@ class StreamAccumulator:
         self.count = 0
         self.first_s = self.last_s = self.last_source_s = float("nan")
         self.max_gap_s = self.max_source_gap_s = self.max_source_gap_end_s = float("nan")
+        self.missed = 0
         self._bins[:] = 0
 
     def end_window(self, end_s: float) -> None:
         self.window = (self.window[0], end_s)
 
-    def add(self, arrival_s: float, latency_s: float, source_s: float | None = None) -> None:
+    def add(self, arrival_s: float, latency_s: float, source_s: float | None = None, missed: int = 0) -> None:
+        """One arrival; `missed`: how many of the writer's publications came between the previous
+        arrival and this one and never arrived (taken.SequenceGaps)."""
         recent = self.recent
         recent.append((arrival_s, latency_s, source_s if source_s is not None else float("nan")))
         while recent[0][0] < arrival_s - RECENT_S:
@@ -85,8 +92,9 @@ class StreamAccumulator:
         if not self.window[0] <= arrival_s <= self.window[1]:
             return
         if self.count:
+            self.missed += missed
             self.max_gap_s = np.fmax(self.max_gap_s, arrival_s - self.last_s)
-            if source_s is not None and self.last_source_s == self.last_source_s:
+            if source_s is not None and self.last_source_s == self.last_source_s and not missed:
                 gap = source_s - self.last_source_s
                 if not gap <= self.max_source_gap_s:  # the first gap too (nan compares False)
                     self.max_source_gap_s, self.max_source_gap_end_s = gap, source_s
@@ -135,6 +143,7 @@ class StreamAccumulator:
             float(self.max_gap_s),
             float(self.max_source_gap_s),
             float(self.max_source_gap_end_s),
+            self.missed,
         )
 
 

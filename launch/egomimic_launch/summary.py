@@ -222,10 +222,11 @@ class RunMonitor:
             lines.append(
                 f"{s.topic:<40}{s.nominal_hz:>8.1f}{s.rate_hz:>9.2f}{s.count:>7d}{s.latency_p50_ms:>8.1f}"
                 f"{s.latency_p99_ms:>8.1f}{s.max_gap_s * 1e3:>8.0f}{s.max_source_gap_s * 1e3:>8.0f}"
+                + (f"   {s.missed} published, never received here" if s.missed else "")
             )
         lines.append(
             "(gap: the longest time between two arrivals here; pub gap: between two publications, by the "
-            "writer's DDS source timestamps)"
+            "writer's DDS source timestamps and sequence numbers)"
         )
         lines.append("-" * 96)
         lines.append(
@@ -346,6 +347,8 @@ class RunMonitor:
                             "clamped": gs.clamped,
                             "reason": gs.reason,
                             "reasons": dict(zip(gs.reason_codes, map(int, gs.reason_counts))),
+                            "deferred": int(gate_d.get("deferred", 0)),
+                            "last_deferral": gate_d.get("last_deferral", ""),
                         },
                         "drivers": o.driver_diag,
                         "cpu": None if self.cpu is None else self.cpu.as_dict(),

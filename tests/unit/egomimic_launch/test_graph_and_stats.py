@@ -282,6 +282,22 @@ def test_the_worst_publication_gap_says_when_it_ended():
     assert s.max_source_gap_end_s == sources[200]
 
 
+def test_a_publication_the_observer_missed_is_no_gap_of_the_writer():
+    """A writer on time whose sample never reached this observer: its sequence numbers say so
+    (taken.SequenceGaps); the gap around it is counted as missed, not as the writer's."""
+    sources = [k / 30 for k in range(300)]
+    acc = StreamAccumulator("x", 30.0)
+    for k, x in enumerate(sources):
+        if k != 150:  # publication 150 never arrived
+            acc.add(x + 0.002, 0.002, x, missed=1 if k == 151 else 0)
+    s = acc.stats()
+    assert s.missed == 1
+    assert abs(s.max_source_gap_s - 1 / 30) < 1e-9  # not 2/30
+    assert abs(s.max_gap_s - 2 / 30) < 1e-9  # the arrivals did have that gap
+    late = accumulate(sources[:150] + [x + 0.03 for x in sources[150:]], (0.0, 100.0))
+    assert late.missed == 0  # a late writer without a sequence gap is the writer's gap
+
+
 def test_a_moment_tells_a_stalled_writer_from_a_late_path():
     """The look back at the second before a HOLD: by the writer's clock, a stream whose writer
     stopped shows the silence; one written on time but delivered late shows neither."""
