@@ -281,6 +281,9 @@ class StepAssembler:
         """The newest reference frame decided in this episode (a dropped one is bridged with it)."""
         self._used: dict[str, set[int]] = {cam: set() for cam in c.cameras}
         self._last_used: dict[str, int] = {}
+        self._first_used: dict[str, int] = {}
+        """Each camera's first frame a step of this episode carries: its older frames belong to
+        reference frames before the episode (or to steps skipped at its start), not to it."""
         self.steps = 0
         self.skipped: Counter[str] = Counter()
         """Steps not built, by the stream that prevented them."""
@@ -308,14 +311,15 @@ class StepAssembler:
             used = self._used[cam]
             if evicted.stamp_ns in used:
                 used.discard(evicted.stamp_ns)
-            elif self._counts_as_dropped(evicted.stamp_ns):
+            elif self._counts_as_dropped(stream, evicted.stamp_ns):
                 self._drop(stream)
 
-    def _counts_as_dropped(self, stamp_ns: int) -> bool:
-        """A frame of the episode's span that no step carries. The span starts half a period
-        before the first reference frame decided: another camera's frame before it belongs to a
-        reference frame from before the episode."""
-        return self.active and self._span_start_ns is not None and stamp_ns >= self._span_start_ns
+    def _counts_as_dropped(self, stream: str, stamp_ns: int) -> bool:
+        """A frame that no step carries although a step after it carries its camera's newer one
+        (passed over). One older than its camera's first recorded frame belongs to a reference
+        frame from before the episode (or to a step skipped at its start, counted as skipped)."""
+        first = self._first_used.get(stream)
+        return self.active and first is not None and stamp_ns > first
 
     def joints(
         self, arm: Arm | str, stamp_ns: int, joints_rad: np.ndarray, gripper_norm: float, received_ns: int
@@ -377,6 +381,7 @@ class StepAssembler:
         for used in self._used.values():
             used.clear()
         self._last_used.clear()
+        self._first_used.clear()
         self.steps = self.unrecorded = 0
         self.skipped.clear()
         self.last_skip = ""
@@ -387,13 +392,30 @@ class StepAssembler:
         self.active = True
 
     def end(self) -> dict[str, StreamCounts]:
-        """Close the episode; frames of its span that no step carries count as dropped."""
+        """Close the episode; frames that no step carries count as dropped: those between the
+        first and the newest frame of their camera that steps carry (passed over), and after the
+        newest one per reference frame decided at the end whose step was not recorded (skipped
+        or not taken by the writer). A camera's frame newer than that belongs to a step after the
+        end: frames are paired in order (_pick_frame), so a wrist camera capturing 17 ms before
+        the head camera gives the last head frame the wrist frame before it, and the one 16 ms
+        after it is the next head frame's, not a loss (a 600 s bench counted one such)."""
         if self.active and self._span_start_ns is not None:
             span_end = self._decided_ns + self._period_ns // 2
+            last_ref = self._last_used.get(image_stream(self.config.reference_camera), -1)
+            owed = sum(
+                1 for s in self._images[self.config.reference_camera] if last_ref < s.stamp_ns <= self._decided_ns
+            )
             for cam, history in self._images.items():
-                for s in history:
-                    if self._span_start_ns <= s.stamp_ns <= span_end and s.stamp_ns not in self._used[cam]:
-                        self.stats[image_stream(cam)].dropped += 1
+                last = self._last_used.get(image_stream(cam), -1)
+                unused = [
+                    s.stamp_ns
+                    for s in history
+                    if self._counts_as_dropped(image_stream(cam), s.stamp_ns)
+                    and s.stamp_ns <= span_end
+                    and s.stamp_ns not in self._used[cam]
+                ]
+                passed_over = sum(1 for t in unused if t < last)
+                self.stats[image_stream(cam)].dropped += passed_over + min(len(unused) - passed_over, owed)
         counts = self.counts()
         self.active = False
         return counts
@@ -540,7 +562,9 @@ class StepAssembler:
         nearest = self._pick(stream, history, stamp_ns, self.config.image_tolerance_s)
         if nearest is None:
             return None
-        last = self._last_used.get(stream, -1)
+        last = self._last_used.get(stream)
+        if last is None:  # the episode's first frame of this camera: the nearest, no order yet
+            return nearest
         in_order = next((s for s in history if s.stamp_ns > last and abs(s.stamp_ns - stamp_ns) <= tolerance_ns), None)
         if (
             in_order is not None
@@ -578,6 +602,7 @@ class StepAssembler:
             if self._last_used.get(stream) == sample.stamp_ns:
                 self.stats[stream].duplicated += 1
             self._last_used[stream] = sample.stamp_ns
+            self._first_used.setdefault(stream, sample.stamp_ns)
         for cam in c.cameras:
             self._used[cam].add(chosen[image_stream(cam)].stamp_ns)
         values: dict[str, np.ndarray] = {}
