@@ -274,7 +274,6 @@ class StepAssembler:
         """Newest stamp seen per stream, paired or not (liveness says which half is missing)."""
         self.active = False
         self._start_ns = 0
-        self._span_start_ns: int | None = None
         self._decided_ns = -1
         """Stamp of the newest reference frame whose step was decided (written or skipped)."""
         self._last_ref: Sample | None = None
@@ -386,7 +385,6 @@ class StepAssembler:
         self.skipped.clear()
         self.last_skip = ""
         self._start_ns = int(start_ns)
-        self._span_start_ns = None
         self._last_ref = None
         self._decided_ns = max(self._decided_ns, self._start_ns - 1)
         self.active = True
@@ -399,7 +397,7 @@ class StepAssembler:
         end: frames are paired in order (_pick_frame), so a wrist camera capturing 17 ms before
         the head camera gives the last head frame the wrist frame before it, and the one 16 ms
         after it is the next head frame's, not a loss (a 600 s bench counted one such)."""
-        if self.active and self._span_start_ns is not None:
+        if self.active and self._last_ref is not None:  # a reference frame was decided
             span_end = self._decided_ns + self._period_ns // 2
             last_ref = self._last_used.get(image_stream(self.config.reference_camera), -1)
             owed = sum(
@@ -477,8 +475,6 @@ class StepAssembler:
             if now_ns - frame.stamp_ns < hold_ns and not self._neighbours_arrived(frame.stamp_ns):
                 break
             self._decided_ns = frame.stamp_ns
-            if self._span_start_ns is None:
-                self._span_start_ns = frame.stamp_ns - self._period_ns // 2
             bridged = self._bridge_dropped_reference(frame)
             if bridged is not None:
                 steps.append(bridged)
