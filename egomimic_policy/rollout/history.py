@@ -9,6 +9,8 @@ reads when a query is due; both may run at once, hence the lock.
 A window holds one frame per period: walking back from the current observation, a recorded one
 closer than MIN_SPACING_PERIODS to its newer neighbour is the same tick's frame (the query built
 its observation a few ms after the tick recorded one), not the previous tick's, and is skipped.
+The tick records after it has sent its action and woken the worker, so a query may also come
+first; the window then ends with the previous tick's frame, as it should.
 A window never spans a gap: walking back from the current observation, a recorded one more
 than GAP_PERIODS periods older than its newer neighbour ends it (inputs were stale in between,
 so the frames between are missing). The window is then shorter, as at episode start, and the

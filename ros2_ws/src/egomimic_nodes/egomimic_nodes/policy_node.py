@@ -331,15 +331,20 @@ class PolicyNode(Node):
             self.get_logger().info(f"scheduling: {done}")
 
     def _on_tick(self) -> None:
+        """The action first, then the rest. The target comes from the queue alone, so nothing the
+        tick takes in can change it; what the tick did before the hand-off went into the action's
+        timing: taking the arm states (~13 samples a tick, 0.7-0.8 ms median, up to 2.8 ms) put
+        the hand-off 1.3-1.5 ms after the tick began, up to 3.8 ms, and its spread into the
+        stream's worst gap. With the action first: 0.74 ms median, 1.8 ms at most."""
         self._stall_dump.arm()
         self._note_lateness()
-        self._take_inputs(images=bool(self.history.depth))  # a window records every tick
         now = self.get_clock().now()
-        if self.history.depth:
-            self._record_history(now.nanoseconds)
         result = self.rollout.tick(now.nanoseconds)
         if result.target is not None:
             self._pub_action.publish(self._action_msg(result.target, now.to_msg()))
+        self._take_inputs(images=bool(self.history.depth))  # a window records every tick
+        if self.history.depth:
+            self._record_history(now.nanoseconds)
         for accepted in result.new_chunks:  # after the action: 100 rows take a few ms to build
             self._pub_chunk.publish(self._chunk_msg(accepted))
         if result.status is not self._status:
