@@ -294,3 +294,48 @@ def test_compressed_images_decode_to_the_raw_frames(node_process, ros_node):
     original = np.frombuffer(image.data, np.uint8).reshape(image.height, image.width, 3)
     assert decoded.shape == original.shape
     assert np.mean(np.abs(decoded.astype(int) - original.astype(int))) < 4.0
+
+
+def test_a_frame_that_goes_out_late_is_logged_and_counted(node_process, ros_node, tmp_path):
+    """The process stopped for 0.4 s (SIGSTOP: a real stall, as the hypervisor or a starved CPU
+    makes one): the first frame after it goes out long after its capture stamp, and the node says
+    so in its log (with where the capture thread's time went) and in /diagnostics (late_frames,
+    late_max_ms), for each camera."""
+    import os
+    import re
+    import signal
+
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    from egomimic_nodes import topics
+
+    proc = start_cameras(node_process, "-p", "backend:=synthetic", "-p", "publish_compressed:=true")
+    probe = Probe(ros_node)
+    statuses = {}
+    ros_node.create_subscription(
+        DiagnosticArray,
+        topics.DIAGNOSTICS.name(),
+        lambda m: statuses.update({s.name: {kv.key: kv.value for kv in s.values} for s in m.status}),
+        topics.DIAGNOSTICS.qos,
+    )
+    assert wait_for(lambda: all_ok(probe) and all(f"{NS}/camera/{c}" in statuses for c in CAMS), 30.0)
+    before = {c: int(statuses[f"{NS}/camera/{c}"]["late_frames"]) for c in CAMS}  # start-up has some
+    os.kill(proc.pid, signal.SIGSTOP)
+    t_stop = time.monotonic()
+    while time.monotonic() - t_stop < 0.4:
+        time.sleep(0.05)  # the length of the stop itself, not a wait for an outcome
+    os.kill(proc.pid, signal.SIGCONT)
+
+    def late(cam):
+        values = statuses.get(f"{NS}/camera/{cam}", {})
+        return int(values.get("late_frames", 0)) > before[cam] and float(values["late_max_ms"]) >= 300.0
+
+    assert wait_for(lambda: all(late(c) for c in CAMS), 10.0), statuses
+    log = tmp_path / "camera_node.log"
+    pattern = r"(\w+): frame goes out (\d+) ms after its capture stamp.*?used (\d+) ms of CPU"
+
+    def logged() -> set[str]:  # a new worst is always logged, whatever start-up logged before
+        return {cam for cam, ms, _ in re.findall(pattern, log.read_text()) if int(ms) >= 300}
+
+    assert wait_for(lambda: logged() == set(CAMS), 5.0), re.findall(pattern, log.read_text())
+    assert wait_for(lambda: all_ok(probe), 5.0)  # and the cameras go on

@@ -129,3 +129,49 @@ def test_close_all_waits_once_for_every_blocked_sender(node):
     for box in boxes:
         box._thread.join(10.0)
         assert not box._thread.is_alive() and box.sent == 1
+
+
+def test_publish_later_makes_the_bytes_on_the_outbox_thread_and_only_for_what_is_sent(node):
+    """publish_later(make): `make` runs on the outbox's thread right before the send (the caller
+    never runs it), a message dropped from the queue while a send is blocked is never made, and
+    a `make` that raises is a failed send after which the outbox goes on."""
+    from std_msgs.msg import Header
+
+    from egomimic_nodes.cdr_length import serialize
+    from egomimic_nodes.outbox import Outbox
+
+    box = Outbox(node.create_publisher(Header, "/outbox_test/later", 10), keep=1)
+    release, entered = threading.Event(), threading.Event()
+    sent: list[bytes] = []
+
+    def gated_send(_publisher, data):
+        entered.set()
+        release.wait(10.0)
+        sent.append(bytes(data))
+        return True
+
+    box.send = gated_send
+    made_on: dict[str, int] = {}
+
+    def make(name: str):
+        def fn() -> bytes:
+            made_on[name] = threading.get_native_id()
+            if name == "broken":
+                raise ValueError("no bytes")
+            return serialize(Header(frame_id=name))
+
+        return fn
+
+    box.publish_later(make("first"))
+    assert entered.wait(5.0)  # the first is being sent: the next two queue, keep=1 keeps the newer
+    box.publish_later(make("dropped"))
+    box.publish_later(make("broken"))
+    release.set()
+    assert box.flush(5.0)
+    box.publish_later(make("last"))
+    assert box.flush(5.0)
+    box.close()
+    assert set(made_on) == {"first", "broken", "last"}, made_on  # the dropped one was never made
+    assert set(made_on.values()) == {box.native_id} != {threading.get_native_id()}
+    assert sent == [serialize(Header(frame_id=n)) for n in ("first", "last")]
+    assert (box.sent, box.dropped, box.failed) == (2, 1, 1)

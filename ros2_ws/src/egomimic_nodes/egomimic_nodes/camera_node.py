@@ -17,7 +17,8 @@ hardware cameras run one process each, so a stuck USB driver takes down one stre
 Every frame goes through FrameShaper: area-resized to `width` x `height` (default 640x480, what
 the models were trained on) and converted to RGB once. Each camera has its own capture thread
 (blocking backend reads; the image and the health published right after capture, camera_info
-and the JPEG handed to outboxes that send from their own threads: _Stream.__init__ says why);
+and the JPEG handed to outboxes that send from their own threads, the JPEG's thread encoding it
+too: _Stream.__init__ and _Stream.publish say why; /diagnostics goes through an outbox as well);
 the executor runs the health timer and the parameter callback. The synthetic scene's arm poses are taken by a thread of their own, so a
 take that waits in the middleware never holds up a capture (taken.py says how one can).
 
@@ -40,6 +41,7 @@ are read at start and refused at runtime (read-only).
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 
@@ -83,6 +85,13 @@ SIDE_KEEP = 8
 """Frames an outbox of camera_info or JPEGs holds while its send waits (267 ms at 30 Hz; more
 are dropped, oldest first, and counted in /diagnostics)."""
 STALE_REPUBLISH_NS = 100_000_000
+LATE_FRAME_PERIODS = 2.0
+"""A frame that goes out this many periods or more after its capture stamp is logged (with where
+the capture thread's time went meanwhile) and counted (`late_frames`, `late_max_ms` in
+/diagnostics): the gate defers commands once a camera's newest frame is 100 ms old, and this says
+whether the camera itself was late, and why."""
+LATE_LOG_EVERY_S = 1.0
+"""A camera's late frames are logged at most once a second, except a new worst."""
 """While a camera is not OK and no frame comes, its health is republished every 100 ms."""
 DIAG_LEVEL = {
     HealthState.OK: diagnostics.OK,
@@ -173,6 +182,13 @@ class _Stream:
         self.compressed = CompressedImage(format="rgb8; jpeg compressed bgr8")
         self.compressed.header.frame_id = f"{camera}_optical"
         self.publish_errors = 0
+        self.late_frames = 0
+        self.late_max_ns = 0
+        self._late_logged = -LATE_LOG_EVERY_S
+        self._late_after_ns = int(LATE_FRAME_PERIODS * 1e9 / health.expected_rate_hz)
+        self._last_sent: tuple[float, float, float, float, float] | None = None
+        """(monotonic, this thread's CPU time; s taken by the image's send, the health's check and send,
+        the info's and JPEG's hand-offs) after the previous frame: the late-frame log's account."""
         self.lock = threading.Lock()  # guards last_state / last_health_ns (capture thread vs timer)
         self.last_state = HealthState.STARTING
         self.last_health_ns = 0
@@ -194,6 +210,8 @@ class _Stream:
             self.publish(self.shaper.shape(frame), frame.capture_ns)
 
     def publish(self, rgb: np.ndarray, capture_ns: int) -> None:
+        self._note_lateness(capture_ns)
+        sent = time.monotonic()
         try:
             if not publish_serialized(self.pub_image, self.image.fill(capture_ns, rgb)):
                 raise RuntimeError("rcl refused the message")
@@ -203,14 +221,51 @@ class _Stream:
                 return
             self.publish_errors += 1
             self.node.get_logger().warning(f"{self.camera}: publish failed: {exc}", throttle_duration_sec=5.0)
+        image_sent = time.monotonic()
         report = self.monitor.on_frame(capture_ns, rgb)
         self.publish_health(report, capture_ns)
+        health_sent = time.monotonic()
         self.info.stamp(capture_ns)
         self.out_info.publish_bytes(bytes(self.info.buffer))  # a copy: the template is patched per frame
         if self.out_compressed is not None:
-            self.compressed.header.stamp = ns_to_stamp(capture_ns)
-            self.compressed.data = simplejpeg.encode_jpeg(rgb, quality=self.jpeg_quality, colorspace="RGB")
-            self.out_compressed.publish_bytes(serialize(self.compressed))
+            # Encoded on the JPEG outbox's thread (simplejpeg releases the GIL), from a copy: the
+            # shaper and the backends reuse their buffers. Encoded here, 2-4 ms a frame, and under
+            # load (every observer on) up to 80 ms of waiting for the GIL and a CPU, each JPEG
+            # held this camera's next frame back: the gate deferred commands on frames 104-159 ms old.
+            self.out_compressed.publish_later(functools.partial(self._jpeg, rgb.copy(), capture_ns))
+        done = time.monotonic()
+        self._last_sent = (done, time.thread_time(), image_sent - sent, health_sent - image_sent, done - health_sent)
+
+    def _jpeg(self, rgb: np.ndarray, capture_ns: int) -> bytes:
+        """The frame's CompressedImage, serialized (on the JPEG outbox's thread, the only user of
+        self.compressed)."""
+        self.compressed.header.stamp = ns_to_stamp(capture_ns)
+        self.compressed.data = simplejpeg.encode_jpeg(rgb, quality=self.jpeg_quality, colorspace="RGB")
+        return serialize(self.compressed)
+
+    def _note_lateness(self, capture_ns: int) -> None:
+        """Count and log a frame about to go out LATE_FRAME_PERIODS or more after its capture:
+        with this thread's CPU time since the previous frame went out (about all of the gap: the
+        thread was busy, rendering or reading; much less: it waited, for the device, the GIL or
+        a CPU) and what the previous frame's sends took."""
+        late_ns = self.node._now_ns() - capture_ns
+        if late_ns < self._late_after_ns:
+            return
+        self.late_frames += 1
+        worst = late_ns > self.late_max_ns
+        self.late_max_ns = max(self.late_max_ns, late_ns)
+        now = time.monotonic()
+        if self._last_sent is None or (not worst and now - self._late_logged < LATE_LOG_EVERY_S):
+            return  # a new worst always goes to the log; the others once a second per camera
+        self._late_logged = now
+        at, cpu, image_s, health_s, rest_s = self._last_sent
+        self.node.get_logger().warning(
+            f"{self.camera}: frame goes out {late_ns * 1e-6:.0f} ms after its capture stamp ({self.late_frames} so "
+            f"far); since the previous frame went out {(time.monotonic() - at) * 1e3:.0f} ms ago this thread used "
+            f"{(time.thread_time() - cpu) * 1e3:.0f} ms of CPU (thread {threading.get_native_id()}); the previous "
+            f"frame's image send took {image_s * 1e3:.1f} ms, its health {health_s * 1e3:.1f} ms, its info and JPEG "
+            f"hand-offs {rest_s * 1e3:.1f} ms"
+        )
 
     def outbox_stats(self) -> dict:
         """Sent, dropped and failed per outbox, for /diagnostics."""
@@ -293,7 +348,15 @@ class CameraNode(Node):
             for s in self._streams:
                 s.backend.close()
             raise
-        self._pub_diag = self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos)
+        # An Outbox like every other output: rclpy's publish() keeps the GIL while it waits for a
+        # subscriber's shared-memory port, and /diagnostics goes to the observers (bag, monitor,
+        # web view, launcher) at normal priority. Published with publish(), one of them
+        # descheduled while holding its port stopped all three capture threads for 45-100 ms
+        # (they need the GIL): with every observer on the gate deferred commands because a
+        # camera's newest frame was 104-159 ms old (2 of 5 bench runs, 2026-12-07).
+        self._pub_diag = Outbox(
+            self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos), keep=SIDE_KEEP
+        )
         self._diag_lock = threading.Lock()
         self.create_timer(1.0 / config.health_check_hz, self._check_health)
         self.create_timer(1.0, self._publish_diagnostics)
@@ -408,6 +471,8 @@ class CameraNode(Node):
                 + s.out_info.failed
                 + (s.out_compressed.failed if s.out_compressed is not None else 0),
                 **s.outbox_stats(),
+                "late_frames": s.late_frames,
+                "late_max_ms": round(s.late_max_ns * 1e-6, 1),
                 "pose_errors": self.pose_errors,
                 "fault": self.fault.describe(),
             },
@@ -445,7 +510,7 @@ class CameraNode(Node):
             s.backend.close()
         # the outboxes within what is left of the same deadline (a send to a dead subscriber's
         # port can take 1 s; their threads are daemons)
-        boxes = [box for s in self._streams for box in (s.out_info, s.out_compressed)]
+        boxes = [box for s in self._streams for box in (s.out_info, s.out_compressed)] + [self._pub_diag]
         close_all(boxes, max(0.0, deadline - time.monotonic()))
         if self._poses is not None:
             self._poses.destroy()  # rclpy defers it while a wait or a take still holds a handle
