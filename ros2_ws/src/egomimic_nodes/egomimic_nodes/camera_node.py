@@ -17,8 +17,8 @@ hardware cameras run one process each, so a stuck USB driver takes down one stre
 Every frame goes through FrameShaper: area-resized to `width` x `height` (default 640x480, what
 the models were trained on) and converted to RGB once. Each camera has its own capture thread
 (blocking backend reads; the image and the health published right after capture, camera_info
-and the JPEG handed to outboxes that send from their own threads, the JPEG's thread encoding it
-too: _Stream.__init__ and _Stream.publish say why; /diagnostics goes through an outbox as well);
+and the JPEG handed to outboxes that send from their own threads: _Stream.__init__ says why;
+/diagnostics goes through an outbox as well);
 the executor runs the health timer and the parameter callback. The synthetic scene's arm poses are taken by a thread of their own, so a
 take that waits in the middleware never holds up a capture (taken.py says how one can).
 
@@ -41,7 +41,6 @@ are read at start and refused at runtime (read-only).
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 
@@ -85,6 +84,7 @@ SIDE_KEEP = 8
 """Frames an outbox of camera_info or JPEGs holds while its send waits (267 ms at 30 Hz; more
 are dropped, oldest first, and counted in /diagnostics)."""
 STALE_REPUBLISH_NS = 100_000_000
+"""While a camera is not OK and no frame comes, its health is republished every 100 ms."""
 LATE_FRAME_PERIODS = 2.0
 """A frame that goes out this many periods or more after its capture stamp is logged (with where
 the capture thread's time went meanwhile) and counted (`late_frames`, `late_max_ms` in
@@ -92,7 +92,6 @@ the capture thread's time went meanwhile) and counted (`late_frames`, `late_max_
 whether the camera itself was late, and why."""
 LATE_LOG_EVERY_S = 1.0
 """A camera's late frames are logged at most once a second, except a new worst."""
-"""While a camera is not OK and no frame comes, its health is republished every 100 ms."""
 DIAG_LEVEL = {
     HealthState.OK: diagnostics.OK,
     HealthState.STARTING: diagnostics.WARN,
@@ -188,7 +187,7 @@ class _Stream:
         self._late_after_ns = int(LATE_FRAME_PERIODS * 1e9 / health.expected_rate_hz)
         self._last_sent: tuple[float, float, float, float, float] | None = None
         """(monotonic, this thread's CPU time; s taken by the image's send, the health's check and send,
-        the info's and JPEG's hand-offs) after the previous frame: the late-frame log's account."""
+        the info's hand-off and the JPEG's encode and hand-off) after the previous frame: the late-frame log's account."""
         self.lock = threading.Lock()  # guards last_state / last_health_ns (capture thread vs timer)
         self.last_state = HealthState.STARTING
         self.last_health_ns = 0
@@ -228,20 +227,11 @@ class _Stream:
         self.info.stamp(capture_ns)
         self.out_info.publish_bytes(bytes(self.info.buffer))  # a copy: the template is patched per frame
         if self.out_compressed is not None:
-            # Encoded on the JPEG outbox's thread (simplejpeg releases the GIL), from a copy: the
-            # shaper and the backends reuse their buffers. Encoded here, 2-4 ms a frame, and under
-            # load (every observer on) up to 80 ms of waiting for the GIL and a CPU, each JPEG
-            # held this camera's next frame back: the gate deferred commands on frames 104-159 ms old.
-            self.out_compressed.publish_later(functools.partial(self._jpeg, rgb.copy(), capture_ns))
+            self.compressed.header.stamp = ns_to_stamp(capture_ns)
+            self.compressed.data = simplejpeg.encode_jpeg(rgb, quality=self.jpeg_quality, colorspace="RGB")
+            self.out_compressed.publish_bytes(serialize(self.compressed))
         done = time.monotonic()
         self._last_sent = (done, time.thread_time(), image_sent - sent, health_sent - image_sent, done - health_sent)
-
-    def _jpeg(self, rgb: np.ndarray, capture_ns: int) -> bytes:
-        """The frame's CompressedImage, serialized (on the JPEG outbox's thread, the only user of
-        self.compressed)."""
-        self.compressed.header.stamp = ns_to_stamp(capture_ns)
-        self.compressed.data = simplejpeg.encode_jpeg(rgb, quality=self.jpeg_quality, colorspace="RGB")
-        return serialize(self.compressed)
 
     def _note_lateness(self, capture_ns: int) -> None:
         """Count and log a frame about to go out LATE_FRAME_PERIODS or more after its capture:
@@ -264,7 +254,7 @@ class _Stream:
             f"far); since the previous frame went out {(time.monotonic() - at) * 1e3:.0f} ms ago this thread used "
             f"{(time.thread_time() - cpu) * 1e3:.0f} ms of CPU (thread {threading.get_native_id()}); the previous "
             f"frame's image send took {image_s * 1e3:.1f} ms, its health {health_s * 1e3:.1f} ms, its info and JPEG "
-            f"hand-offs {rest_s * 1e3:.1f} ms"
+            f"{rest_s * 1e3:.1f} ms"
         )
 
     def outbox_stats(self) -> dict:
@@ -348,12 +338,9 @@ class CameraNode(Node):
             for s in self._streams:
                 s.backend.close()
             raise
-        # An Outbox like every other output: rclpy's publish() keeps the GIL while it waits for a
-        # subscriber's shared-memory port, and /diagnostics goes to the observers (bag, monitor,
-        # web view, launcher) at normal priority. Published with publish(), one of them
-        # descheduled while holding its port stopped all three capture threads for 45-100 ms
-        # (they need the GIL): with every observer on the gate deferred commands because a
-        # camera's newest frame was 104-159 ms old (2 of 5 bench runs, 2026-12-07).
+        # An Outbox like every other output of the control graph: rclpy's publish() keeps the GIL
+        # while it waits for a subscriber's shared-memory port, /diagnostics goes to the
+        # observers (bag, monitor, web view, launcher), and the capture threads need the GIL.
         self._pub_diag = Outbox(
             self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS.name(), topics.DIAGNOSTICS.qos), keep=SIDE_KEEP
         )

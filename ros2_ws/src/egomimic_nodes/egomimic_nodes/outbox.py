@@ -16,10 +16,6 @@ through ctypes; ctypes releases the GIL for the call. A blocked receiver then ho
 writer's thread. While it is blocked, at most `keep` messages wait, oldest dropped first (and
 counted): a joint target or a pose is superseded by the next one, so `keep=1` sends the newest.
 The same bytes reach every subscriber as with publish() (the same CDR, the same writer).
-
-`publish_later(make)` queues the work of making the bytes instead (a camera's JPEG): the outbox's
-thread calls `make()` right before the send, so the caller never waits for it, and a message
-dropped from the queue is never made.
 """
 
 from __future__ import annotations
@@ -28,7 +24,6 @@ import ctypes
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 
 from egomimic_nodes.cdr_length import serialize
 from egomimic_nodes.rcl_ctypes import Allocator, SerializedMessage, loaded_library, rcutils_errors
@@ -83,7 +78,7 @@ class Outbox:
         _rcl()  # load librcl's entry points now, not in the sending thread
         self.send = publish_serialized
         """How the thread hands bytes to the middleware: (publisher, data) -> ok."""
-        self._queue: deque[bytes | Callable[[], bytes]] = deque(maxlen=keep)
+        self._queue: deque[bytes] = deque(maxlen=keep)
         self._cv = threading.Condition()
         self._closed = False
         self._in_flight_since: float | None = None
@@ -102,15 +97,6 @@ class Outbox:
 
     def publish_bytes(self, data: bytes) -> None:
         """Queue CDR bytes that are already a message of the publisher's type (serialized.py)."""
-        self._queue_item(data)
-
-    def publish_later(self, make: Callable[[], bytes]) -> None:
-        """Queue `make`, which this outbox's thread calls for the CDR bytes just before it sends
-        them (work the caller must not wait for). An exception from `make` counts as a failed
-        send; the thread goes on."""
-        self._queue_item(make)
-
-    def _queue_item(self, data) -> None:
         with self._cv:
             if self._closed:
                 return
@@ -162,14 +148,9 @@ class Outbox:
                 data = self._queue.popleft()
                 self._in_flight_since = start = time.monotonic()
             try:
-                data = data() if callable(data) else data
-            except Exception:  # noqa: BLE001 - nothing to send: a failed send, the next one may work
-                ok = False
-            else:
-                try:
-                    ok = self._send(data)
-                except Exception:  # noqa: BLE001 - a destroyed publisher (shutdown): stop sending
-                    ok = None
+                ok = self._send(data)
+            except Exception:  # noqa: BLE001 - a destroyed publisher (shutdown): stop sending
+                ok = None
             took = time.monotonic() - start
             with self._cv:
                 self._in_flight_since = None
