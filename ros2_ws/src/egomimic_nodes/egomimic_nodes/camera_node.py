@@ -251,7 +251,7 @@ class _Stream:
         at, cpu, image_s, health_s, rest_s = self._last_sent
         self.node.get_logger().warning(
             f"{self.camera}: frame goes out {late_ns * 1e-6:.0f} ms after its capture stamp ({self.late_frames} so "
-            f"far); since the previous frame went out {(time.monotonic() - at) * 1e3:.0f} ms ago this thread used "
+            f"far); since the previous frame went out {(now - at) * 1e3:.0f} ms ago this thread used "
             f"{(time.thread_time() - cpu) * 1e3:.0f} ms of CPU (thread {threading.get_native_id()}); the previous "
             f"frame's image send took {image_s * 1e3:.1f} ms, its health {health_s * 1e3:.1f} ms, its info and JPEG "
             f"{rest_s * 1e3:.1f} ms"
