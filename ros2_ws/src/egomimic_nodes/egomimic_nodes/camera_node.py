@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import NamedTuple
 
 import numpy as np
 import simplejpeg
@@ -71,6 +72,7 @@ from egomimic_nodes.params import declare_config
 from egomimic_nodes.serialized import SerializedImage, SerializedTemplate
 from egomimic_nodes.spin import run_node
 from egomimic_nodes.taken import TakenSubscriptions
+from egomimic_nodes.thread_sched import ThreadSchedStat
 
 POSE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE)
 """The scene's ee_pose readers: only the newest pose is drawn."""
@@ -126,6 +128,19 @@ def health_message(report: HealthReport, stamp) -> CameraHealth:
     msg.interval_jitter_s = float(report.interval_jitter_s)
     msg.dropped, msg.duplicated, msg.frames = report.dropped, report.duplicated, report.frames
     return msg
+
+
+class _Sent(NamedTuple):
+    """What the late-frame log knows of the previous frame: when it went out (monotonic s), the
+    capture thread's CPU time and run-queue wait then, and how long its sends took (s)."""
+
+    at: float
+    cpu_s: float
+    waited_ns: int | None
+    image_s: float
+    health_s: float
+    health_middleware_s: float
+    rest_s: float
 
 
 class _Stream:
@@ -185,9 +200,11 @@ class _Stream:
         self.late_max_ns = 0
         self._late_logged = -LATE_LOG_EVERY_S
         self._late_after_ns = int(LATE_FRAME_PERIODS * 1e9 / health.expected_rate_hz)
-        self._last_sent: tuple[float, float, float, float, float] | None = None
-        """(monotonic, this thread's CPU time; s taken by the image's send, the health's check and send,
-        the info's hand-off and the JPEG's encode and hand-off) after the previous frame: the late-frame log's account."""
+        self._last_sent: _Sent | None = None
+        """The late-frame log's account of the previous frame."""
+        self._schedstat: ThreadSchedStat | None = None
+        """The capture thread's run-queue wait (opened by that thread: /proc/thread-self)."""
+        self._health_mw_s = 0.0
         self.lock = threading.Lock()  # guards last_state / last_health_ns (capture thread vs timer)
         self.last_state = HealthState.STARTING
         self.last_health_ns = 0
@@ -195,18 +212,24 @@ class _Stream:
 
     def _capture_loop(self) -> None:
         node = self.node
-        while not node.stopping.is_set():
-            try:
-                frame = self.backend.read(READ_TIMEOUT_S)
-            except Exception as exc:  # noqa: BLE001 - any backend failure is reported as ERROR, never a silent dead thread
-                why = str(exc) if isinstance(exc, (CameraError, ConfigError)) else f"{type(exc).__name__}: {exc}"
-                self.monitor.on_error(why)
-                node.get_logger().error(f"{self.camera}: {why}", throttle_duration_sec=5.0)
-                node.stopping.wait(0.5)
-                continue
-            if frame is None:
-                continue
-            self.publish(self.shaper.shape(frame), frame.capture_ns)
+        self._schedstat = ThreadSchedStat.open()
+        try:
+            while not node.stopping.is_set():
+                try:
+                    frame = self.backend.read(READ_TIMEOUT_S)
+                except Exception as exc:  # noqa: BLE001 - any backend failure is reported as ERROR, never a silent dead thread
+                    why = str(exc) if isinstance(exc, (CameraError, ConfigError)) else f"{type(exc).__name__}: {exc}"
+                    self.monitor.on_error(why)
+                    node.get_logger().error(f"{self.camera}: {why}", throttle_duration_sec=5.0)
+                    node.stopping.wait(0.5)
+                    continue
+                if frame is None:
+                    continue
+                self.publish(self.shaper.shape(frame), frame.capture_ns)
+        finally:
+            if self._schedstat is not None:
+                self._schedstat.close()
+                self._schedstat = None
 
     def publish(self, rgb: np.ndarray, capture_ns: int) -> None:
         self._note_lateness(capture_ns)
@@ -231,13 +254,22 @@ class _Stream:
             self.compressed.data = simplejpeg.encode_jpeg(rgb, quality=self.jpeg_quality, colorspace="RGB")
             self.out_compressed.publish_bytes(serialize(self.compressed))
         done = time.monotonic()
-        self._last_sent = (done, time.thread_time(), image_sent - sent, health_sent - image_sent, done - health_sent)
+        self._last_sent = _Sent(
+            done,
+            time.thread_time(),
+            self._schedstat.waited_ns() if self._schedstat is not None else None,
+            image_sent - sent,
+            health_sent - image_sent,
+            self._health_mw_s,
+            done - health_sent,
+        )
 
     def _note_lateness(self, capture_ns: int) -> None:
         """Count and log a frame about to go out LATE_FRAME_PERIODS or more after its capture:
-        with this thread's CPU time since the previous frame went out (about all of the gap: the
-        thread was busy, rendering or reading; much less: it waited, for the device, the GIL or
-        a CPU) and what the previous frame's sends took."""
+        with this thread's CPU time since the previous frame went out and how long it waited for
+        a CPU meanwhile (run and CPU wait about all of the gap: the thread was busy or starved of
+        CPU; much less: it slept, on the device, the GIL or a lock) and what the previous frame's
+        sends took (the health's also inside the middleware call, which runs without the GIL)."""
         late_ns = self.node._now_ns() - capture_ns
         if late_ns < self._late_after_ns:
             return
@@ -248,13 +280,20 @@ class _Stream:
         if self._last_sent is None or (not worst and now - self._late_logged < LATE_LOG_EVERY_S):
             return  # a new worst always goes to the log; the others once a second per camera
         self._late_logged = now
-        at, cpu, image_s, health_s, rest_s = self._last_sent
+        last = self._last_sent
+        waited_ns = self._schedstat.waited_ns() if self._schedstat is not None else None
+        waited = (
+            f"{(waited_ns - last.waited_ns) * 1e-6:.0f} ms"
+            if waited_ns is not None and last.waited_ns is not None
+            else "?"
+        )
         self.node.get_logger().warning(
             f"{self.camera}: frame goes out {late_ns * 1e-6:.0f} ms after its capture stamp ({self.late_frames} so "
-            f"far); since the previous frame went out {(now - at) * 1e3:.0f} ms ago this thread used "
-            f"{(time.thread_time() - cpu) * 1e3:.0f} ms of CPU (thread {threading.get_native_id()}); the previous "
-            f"frame's image send took {image_s * 1e3:.1f} ms, its health {health_s * 1e3:.1f} ms, its info and JPEG "
-            f"{rest_s * 1e3:.1f} ms"
+            f"far); since the previous frame went out {(now - last.at) * 1e3:.0f} ms ago this thread used "
+            f"{(time.thread_time() - last.cpu_s) * 1e3:.0f} ms of CPU and waited {waited} for one (thread "
+            f"{threading.get_native_id()}); the previous frame's image send took {last.image_s * 1e3:.1f} ms, its "
+            f"health {last.health_s * 1e3:.1f} ms ({last.health_middleware_s * 1e3:.1f} ms in the middleware), its "
+            f"info and JPEG {last.rest_s * 1e3:.1f} ms"
         )
 
     def outbox_stats(self) -> dict:
@@ -273,11 +312,14 @@ class _Stream:
         # Without the GIL, like the images: rclpy's publish() keeps it while a subscriber's
         # shared-memory port is locked (a process that died holding it: 1 s per push), and the
         # node's other threads, its exit included, would stop with this one.
+        data = serialize(health_message(report, ns_to_stamp(now_ns)))
+        sent = time.monotonic()
         try:
-            if not publish_serialized(self.pub_health, serialize(health_message(report, ns_to_stamp(now_ns)))):
+            if not publish_serialized(self.pub_health, data):
                 self.publish_errors += 1
         except Exception:  # noqa: BLE001 - counted like image publish failures
             self.publish_errors += 1
+        self._health_mw_s = time.monotonic() - sent
         if changed:
             self.node.state_changed(self, report)
 
