@@ -61,8 +61,8 @@ OBSERVERS = {
     "web": (("web:=true", "web_port:=0"), {"webview", "robot_state", "monitor"}),  # web runs viz's nodes too
 }
 """Each observer: its launch arguments and the processes it adds."""
-CONTROL_NODES = 8
-"""drivers x2, frames, cameras x3 (one process each), gate, policy."""
+CONTROL_NODES = 6
+"""drivers x2, frames, cameras, gate, policy."""
 
 
 class Viewer(threading.Thread):

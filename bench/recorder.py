@@ -43,7 +43,6 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from egomimic_bringup.graph import camera_node_name
 from egomimic_data.episode_format import EpisodeReader
 from egomimic_data.recording import STATS_ATTRIBUTE
 from egomimic_hw.description import CAMERAS, CONTROL_RATE_HZ
@@ -53,9 +52,6 @@ from egomimic_nodes import topics
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))
 from soak import machine_stalls  # noqa: E402  (tools/ is not a package: the soak's own report line)
-
-CAMERA_NODES = tuple(camera_node_name(cam) for cam in CAMERAS)
-"""The cameras' processes (one per camera), whose JPEGs are the recording's share of their CPU."""
 
 CPU_TARGET = 0.2
 """CPU-seconds of the recorder process per recorded second (the acceptance bar)."""
@@ -105,11 +101,10 @@ def run(record: bool, seconds: float, domain: int, work: Path) -> dict:
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     launcher = psutil.Process(proc.pid)
     watched: dict[str, psutil.Process] = {}
-    # (wall time, CPU s) of the recorder and of each camera's process
-    samples: dict[str, list[tuple[float, float]]] = {"recorder": [], **{name: [] for name in CAMERA_NODES}}
+    samples: dict[str, list[tuple[float, float]]] = {"recorder": [], "cameras": []}  # (wall time, CPU s)
     try:
         while proc.poll() is None:
-            if len(watched) < len(samples) - (0 if record else 1):
+            if len(watched) < (2 if record else 1):
                 found = node_processes(launcher)
                 watched.update({name: found[name] for name in samples if name in found and name not in watched})
             for name, p in list(watched.items()):
@@ -147,7 +142,7 @@ def run(record: bool, seconds: float, domain: int, work: Path) -> dict:
     return {
         "summary": data,
         "cpu_samples": samples["recorder"],
-        "camera_cpu_s_per_s": sum(cpu_rate(samples[name][len(samples[name]) // 4 :]) for name in CAMERA_NODES),
+        "camera_cpu_s_per_s": cpu_rate(samples["cameras"][len(samples["cameras"]) // 4 :]),
         "episode": str(episodes[-1]) if episodes else None,
         "stalls": stalls,
         "failed": failed,

@@ -33,7 +33,7 @@ import cv2
 import numpy as np
 
 from egomimic_hw.cameras.base import HEAD_CAMERA, ClockNs, Frame, Intrinsics, wall_clock_ns
-from egomimic_hw.description import ARMS, CAMERAS, Arm
+from egomimic_hw.description import CAMERAS, Arm
 from egomimic_hw.errors import ConfigError
 from egomimic_hw.pacing import Pacer
 
@@ -99,14 +99,6 @@ def project_to_head_camera(
     return intrinsics.fx * p[0] / p[2] + intrinsics.cx, intrinsics.fy * p[1] / p[2] + intrinsics.cy, float(p[2])
 
 
-def arms_in_view(camera: str) -> tuple[Arm, ...]:
-    """The arms whose end-effector poses a synthetic camera's image depends on: both for the
-    head camera, its own arm for a wrist camera (so a camera's process takes only those poses)."""
-    if camera == HEAD_CAMERA:
-        return ARMS
-    return (Arm.LEFT if camera.startswith("left") else Arm.RIGHT,)
-
-
 def _texture(height: int, width: int, seed: int, checker_px: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:height, 0:width]
@@ -129,7 +121,7 @@ class SyntheticScene:
         m = TEXTURE_MARGIN_PX
         self._texture = _texture(h + 2 * m, w + 2 * m, seed, checker_px=max(8, w // 16))
         self._frame = np.empty((h, w, 3), dtype=np.uint8)
-        self._wrist_arm = arms_in_view(camera)[0]  # (a wrist camera's own arm)
+        self._wrist_arm = Arm.LEFT if camera.startswith("left") else Arm.RIGHT
         self.target = target
 
     @property

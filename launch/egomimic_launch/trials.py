@@ -176,11 +176,7 @@ class TrialRunner:
                 return TrialResult(seed, False, f"not homed: {arm.value}: {msg}")
         if not self._wait_home():
             return TrialResult(seed, False, f"not homed: the arms did not come to rest within {HOME_TIMEOUT_S:.0f} s")
-        from egomimic_bringup.graph import camera_node_name
-        from egomimic_hw.description import CAMERAS
-
-        cameras = tuple((camera_node_name(cam), "task_seed") for cam in CAMERAS)
-        for node, name in cameras + ((("policy", "expert.task_seed"),) if self.expert else ()):
+        for node, name in (("cameras", "task_seed"),) + ((("policy", "expert.task_seed"),) if self.expert else ()):
             ok, why = self.client.set_parameter(f"{self.ns}/{node}", name, int(seed), timeout_s=SERVICE_TIMEOUT_S)
             if not ok:
                 return TrialResult(seed, False, f"not set up: {node} {name}: {why}")

@@ -29,7 +29,6 @@ import numpy as np
 import psutil
 import yaml
 
-from egomimic_bringup.graph import camera_node_name
 from egomimic_hw.description import ARMS, CAMERAS, Arm
 from egomimic_hw.kinematics import ArmKinematics
 from egomimic_safety.config import GateConfig
@@ -309,10 +308,7 @@ class Rig:
         self.srv = {
             name: n.create_client(Trigger, f"/eva/safety/{name}") for name in ("arm", "disarm", "estop", "reset")
         }
-        self.param_clients = {
-            cam: n.create_client(SetParameters, f"/eva/{camera_node_name(cam)}/set_parameters") for cam in CAMERAS
-        }
-        """Each camera's node (one process per camera): where its fault is injected."""
+        self.param_client = n.create_client(SetParameters, "/eva/cameras/set_parameters")
         self._Trigger, self._BimanualCommand = Trigger, BimanualCommand
 
     def _poll_forever(self):
@@ -552,17 +548,10 @@ class Rig:
         self._probe = None
 
     def set_camera_fault(self, value: str) -> bool:
-        """`inject_fault` ("<kind>:<camera>") on that camera's node; "" clears every camera's."""
-        cams = [value.split(":", 1)[1]] if value else list(CAMERAS)
-        done = [self._set_fault(self.param_clients[cam], value) for cam in cams]  # each one, even after a failure
-        return all(done)
-
-    @staticmethod
-    def _set_fault(client, value: str) -> bool:
         from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
         from rcl_interfaces.srv import SetParameters
 
-        if not client.wait_for_service(timeout_sec=3.0):
+        if not self.param_client.wait_for_service(timeout_sec=3.0):
             return False
         req = SetParameters.Request()
         req.parameters = [
@@ -571,7 +560,7 @@ class Rig:
             )
         ]
         done = threading.Event()
-        future = client.call_async(req)
+        future = self.param_client.call_async(req)
         future.add_done_callback(lambda _f: done.set())
         return done.wait(3.0) and all(r.successful for r in future.result().results)
 

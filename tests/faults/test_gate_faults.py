@@ -33,7 +33,6 @@ import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
-from egomimic_bringup.graph import camera_node_name
 from egomimic_hw.description import ARMS, CAMERAS, Arm
 from egomimic_msgs.msg import CameraHealth
 from egomimic_safety.checks import joint_bounds
@@ -576,7 +575,7 @@ def _camera_trial(rig: Rig, rng, fault: str, how: str) -> None:
     pid = None
     t_inject = time.time()
     if how == "sigstop":
-        pid = rig.node_pid(camera_node_name(cam))  # one process per camera
+        pid = rig.node_pid("cameras")
         t_inject = rig.freeze(pid).first_stop_s
     else:
         assert rig.set_camera_fault(f"{how}:{cam}")
@@ -593,7 +592,7 @@ def _camera_trial(rig: Rig, rng, fault: str, how: str) -> None:
                     break
                 time.sleep(0.01)
         else:  # the gate's bound counts from the newest frame it had, which may precede the injection
-            t_fault = newest_frame_before_hold(rig, [cam], t_inject)
+            t_fault = newest_frame_before_hold(rig, [cam] if how == "stall" else list(CAMERAS), t_inject)
         conclude(
             rig,
             fault,
@@ -603,7 +602,7 @@ def _camera_trial(rig: Rig, rng, fault: str, how: str) -> None:
             {"STALE_CAMERA"},
             extra=lambda r: r.with_note(f"{(r.time_to_state_s + t_fault - t_inject) * 1e3:.0f} ms after injection"),
             deadline_s=DEADLINE_S if how == "freeze" else stale_camera_bound(rig),
-            stopped=camera_node_name(cam) if how == "sigstop" else "",
+            stopped="cameras" if how == "sigstop" else "",
         )
     finally:
         if pid is not None:
@@ -1070,12 +1069,13 @@ def test_second_launch_refuses_while_the_graph_runs(rig, tmp_path):
         "/eva/driver_left",
         "/eva/driver_right",
         "/eva/frames",
+        "/eva/cameras",
         "/eva/safety_gate",
         "/eva/safety_gate_estop",
         "/eva/safety_gate_state",
         "/eva/driver_left_in",
         "/eva/driver_right_in",
-        *(f"/eva/{camera_node_name(cam)}{companion}" for cam in CAMERAS for companion in ("", "_poses")),
+        "/eva/cameras_poses",
     }  # with companions
     # It names what its discovery has seen by then (at least one node, 0.5 s more once one is
     # seen): on a busy machine not necessarily every node, never a node of another graph.

@@ -34,8 +34,9 @@ STATUS = topics.SAFETY_STATUS.resolve(NS)
 SUBPROTOCOL = "foxglove.sdk.v1"
 MESSAGE_DATA = 0x01
 """Binary opcode of a message: then subscription id (u32 LE), log time (u64 LE), the CDR payload."""
-FUNCTIONAL_CAMERAS = yaml.safe_load((Path(__file__).with_name("functional_cameras.yaml")).read_text())
-"""Each camera node's parameters at 320x240 (one key per camera node)."""
+FUNCTIONAL_CAMERA_SIZE = yaml.safe_load((Path(__file__).with_name("functional_cameras.yaml")).read_text())[
+    "/**/cameras"
+]["ros__parameters"]
 LAUNCH_BACKSTOP_S = 300.0
 """The launcher's --duration: longer than the test's waits (60 s for the URL, 30 s per message)."""
 
@@ -82,7 +83,7 @@ def test_a_websocket_client_gets_a_camera_frame_and_the_gate_status(tmp_path, re
         yaml.safe_dump(
             {
                 "/**/webview": {"ros__parameters": {"mcap_path": str(mcap_path)}},
-                **FUNCTIONAL_CAMERAS,
+                "/**/cameras": {"ros__parameters": FUNCTIONAL_CAMERA_SIZE},
             }
         )
     )
@@ -119,7 +120,7 @@ def test_a_websocket_client_gets_a_camera_frame_and_the_gate_status(tmp_path, re
     assert code == 0
     frame = deserialize_message(got[CAMERA], CompressedImage)
     assert frame.header.frame_id == "front_1_optical"
-    size = FUNCTIONAL_CAMERAS["/**/camera_front_1"]["ros__parameters"]
+    size = FUNCTIONAL_CAMERA_SIZE
     assert simplejpeg.decode_jpeg(bytes(frame.data)).shape == (size["height"], size["width"], 3)
     assert deserialize_message(got[STATUS], GateStatus).state == GateStatus.ARMED
     with open(mcap_path, "rb") as f:

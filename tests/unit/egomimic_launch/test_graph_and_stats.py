@@ -9,35 +9,17 @@ import numpy as np
 import pytest
 
 from egomimic_bringup.graph import LaunchArgumentError, build_graph
-from egomimic_hw.description import CAMERAS
 from egomimic_launch.process import node_command
 from egomimic_launch.stats import LATENCY_BIN_S, RECENT_S, StreamAccumulator, tracking_stats
 from egomimic_nodes.cpus import parse_cpu_list
-
-SIM_CAMERA_NODES = ["camera_front_1", "camera_left_wrist", "camera_right_wrist"]
-"""One process per camera, in simulation as on hardware (graph.camera_node_name)."""
 
 
 def test_default_graph_is_the_sim_loop_in_dependency_order():
     graph = build_graph({})
     names = [n.name for n in graph.nodes]
-    assert names == ["driver_left", "driver_right", "frames", *SIM_CAMERA_NODES, "safety_gate", "policy"]
+    assert names == ["driver_left", "driver_right", "frames", "cameras", "safety_gate", "policy"]
     assert graph.auto_arm and graph.namespace == "eva"
     assert all(n.lifecycle for n in graph.nodes if n.name.startswith("driver"))
-
-
-def test_each_camera_runs_in_a_process_of_its_own_except_a_replay_which_plays_all_three_in_step(tmp_path):
-    """One process per camera (its own GIL: one thread that loses its CPU holding it stops that
-    camera alone), simulated or hardware; a replay keeps the recording's timing in one process."""
-    for backend, served in (("", "synthetic"), ("v4l2", "v4l2")):
-        graph = build_graph({"camera_backend": backend})
-        cams = [n for n in graph.nodes if n.module.endswith(".camera_node")]
-        assert [n.name for n in cams] == SIM_CAMERA_NODES
-        assert [n.parameters["cameras"] for n in cams] == [[c] for c in CAMERAS]
-        assert {n.parameters["backend"] for n in cams} == {served}
-    replay = build_graph({"camera_backend": "replay", "replay_path": str(tmp_path)})
-    cams = [n for n in replay.nodes if n.module.endswith(".camera_node")]
-    assert [(n.name, n.parameters["cameras"]) for n in cams] == [("cameras", list(CAMERAS))]
 
 
 def test_an_external_camera_driver_replaces_the_camera_node_and_the_gate_reads_its_stamps():
@@ -46,10 +28,7 @@ def test_an_external_camera_driver_replaces_the_camera_node_and_the_gate_reads_i
     assert not any(n.startswith("camera") for n in names), names
     gate = next(n for n in graph.nodes if n.name == "safety_gate")
     assert gate.parameters["camera_liveness"] == "image_stamps"
-    assert (
-        next(n for n in build_graph({}).nodes if n.name == "safety_gate").parameters["camera_liveness"]
-        == "health_reports"
-    )
+    assert build_graph({}).nodes[4].parameters["camera_liveness"] == "health_reports"
     with pytest.raises(LaunchArgumentError, match="synthetic"):
         build_graph({"camera_backend": "external", "task_seed": "3"})
 
@@ -94,22 +73,12 @@ def test_record_starts_the_recorder_before_arming_and_stops_it_first(tmp_path, m
     names = [n.name for n in graph.nodes]
     assert names[-3:] == ["recorder", "safety_gate", "policy"]
     stop = [n.name for n in graph.stop_order()]
-    assert stop == [
-        "recorder",
-        "policy",
-        "safety_gate",
-        *SIM_CAMERA_NODES[::-1],
-        "frames",
-        "driver_right",
-        "driver_left",
-    ]
+    assert stop == ["recorder", "policy", "safety_gate", "cameras", "frames", "driver_right", "driver_left"]
     rec = graph.nodes[names.index("recorder")]
     assert rec.name == "recorder" and rec.module == "egomimic_nodes.recorder_node" and rec.stop_first
     assert not rec.required and rec.priority == "stack", "a dead recorder must not stop the arms"
-    cams = [n for n in graph.nodes if n.name in SIM_CAMERA_NODES]
-    assert [n.priority for n in cams] == ["nice"] * 3, (
-        "the gate requires fresh frames: the cameras are in the control tier"
-    )
+    cams = graph.nodes[names.index("cameras")]
+    assert cams.priority == "nice", "the gate requires fresh frames: the cameras are in the control tier"
     assert rec.parameters == {
         "auto_start": True,
         "image_transport": "compressed",
@@ -127,16 +96,11 @@ def test_record_has_the_cameras_encode_each_frame_once_at_the_episode_quality():
     from egomimic_data.recording_config import RecorderConfig
 
     nodes = {n.name: n for n in build_graph({"record": "true"}).nodes}
-    plain = {n.name: n for n in build_graph({}).nodes}
-    for cam in SIM_CAMERA_NODES:
-        assert nodes[cam].parameters["publish_compressed"] is True
-        assert nodes[cam].parameters["jpeg_quality"] == RecorderConfig().jpeg_quality
-        assert "publish_compressed" not in plain[cam].parameters
+    assert nodes["cameras"].parameters["publish_compressed"] is True
+    assert nodes["cameras"].parameters["jpeg_quality"] == RecorderConfig().jpeg_quality
+    assert "publish_compressed" not in {n.name: n for n in build_graph({}).nodes}["cameras"].parameters
     external = {n.name: n for n in build_graph({"record": "true", "camera_backend": "external"}).nodes}
-    assert (
-        not any(n.startswith("camera") for n in external)
-        and external["recorder"].parameters["image_transport"] == "raw"
-    )
+    assert "cameras" not in external and external["recorder"].parameters["image_transport"] == "raw"
     web = {n.name: n for n in build_graph({"record": "true", "web": "true"}).nodes}["webview"]
     assert web.parameters["image_transport"] == "compressed", "the web view passes the cameras' JPEGs through"
     assert "image_transport" not in {n.name: n for n in build_graph({"web": "true"}).nodes}["webview"].parameters
@@ -227,13 +191,11 @@ def test_task_seed_reaches_the_cameras_and_the_expert_and_expert_alone_takes_see
         return next(n for n in graph.nodes if n.name == name).parameters
 
     graph = build_graph({"task_seed": "7", "policy": "expert"})
-    assert [params(graph, cam)["task_seed"] for cam in SIM_CAMERA_NODES] == [7] * 3
-    assert params(graph, "policy")["expert.task_seed"] == 7
+    assert params(graph, "cameras")["task_seed"] == 7 and params(graph, "policy")["expert.task_seed"] == 7
     graph = build_graph({"policy": "expert"})
-    assert graph.args["task_seed"] == "0" and [params(graph, cam)["task_seed"] for cam in SIM_CAMERA_NODES] == [0] * 3
+    assert graph.args["task_seed"] == "0" and params(graph, "cameras")["task_seed"] == 0
     plain = build_graph({})
-    assert not any("task_seed" in params(plain, cam) for cam in SIM_CAMERA_NODES)
-    assert "expert.task_seed" not in params(plain, "policy")
+    assert "task_seed" not in params(plain, "cameras") and "expert.task_seed" not in params(plain, "policy")
 
 
 def test_node_command_runs_module_with_ros_args(tmp_path):
@@ -411,7 +373,7 @@ def test_control_and_stack_cpus_pin_their_tiers_and_offline_cpus_are_refused():
         "driver_right": "0",
         "frames": "0",
         "safety_gate": "0",
-        **dict.fromkeys(SIM_CAMERA_NODES, "0-0"),
+        "cameras": "0-0",
         "policy": "0-0",
     }
     assert all(n.cpus == "" for n in build_graph({}).nodes), "no pinning unless asked"

@@ -37,7 +37,7 @@ def test_what_the_nodes_declare_passes(tmp_path):
         "/**/safety_gate": {"ros__parameters": {"max_translation_step_m": 0.05, "use_sim_time": False}},
         "/eva/driver_left": {"ros__parameters": {"rate_hz": 100}},  # an integer for a float is fine
         "/**/policy": {"ros__parameters": {"executor": {"query_every_n_ticks": 15}}},  # nested = dotted
-        "camera_front_1": {"ros__parameters": {"front_1": {"device": "/dev/video4"}}},  # per-camera keys
+        "cameras": {"ros__parameters": {"front_1": {"device": "/dev/video4"}}},  # per-camera keys
         "/**": {"ros__parameters": {"use_sim_time": False}},
     }
     assert params_check.check(write(tmp_path, good), build_graph({})) == []

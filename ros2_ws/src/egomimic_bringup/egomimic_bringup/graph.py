@@ -183,13 +183,6 @@ LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
 ARX5_CAMERA_BACKENDS = {"front_1": "v4l2", "left_wrist": "realsense", "right_wrist": "realsense"}
 """The real EVA's cameras (docs/eva.md): wrists are RealSense D405s (by serial), the head camera a UVC
 device (by path); serials, devices and calibration files live in config/eva_arx5.yaml."""
-REPLAY_CAMERAS_NODE = "cameras"
-"""camera_backend:=replay: the one node that plays all three cameras (in step, as recorded)."""
-
-
-def camera_node_name(camera: str) -> str:
-    """The node (and process) that serves `camera`, synthetic or hardware: one per camera."""
-    return f"camera_{camera}"
 
 
 @dataclass(frozen=True)
@@ -443,42 +436,43 @@ def build_graph(overrides: dict[str, str] | None = None) -> Graph:
     # then passes those JPEGs through too.
     jpeg_once = args["record"] == "true" and camera_backend != "external"
     jpeg = {"publish_compressed": True, "jpeg_quality": RecorderConfig().jpeg_quality} if jpeg_once else {}
-    if camera_backend == "replay":
-        # One process plays all three, so that they start in step (the recording's timing).
-        params = {"cameras": list(cameras), "backend": camera_backend, "replay_path": args["replay_path"], **jpeg}
+    if camera_backend in ("synthetic", "replay"):
+        # One process serves all three (one render/decode loop per camera, cameras in step;
+        # on 2 cores every process counts): see camera_node's docstring.
+        params = {"cameras": list(cameras), "backend": camera_backend, **jpeg}
+        if int(args["task_seed"]) >= 0:
+            params["task_seed"] = int(args["task_seed"])
+        if camera_backend == "replay":
+            params["replay_path"] = args["replay_path"]
         nodes.append(
             NodeSpec(
-                REPLAY_CAMERAS_NODE,
+                "cameras",
                 f"{NODE_PACKAGE}.camera_node",
                 ns,
                 params,
                 **yaml_files,
+                # The control tier: the gate requires every camera's frames fresh (100 ms), so a
+                # starved camera is a HOLD. 7 + 7 alternated `make run`s on the loaded 2-core VM:
+                # at -5 6 passed and camera stall reports had median 9 (7-46); at -2 5 passed
+                # (both failures STALE_CAMERA), median 65 (5-337); joint_states' and
+                # policy/action's worst gaps were no longer at -5 (README, realtime).
                 priority="nice" if args["realtime"] == "true" else "",
                 cpus=args["stack_cpus"],
-                description="replayed cameras front_1, left_wrist, right_wrist",
+                description=f"{camera_backend} cameras front_1, left_wrist, right_wrist",
             )
         )
     elif camera_backend != "external":
-        # One process per camera, in simulation as on hardware: a stuck USB driver takes down one
-        # stream only, and each camera has its own GIL. With all three in one process, a thread
-        # of that process that lost its CPU while holding the GIL stopped all three cameras: in
-        # 150 s runs with every observer on (loaded 2-core VM, 2026-12-07) the gate held
-        # (STALE_CAMERA) in 6 of 9 runs with one process, in none of 3 with one per camera.
-        # The control tier (niceness -5): the gate requires every camera's frames fresh (100 ms),
-        # so a starved camera is a HOLD (at -2: more camera stall reports, README "Headroom").
+        # Hardware: one process per camera, so a stuck USB driver takes down one stream only.
         for cam in cameras:
             cam_backend = ARX5_CAMERA_BACKENDS[cam] if camera_backend == "hardware" else camera_backend
-            params = {"cameras": [cam], "backend": cam_backend, **jpeg}
-            if cam_backend == "synthetic" and int(args["task_seed"]) >= 0:
-                params["task_seed"] = int(args["task_seed"])
             nodes.append(
                 NodeSpec(
-                    camera_node_name(cam),
+                    f"camera_{cam}",
                     f"{NODE_PACKAGE}.camera_node",
                     ns,
-                    params,
+                    {"cameras": [cam], "backend": cam_backend, **jpeg},
                     **yaml_files,
-                    priority="nice" if args["realtime"] == "true" else "",
+                    priority="stack" if args["realtime"] == "true" else "",
                     cpus=args["stack_cpus"],
                     description=f"camera {cam} ({cam_backend})",
                 )

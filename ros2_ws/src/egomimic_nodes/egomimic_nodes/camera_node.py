@@ -11,10 +11,8 @@ the arms' measured end-effector poses (`left/ee_pose`, `right/ee_pose`); `replay
 episode (zarr) or image directory (`replay_path`) at its recorded timing; `v4l2` reads a UVC
 camera (`<cam>.device`); `realsense` a D405 by serial (`<cam>.serial`). A backend that cannot
 start (no library, no device) makes the node exit at start with the fix in the message, never
-publish something fake. The launch graph runs one process per camera (`camera_<cam>`), simulated
-or hardware: a stuck USB driver takes down one stream only, and each camera has its own GIL (with
-all three in one process, a thread that lost its CPU while it held the GIL stopped all three);
-a replay runs one process `cameras` for all three, so that they start in step.
+publish something fake. In simulation and replay one process serves all three cameras (2 cores);
+hardware cameras run one process each, so a stuck USB driver takes down one stream only.
 
 Every frame goes through FrameShaper: area-resized to `width` x `height` (default 640x480, what
 the models were trained on) and converted to RGB once. Each camera has its own capture thread
@@ -32,9 +30,9 @@ Parameters: the fields of CameraNodeConfig and, per camera, CameraDeviceConfig a
 `<cam>.<field>` (egomimic_hw.cameras.config: help, ranges and checks there).
 
 Fault injection, at runtime, for the safety-gate fault battery:
-    ros2 param set /eva/camera_front_1 inject_fault freeze:front_1     # same content, fresh stamps
-    ros2 param set /eva/camera_left_wrist inject_fault stall:left_wrist  # stop publishing that camera
-    ros2 param set /eva/camera_front_1 inject_fault ""                   # clear
+    ros2 param set /eva/cameras inject_fault freeze:front_1   # same content, fresh stamps
+    ros2 param set /eva/cameras inject_fault stall:left_wrist  # stop publishing that camera
+    ros2 param set /eva/cameras inject_fault ""                # clear
 (rclpy: a SetParameters call on `<node>/set_parameters`). Every backend is wrapped in a
 FaultInjectingCamera (egomimic_hw.cameras.faults), so any backend can be faulted; faults only
 ever make a camera look worse. SIGSTOP of the process is another real stall. Other parameters
@@ -62,7 +60,6 @@ from egomimic_hw.cameras.config import CameraDeviceConfig, CameraNodeConfig
 from egomimic_hw.cameras.faults import FaultInjectingCamera, parse_fault
 from egomimic_hw.cameras.health import CameraHealthMonitor, HealthConfig, HealthReport, HealthState
 from egomimic_hw.cameras.processing import FrameShaper
-from egomimic_hw.cameras.synthetic import arms_in_view
 from egomimic_hw.description import ARMS
 from egomimic_hw.errors import ConfigError
 from egomimic_hw.sim_task import target_for
@@ -356,12 +353,9 @@ class CameraNode(Node):
             # The scene follows the arms' measured poses: taken, not delivered (taken.py), by a
             # thread that waits on both readers; the capture threads only read the newest.
             self._poses = TakenSubscriptions(self.context, f"{self.get_name()}_poses", self.get_namespace())
-            # only the arms these cameras draw (a wrist camera's process: its own arm)
-            seen = {arm for cam in cameras for arm in arms_in_view(cam)}
             self._pose_readers = {
                 arm: self._poses.subscribe(PoseStamped, self.resolve_topic_name(topics.EE_POSE.name(arm)), POSE_QOS)
                 for arm in ARMS
-                if arm in seen
             }
             self._pose_thread = threading.Thread(target=self._take_poses, name="camera poses", daemon=True)
         start = time.monotonic() + 0.2  # replay: every camera of this process starts in step
