@@ -204,7 +204,6 @@ class _Stream:
         """The late-frame log's account of the previous frame."""
         self._schedstat: ThreadSchedStat | None = None
         """The capture thread's run-queue wait (opened by that thread: /proc/thread-self)."""
-        self._health_mw_s = 0.0
         self.lock = threading.Lock()  # guards last_state / last_health_ns (capture thread vs timer)
         self.last_state = HealthState.STARTING
         self.last_health_ns = 0
@@ -245,7 +244,7 @@ class _Stream:
             self.node.get_logger().warning(f"{self.camera}: publish failed: {exc}", throttle_duration_sec=5.0)
         image_sent = time.monotonic()
         report = self.monitor.on_frame(capture_ns, rgb)
-        self.publish_health(report, capture_ns)
+        health_middleware_s = self.publish_health(report, capture_ns)
         health_sent = time.monotonic()
         self.info.stamp(capture_ns)
         self.out_info.publish_bytes(bytes(self.info.buffer))  # a copy: the template is patched per frame
@@ -260,7 +259,7 @@ class _Stream:
             self._schedstat.waited_ns() if self._schedstat is not None else None,
             image_sent - sent,
             health_sent - image_sent,
-            self._health_mw_s,
+            health_middleware_s,
             done - health_sent,
         )
 
@@ -304,7 +303,8 @@ class _Stream:
                 out.update({f"{name}.{k}": v for k, v in box.stats().items()})
         return out
 
-    def publish_health(self, report: HealthReport, now_ns: int) -> None:
+    def publish_health(self, report: HealthReport, now_ns: int) -> float:
+        """Publish `report`; returns the seconds spent inside the middleware call."""
         with self.lock:
             changed = report.state != self.last_state
             self.last_state = report.state
@@ -312,16 +312,18 @@ class _Stream:
         # Without the GIL, like the images: rclpy's publish() keeps it while a subscriber's
         # shared-memory port is locked (a process that died holding it: 1 s per push), and the
         # node's other threads, its exit included, would stop with this one.
-        data = serialize(health_message(report, ns_to_stamp(now_ns)))
-        sent = time.monotonic()
+        sent = None
         try:
+            data = serialize(health_message(report, ns_to_stamp(now_ns)))
+            sent = time.monotonic()
             if not publish_serialized(self.pub_health, data):
                 self.publish_errors += 1
         except Exception:  # noqa: BLE001 - counted like image publish failures
             self.publish_errors += 1
-        self._health_mw_s = time.monotonic() - sent
+        middleware_s = time.monotonic() - sent if sent is not None else 0.0
         if changed:
             self.node.state_changed(self, report)
+        return middleware_s
 
     def check(self, now_ns: int) -> None:
         """Timer path: report silence (and any not-OK state) when frames do not carry it."""
