@@ -506,6 +506,7 @@ def run_node(factory, args=None) -> int:
     if middleware:
         say(f"[INFO] middleware log: {middleware}")
     node = None
+    executor = None
     refresh = None
     code = 0
     try:
@@ -552,20 +553,28 @@ def run_node(factory, args=None) -> int:
                 except Exception as exc:  # noqa: BLE001
                     say(f"[ERROR] on_exit: {exc}")
         t_on_exit = time.monotonic() - t_exit
-        if refresh is not None:
-            refresh.close(REFRESH_JOIN_S)
-            if refresh.slowest_s >= SLOW_REFRESH_S or refresh.skipped or refresh.failed:
-                say(
-                    f"[INFO] graph refresh: {refresh.count} done, {refresh.skipped} skipped (the previous one "
-                    f"still running), {refresh.failed} failed, slowest {refresh.slowest_s * 1e3:.0f} ms (off the "
-                    "spin loop)"
-                )
         last_words = functools.partial(_orphan_report, parent, stop.reason, t_exit, t_on_exit)
+        # Everything after on_exit is the middleware's and runs under the guard: the refresh's
+        # companion node, the executor (it holds the node's entities in use, so their real
+        # destruction happens when it lets them go), the node and the context. fc165: the gate
+        # sat > 3 s in the refresh node's destroy and a camera in the executor's release when
+        # run_node's frame let go of it, both outside the guard.
         guard = TeardownGuard(code, on_expire=last_words)
         try:
+            if refresh is not None:
+                refresh.close(REFRESH_JOIN_S)
+                if refresh.slowest_s >= SLOW_REFRESH_S or refresh.skipped or refresh.failed:
+                    say(
+                        f"[INFO] graph refresh: {refresh.count} done, {refresh.skipped} skipped (the previous one "
+                        f"still running), {refresh.failed} failed, slowest {refresh.slowest_s * 1e3:.0f} ms (off the "
+                        "spin loop)"
+                    )
             # Errors only from here on: the teardown's own warnings ("Type ... is in use") are
             # routine and would bury a run's real ones (dds_log.ROUTINE).
             middleware_warnings("error")
+            if executor is not None:
+                executor.shutdown(timeout_sec=0)
+                executor = None
             if node is not None:
                 node.destroy_node()
             rclpy.try_shutdown()
