@@ -256,12 +256,16 @@ class _Stream:
         self._last_sent = _Sent(
             done,
             time.thread_time(),
-            self._schedstat.waited_ns() if self._schedstat is not None else None,
+            self._cpu_waited_ns(),
             image_sent - sent,
             health_sent - image_sent,
             health_middleware_s,
             done - health_sent,
         )
+
+    def _cpu_waited_ns(self) -> int | None:
+        """This thread's run-queue wait so far (None where /proc gives none)."""
+        return self._schedstat.waited_ns() if self._schedstat is not None else None
 
     def _note_lateness(self, capture_ns: int) -> None:
         """Count and log a frame about to go out LATE_FRAME_PERIODS or more after its capture:
@@ -280,7 +284,7 @@ class _Stream:
             return  # a new worst always goes to the log; the others once a second per camera
         self._late_logged = now
         last = self._last_sent
-        waited_ns = self._schedstat.waited_ns() if self._schedstat is not None else None
+        waited_ns = self._cpu_waited_ns()
         waited = (
             f"{(waited_ns - last.waited_ns) * 1e-6:.0f} ms"
             if waited_ns is not None and last.waited_ns is not None
