@@ -98,6 +98,9 @@ class Node_(Node):
         t0 = time.monotonic()
         if BLOCK == "node":
             threading.Event().wait()  # a writer stuck in a dead subscriber's port
+        if BLOCK == "gil":
+            import ctypes
+            ctypes.PyDLL(None).sleep(60)  # the same, inside a C call that holds the GIL (rclpy's destroy)
         super().destroy_node()
         print(f"destroyed in {(time.monotonic() - t0) * 1e3:.1f} ms", flush=True)
 
@@ -130,8 +133,9 @@ BLOCK = sys.argv[1]
 make_executor = spin.make_executor
 spin.make_executor, spin.GraphRefresh = Executor, Refresh
 spin.TEARDOWN_DEADLINE_S = 0.5
-signal.signal(signal.SIGALRM, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
-signal.setitimer(signal.ITIMER_REAL, 1.0)
+if BLOCK != "orphan":  # an orphan is stopped by its launcher's death
+    signal.signal(signal.SIGALRM, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
 t0 = time.monotonic()
 code = spin.run_node(Node_, ["node", "--ros-args"])
 print(f"returned {code} after {time.monotonic() - t0:.2f} s", flush=True)
@@ -161,6 +165,73 @@ def test_a_blocked_teardown_ends_the_process_at_its_deadline_after_on_exit(block
         assert "did not finish" not in out.stderr, out.stderr
         assert "destroyed in" in out.stdout and "returned 0" in out.stdout, out.stdout
     assert took < 30, f"the child took {took:.1f} s"
+
+
+def test_a_teardown_that_holds_the_gil_is_ended_by_the_c_watchdog():
+    """A teardown blocked inside a C call that holds the GIL (fc167: rclpy's destroy and shutdown,
+    waiting on a dead process's shared-memory port) leaves the guard's Python timer waiting for
+    the GIL; faulthandler's watchdog ends the process TEARDOWN_BACKSTOP_S later, with every
+    thread's stack and status 1."""
+    import subprocess
+    import sys
+    import time
+
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", TEARDOWN_CHILD, "gil"], capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - t0
+    assert out.returncode == 1, (out.returncode, out.stderr[-2000:])
+    assert "on_exit done" in out.stdout and "destroyed" not in out.stdout, out.stdout
+    assert "Timeout (0:00:01)!" in out.stderr and "in destroy_node" in out.stderr, out.stderr[-2000:]
+    assert took < 30, f"the child took {took:.1f} s"
+
+
+ORPHAN_LAUNCHER = """
+import os, subprocess, sys
+env = dict(os.environ, EGOMIMIC_LAUNCHER_PID=str(os.getpid()), EGOMIMIC_LOG_FILE=sys.argv[2])
+node = subprocess.Popen([sys.executable, "-c", sys.argv[1], "orphan"], env=env, stdout=subprocess.PIPE, text=True)
+print(node.pid, flush=True)
+for line in node.stdout:
+    print(line, end="", flush=True)
+"""
+
+
+def test_a_node_whose_launcher_is_killed_leaves_after_on_exit_without_the_teardown(tmp_path):
+    """SIGKILL a node's launcher: the node (parent-death SIGTERM) runs its on_exit, writes its last
+    words to its own log file and leaves with its code, without the middleware's teardown (what
+    blocks after such a death: writes into the dead launcher's shared-memory port)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from egomimic_nodes.spin import LAST_WORDS
+
+    log = tmp_path / "node.log"
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", ORPHAN_LAUNCHER, TEARDOWN_CHILD, str(log)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        pid = int(launcher.stdout.readline())
+        node = psutil.Process(pid)
+        assert launcher.stdout.readline().strip() == "ready"
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait(10)
+        deadline = time.monotonic() + 20
+        while node.is_running() and node.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not node.is_running() or node.status() == psutil.STATUS_ZOMBIE, "the node outlived its launcher by 20 s"
+    finally:
+        launcher.kill()
+        try:
+            psutil.Process(pid).kill()
+        except (psutil.Error, NameError):
+            pass
+    text = log.read_text()
+    assert LAST_WORDS in text and "stopped because SIGTERM" in text, text
+    assert "left without the middleware's teardown, exiting 0" in text, text
+    assert "destroyed in" not in text and "returned" not in text, text
 
 
 def test_a_node_gives_its_autogroup_its_niceness():

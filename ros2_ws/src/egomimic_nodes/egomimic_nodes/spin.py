@@ -25,18 +25,23 @@ Its output pipe died with the launcher, so such a node writes its last words (wh
 how long its exit took) to its log file itself (LOG_FILE_ENV).
 
 The exit is bounded: a node's own `on_exit()` (the gate's hold, the recorder's commit) runs to
-its end, then the middleware's teardown gets TEARDOWN_DEADLINE_S before the process leaves with
-os._exit. Why: a subscriber that dies inside its shared-memory port's lock (a SIGKILLed launcher,
-an rviz killed -9) makes every later push into that port wait for Fast DDS's 1 s lock timeout,
-and destroying the writers and the participant waits on those pushes: a CI run saw the gate and
-the cameras still alive 3 s after their launcher was killed.
+its end, then the middleware's teardown (the graph refresh's companion node, the executor's
+release, the node's destroy, the context's shutdown) gets TEARDOWN_DEADLINE_S before the process
+leaves with os._exit, and a C watchdog ends it TEARDOWN_BACKSTOP_S later if the teardown holds
+the GIL. A node whose launcher is gone skips that teardown: on_exit done, it writes its last
+words and leaves. Why: a subscriber that dies inside its shared-memory port's lock (a SIGKILLed
+launcher, an rviz killed -9) makes every later push into that port wait for Fast DDS's 1 s lock
+timeout, and destroying the writers and the participant waits on those pushes. Fresh-clone CI
+runs saw the gate and the cameras still alive 3 s after their launcher was killed: first with no
+bound at all; then (fc165) stuck in the two parts the guard did not cover, the refresh node's
+destroy and the executor's release; then (fc167) in rclpy's destroy and shutdown calls, which
+hold the GIL, while the guard's Python timer waited for it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import faulthandler
-import functools
 import gc
 import os
 import signal
@@ -77,11 +82,18 @@ SLOW_REFRESH_S = 0.1
 REFRESH_JOIN_S = 0.2
 """After on_exit, how long a refresh still running may take before the teardown goes on."""
 TEARDOWN_DEADLINE_S = 1.0
-"""Seconds the middleware's teardown (destroy the node, shut the context down) may take after
+"""Seconds the middleware's teardown (release the refresh's node and the executor, destroy the
+node, shut the context down) may take after
 `on_exit()`; then the process exits at once (os._exit) with the code it would have had. Nothing
 of the node's own is lost: its `on_exit()` has finished, and what is left is the release of DDS
 resources, which the kernel releases too (leftover shared-memory files are cleaned at the next
-launch). Measured in `make run`: 1-10 ms per node."""
+launch). Measured in `make run`: 1-10 ms per node (the node's destroy; before the executor's
+release came under the guard)."""
+TEARDOWN_BACKSTOP_S = 0.5
+"""Seconds after TEARDOWN_DEADLINE_S at which faulthandler's watchdog (a C thread, no GIL needed)
+prints every thread's stack and ends the process with status 1: for a teardown blocked inside a
+C call that holds the GIL (rclpy's destroy and shutdown calls do), where TeardownGuard's Python
+timer cannot run."""
 EXECUTOR_ENV = "EGOMIMIC_EXECUTOR"
 """`single` forces the SingleThreadedExecutor on every node (a comparison run: bench/graph_cpu.py)."""
 PRIORITY_ENV = "EGOMIMIC_PRIORITY"
@@ -553,13 +565,23 @@ def run_node(factory, args=None) -> int:
                 except Exception as exc:  # noqa: BLE001
                     say(f"[ERROR] on_exit: {exc}")
         t_on_exit = time.monotonic() - t_exit
-        last_words = functools.partial(_orphan_report, parent, stop.reason, t_exit, t_on_exit)
+        if _launcher_gone(parent, stop.reason):
+            # The graph goes down with its launcher. on_exit has run (the gate's hold is with the
+            # middleware, the recorder's episode committed), so the middleware's teardown is
+            # skipped: that is what blocks here (writes into the dead launcher's shared-memory port
+            # wait out Fast DDS's 1 s lock timeout, inside rclpy calls that hold the GIL, where the
+            # guard's Python timer cannot run: fc167), and the kernel releases it all anyway.
+            _last_words(
+                parent, stop.reason, t_exit, t_on_exit, f"left without the middleware's teardown, exiting {code}"
+            )
+            _leave(code)
         # Everything after on_exit is the middleware's and runs under the guard: the refresh's
         # companion node, the executor (it holds the node's entities in use, so their real
         # destruction happens when it lets them go), the node and the context. fc165: the gate
         # sat > 3 s in the refresh node's destroy and a camera in the executor's release when
         # run_node's frame let go of it, both outside the guard.
-        guard = TeardownGuard(code, on_expire=last_words)
+        guard = TeardownGuard(code)
+        faulthandler.dump_traceback_later(TEARDOWN_DEADLINE_S + TEARDOWN_BACKSTOP_S, exit=True, file=sys.stderr)
         try:
             if refresh is not None:
                 refresh.close(REFRESH_JOIN_S)
@@ -580,43 +602,57 @@ def run_node(factory, args=None) -> int:
             rclpy.try_shutdown()
         finally:
             guard.cancel()
-        last_words(f"exiting {code}")
+            faulthandler.cancel_dump_traceback_later()
     return code
 
 
 LAST_WORDS = "this node's last words, written by itself"
-"""The phrase that opens what a node whose launcher is gone writes to its log (_orphan_report)."""
+"""The phrase that opens what a node whose launcher is gone writes to its log (_last_words)."""
 ORPHAN_CONFIRM_S = 0.5
 """How long a node that stopped on SIGTERM waits, after its exit, for its launcher's death to be
 complete before it decides that the launcher is alive (and its output pipe read)."""
 
 
-def _orphan_report(parent: int | None, reason: str, t_exit: float, t_on_exit: float, outcome: str) -> None:
-    """When the launcher is gone, say in the node's own log file how this node left (see
-    LOG_FILE_ENV). Called once the exit is done, not at the signal: a SIGKILLed launcher's
-    threads die one by one, and the first death already sends the parent-death SIGTERM while
-    getppid() still names the launcher and its other threads still hold the pipe open. Also
-    ignores a second SIGTERM from now on (the kernel sends one more when the launcher's last
-    thread is gone), so that it cannot end the interpreter's own shutdown with status 143.
-    After a SIGTERM (the launcher itself stops nodes with SIGINT) it waits up to
-    ORPHAN_CONFIRM_S for the launcher's death to complete."""
+def _launcher_gone(parent: int | None, reason: str) -> bool:
+    """True when this node's launcher is gone (then the node's output goes to its own log file, see
+    LOG_FILE_ENV, and a second SIGTERM is ignored from now on: the kernel sends one more when the
+    launcher's last thread is gone, and it must not end the exit with status 143). Asked once
+    on_exit is done, not at the signal: a SIGKILLed launcher's threads die one by one, and the
+    first death already sends the parent-death SIGTERM while getppid() still names the launcher
+    and its other threads still hold the pipe open. After a SIGTERM (the launcher itself stops
+    nodes with SIGINT) it waits up to ORPHAN_CONFIRM_S for the launcher's death to complete."""
     if parent is None:
-        return
+        return False
     deadline = time.monotonic() + (ORPHAN_CONFIRM_S if reason == "SIGTERM" else 0.0)
     while os.getppid() == parent and not _output_pipe_closed():
         if time.monotonic() >= deadline:
-            return
+            return False
         time.sleep(0.01)
     try:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    except ValueError:  # not the main thread (TeardownGuard's timer): the process leaves at once anyway
+    except ValueError:  # not the main thread
         pass
-    if output_to_log_file(os.environ.get(LOG_FILE_ENV, "")):
-        say(
-            f"[INFO] the launcher (pid {parent}) is gone; {LAST_WORDS}: stopped because "
-            f"{reason or 'the spin loop ended'}; on_exit took {t_on_exit * 1e3:.0f} ms; {outcome} "
-            f"{(time.monotonic() - t_exit) * 1e3:.0f} ms after the spin loop ended (wall clock {time.time():.3f})"
-        )
+    output_to_log_file(os.environ.get(LOG_FILE_ENV, ""))
+    return True
+
+
+def _last_words(parent: int, reason: str, t_exit: float, t_on_exit: float, outcome: str) -> None:
+    """How a node whose launcher is gone left, in its own log file (LAST_WORDS opens it)."""
+    say(
+        f"[INFO] the launcher (pid {parent}) is gone; {LAST_WORDS}: stopped because "
+        f"{reason or 'the spin loop ended'}; on_exit took {t_on_exit * 1e3:.0f} ms; {outcome} "
+        f"{(time.monotonic() - t_exit) * 1e3:.0f} ms after the spin loop ended (wall clock {time.time():.3f})"
+    )
+
+
+def _leave(code: int) -> None:
+    """End the process now with `code`, the buffered output written first."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _output_pipe_closed() -> bool:
@@ -633,12 +669,12 @@ def _output_pipe_closed() -> bool:
 
 class TeardownGuard:
     """Ends the process with `code` if the teardown has not finished within `deadline_s`
-    (see TEARDOWN_DEADLINE_S): a daemon timer, cancelled when the teardown returns."""
+    (see TEARDOWN_DEADLINE_S): a daemon timer, cancelled when the teardown returns. A Python
+    thread: it cannot run while the teardown blocks in a C call that holds the GIL
+    (TEARDOWN_BACKSTOP_S covers that)."""
 
-    def __init__(self, code: int, deadline_s: float | None = None, on_expire=None):
+    def __init__(self, code: int, deadline_s: float | None = None):
         self.code = code
-        self.on_expire = on_expire
-        """Called with a word on the outcome before the process leaves (run_node's last words)."""
         self.deadline_s = TEARDOWN_DEADLINE_S if deadline_s is None else deadline_s
         self._timer = threading.Timer(self.deadline_s, self._expire)
         self._timer.daemon = True
@@ -652,6 +688,4 @@ class TeardownGuard:
             f"[WARN] the middleware's teardown did not finish within {self.deadline_s:.1f} s (a publish into the "
             "shared-memory port of a process that died holding it?); leaving without it"
         )
-        if self.on_expire is not None:
-            self.on_expire(f"left without the teardown (after {self.deadline_s:.1f} s), exiting {self.code}")
-        os._exit(self.code)
+        _leave(self.code)
