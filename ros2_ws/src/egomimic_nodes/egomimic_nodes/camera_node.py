@@ -547,8 +547,13 @@ class CameraNode(Node):
         # port can take 1 s; their threads are daemons)
         boxes = [box for s in self._streams for box in (s.out_info, s.out_compressed)] + [self._pub_diag]
         close_all(boxes, max(0.0, deadline - time.monotonic()))
+
+    def destroy_node(self) -> None:
+        # The pose readers' companion node is the middleware's teardown, not on_exit's (spin's
+        # guard covers it; an orphan skips it): its destroy can wait on a dead process's port.
         if self._poses is not None:
             self._poses.destroy()  # rclpy defers it while a wait or a take still holds a handle
+        super().destroy_node()
 
 
 def main(args=None) -> int:

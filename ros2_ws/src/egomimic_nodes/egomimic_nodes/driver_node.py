@@ -229,11 +229,28 @@ class DriverNode(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def on_exit(self) -> None:
+        """The node's own exit: the state loop stops, the arm holds, the controller is released.
+        Its readers, publishers and service are the middleware's teardown (destroy_node): under
+        spin's guard, or skipped when the launcher is gone (fc170: two drivers sat > 3 s in
+        rclpy's destroy, inside on_exit, after their launcher's SIGKILL)."""
         self._stop_loop()
         self._hold_now()
+        self._release_controller()
+
+    def destroy_node(self) -> None:
         self._release()
+        super().destroy_node()
 
     # -- the state loop -----------------------------------------------------------------------
+    def _release_controller(self) -> None:
+        """The state loop stops and the driver (the SDK's controller, or the simulation) is closed."""
+        self._stop_loop()
+        with self._lock:
+            if self._driver is not None:
+                self._driver.close()
+                self._driver = None
+            self._controller = None
+
     def _start_loop(self) -> None:
         if self._loop is not None:
             return
@@ -463,15 +480,11 @@ class DriverNode(LifecycleNode):
                     self.get_logger().error(f"hold failed: {exc}")
 
     def _release(self) -> None:
-        """Undo on_configure (cleanup, shutdown, exit): the state loop stops, the controller is
-        released, and the readers, publishers (with their Outbox threads), service and timer are
-        destroyed, so that a configure after a cleanup makes each of them once."""
-        self._stop_loop()
+        """Undo on_configure (cleanup, shutdown, the node's destroy): the state loop stops, the
+        controller is released, and the readers, publishers (with their Outbox threads), service
+        and timer are destroyed, so that a configure after a cleanup makes each of them once."""
+        self._release_controller()
         with self._lock:
-            if self._driver is not None:
-                self._driver.close()
-                self._driver = None
-            self._controller = None
             inputs, self._inputs = self._inputs, None
             boxes = [b for b in (self._pub_joints, self._pub_pose, self._pub_diag) if b is not None]
             self._pub_joints = self._pub_pose = self._pub_diag = None
